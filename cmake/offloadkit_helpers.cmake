@@ -1,0 +1,54 @@
+# Build helpers shared by every folder: instrumentation flags and test registration.
+
+# Sanitizer and coverage flags for host code (C++ and the host side of CUDA sources).
+function(offloadkit_configure_instrumentation)
+  set(flags "")
+  if(OFFLOADKIT_SANITIZE STREQUAL "address")
+    set(flags -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  elseif(OFFLOADKIT_SANITIZE STREQUAL "thread")
+    set(flags -fsanitize=thread -fno-omit-frame-pointer)
+  elseif(NOT OFFLOADKIT_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "OFFLOADKIT_SANITIZE='${OFFLOADKIT_SANITIZE}': valid values are '', 'address', 'thread'")
+  endif()
+  if(OFFLOADKIT_COVERAGE)
+    list(APPEND flags --coverage -O0)
+  endif()
+  if(flags)
+    foreach(f IN LISTS flags)
+      add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${f}> $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${f}>)
+      add_link_options(${f})
+    endforeach()
+  endif()
+  set(OFFLOADKIT_INSTRUMENTED_FLAGS "${flags}" PARENT_SCOPE)
+endfunction()
+
+# Warnings for the project's own targets.
+function(offloadkit_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
+endfunction()
+
+# offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU] [TIMEOUT s])
+#
+# Builds a GoogleTest binary linked with offloadkit's test main and registers it with ctest:
+#   <target>.host : every test except the cuda ones, labels cpu + LABELS
+#   <target>.cuda : (only with GPU) the tests whose suite or instantiation name holds "Cuda",
+#                   labels gpu + LABELS; reported as skipped (return code 77, with the reason)
+#                   on a machine without a usable GPU.
+function(offloadkit_add_gtest target)
+  cmake_parse_arguments(arg "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 600)
+  endif()
+  add_executable(${target} ${arg_SOURCES})
+  target_link_libraries(${target} PRIVATE offloadkit_testing ${arg_LIBS})
+  offloadkit_warnings(${target})
+  add_test(NAME ${target}.host COMMAND ${target} --gtest_filter=-*Cuda*)
+  set_tests_properties(${target}.host PROPERTIES LABELS "cpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
+  if(arg_GPU)
+    add_test(NAME ${target}.cuda COMMAND ${target} --gtest_filter=*Cuda* --offloadkit-require-gpu)
+    set_tests_properties(${target}.cuda PROPERTIES LABELS "gpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
+                         SKIP_RETURN_CODE 77)
+  endif()
+endfunction()

@@ -1,0 +1,184 @@
+// Executor adaptors: each wraps an upstream executor and is itself an executor, so behaviour for
+// checks (fault injection, delay injection, counting) is added around any back end or any other
+// adaptor, never as branches inside a back end.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "offloadkit/executor.hpp"
+
+namespace offloadkit {
+
+/// Forwards every call to its upstream. Adaptors derive from it and override what they change.
+class executor_adaptor : public executor {
+ public:
+  explicit executor_adaptor(executor& upstream) : upstream_(&upstream) {}
+  [[nodiscard]] executor& upstream() const noexcept { return *upstream_; }
+
+ protected:
+  [[nodiscard]] backend do_kind() const noexcept override;
+  [[nodiscard]] std::string do_name() const override;
+  [[nodiscard]] int do_device_count() const override;
+  void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void do_deallocate(memory_kind kind, void* p, std::size_t bytes) noexcept override;
+  [[nodiscard]] pointer_info do_classify(const void* p) const override;
+  memory_info do_device_memory(int device) override;
+  stream_ref do_create_stream(int device) override;
+  void do_destroy_stream(stream_ref s) noexcept override;
+  event_ref do_create_event(int device) override;
+  void do_destroy_event(event_ref e) noexcept override;
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
+  void do_launch(const launch_request& r, stream_ref s) override;
+  void do_host_function(std::function<void()> fn, stream_ref s) override;
+  void do_record(event_ref e, stream_ref s) override;
+  void do_wait(event_ref e, stream_ref s) override;
+  void do_synchronize_stream(stream_ref s) override;
+  void do_synchronize_event(event_ref e) override;
+  bool do_ready(event_ref e) override;
+  std::size_t do_granularity(int device) override;
+  void* do_reserve(std::size_t bytes, int device) override;
+  void do_unreserve(void* va, std::size_t bytes) noexcept override;
+  physical_handle do_create_physical(std::size_t bytes, int device) override;
+  void do_release_physical(physical_handle h) noexcept override;
+  void do_map(void* va, std::size_t bytes, physical_handle h) override;
+  void do_unmap(void* va, std::size_t bytes) override;
+  void do_set_access(void* va, std::size_t bytes, int device) override;
+  void do_begin_capture(stream_ref s) override;
+  graph_ref do_end_capture(stream_ref s) override;
+  void do_replay(graph_ref g, stream_ref s) override;
+  void do_destroy_graph(graph_ref g) noexcept override;
+
+ private:
+  executor* upstream_;
+};
+
+/// Fails the Nth instrumented call (countdown style, abseil's exception-safety model): after
+/// arm({kinds}, n), calls of those kinds are counted from 0 and call number n throws instead of
+/// reaching the upstream (out_of_memory for allocations and physical memory, injected_fault for
+/// everything else). Each arm fires at most once; fired() says whether it did.
+class fault_injection_adaptor final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+
+  void arm(std::vector<op_kind> kinds, std::size_t n);
+  void disarm() noexcept;
+  [[nodiscard]] bool fired() const noexcept;
+  /// Calls of the armed kinds seen since the last arm().
+  [[nodiscard]] std::size_t armed_calls() const noexcept;
+
+ private:
+  void maybe_fail(op_kind k);
+  void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
+  void do_launch(const launch_request& r, stream_ref s) override;
+  void do_host_function(std::function<void()> fn, stream_ref s) override;
+  void do_record(event_ref e, stream_ref s) override;
+  void do_wait(event_ref e, stream_ref s) override;
+  void* do_reserve(std::size_t bytes, int device) override;
+  physical_handle do_create_physical(std::size_t bytes, int device) override;
+  void do_map(void* va, std::size_t bytes, physical_handle h) override;
+  void do_unmap(void* va, std::size_t bytes) override;
+  void do_set_access(void* va, std::size_t bytes, int device) override;
+  void do_begin_capture(stream_ref s) override;
+  graph_ref do_end_capture(stream_ref s) override;
+  void do_replay(graph_ref g, stream_ref s) override;
+
+  mutable std::mutex mutex_;
+  std::array<bool, static_cast<std::size_t>(op_kind::count_)> armed_{};
+  std::size_t target_ = 0;
+  std::size_t seen_ = 0;
+  bool active_ = false;
+  bool fired_ = false;
+};
+
+/// Holds a stream's work to widen race windows: before a forwarded stream operation it enqueues a
+/// host function that sleeps on that stream, so the operation starts late while the host and
+/// other streams run on.
+class delay_adaptor final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+
+  /// Delays the next `ops` stream operations issued to `s` by `d` each.
+  void delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops = 1);
+  /// Delays every stream operation issued to `s` by a duration drawn from [0, max] with the given
+  /// seed (deterministic per seed); max = 0 stops it.
+  void delay_randomly(stream_ref s, std::chrono::microseconds max, std::uint64_t seed);
+  void clear() noexcept;
+
+ private:
+  void maybe_delay(stream_ref s);
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
+  void do_launch(const launch_request& r, stream_ref s) override;
+  void do_host_function(std::function<void()> fn, stream_ref s) override;
+  void do_record(event_ref e, stream_ref s) override;
+
+  struct plan {
+    std::chrono::microseconds fixed{0};
+    std::size_t fixed_ops = 0;
+    std::chrono::microseconds random_max{0};
+    std::uint64_t state = 0;
+  };
+  std::mutex mutex_;
+  std::map<void*, plan> plans_;
+};
+
+/// Counts calls by kind, allocations by memory kind, and bytes copied by (source kind,
+/// destination kind), as classify() sees the pointers at the time of the call.
+class counting_adaptor final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+
+  struct counts {
+    std::array<std::size_t, static_cast<std::size_t>(op_kind::count_)> calls{};
+    /// allocations[memory_kind] and allocated_bytes[memory_kind]
+    std::array<std::size_t, 3> allocations{};
+    std::array<std::size_t, 3> allocated_bytes{};
+    /// copied_bytes[source pointer_kind][destination pointer_kind]
+    std::array<std::array<std::size_t, 4>, 4> copied_bytes{};
+
+    [[nodiscard]] std::size_t calls_of(op_kind k) const noexcept { return calls[static_cast<std::size_t>(k)]; }
+    [[nodiscard]] std::size_t allocations_of(memory_kind k) const noexcept {
+      return allocations[static_cast<std::size_t>(k)];
+    }
+    [[nodiscard]] std::size_t copied(pointer_kind from, pointer_kind to) const noexcept {
+      return copied_bytes[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+    }
+    /// Bytes copied with pageable memory on either side.
+    [[nodiscard]] std::size_t pageable_bytes() const noexcept;
+  };
+
+  [[nodiscard]] counts snapshot() const;
+  void reset() noexcept;
+
+ private:
+  void count(op_kind k);
+  void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
+  void do_launch(const launch_request& r, stream_ref s) override;
+  void do_host_function(std::function<void()> fn, stream_ref s) override;
+  void do_record(event_ref e, stream_ref s) override;
+  void do_wait(event_ref e, stream_ref s) override;
+  void* do_reserve(std::size_t bytes, int device) override;
+  physical_handle do_create_physical(std::size_t bytes, int device) override;
+  void do_map(void* va, std::size_t bytes, physical_handle h) override;
+  void do_unmap(void* va, std::size_t bytes) override;
+  void do_set_access(void* va, std::size_t bytes, int device) override;
+  void do_begin_capture(stream_ref s) override;
+  graph_ref do_end_capture(stream_ref s) override;
+  void do_replay(graph_ref g, stream_ref s) override;
+
+  mutable std::mutex mutex_;
+  counts counts_;
+};
+
+}  // namespace offloadkit

@@ -1,0 +1,50 @@
+// Property batteries: each feature's checks are written once, as rapidcheck properties against the
+// feature's interface and an executor, and run from two places: the ctest suites (through
+// GoogleTest) and `offloadkit check` (through run_check). A battery is registered by type:
+// feature code writes `template <class Impl> std::vector<check_case> my_battery()` and the
+// registry instantiates it for every implementation type.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "offloadkit/executor.hpp"
+
+namespace offloadkit {
+
+/// One property of one battery for one implementation.
+struct check_case {
+  std::string feature;         ///< "executor", "stash", "region", "arena", "activation"
+  std::string implementation;  ///< "host", "cuda", "reference", "optimized", ...
+  std::string name;            ///< the property, e.g. "copy_round_trip"
+  /// The property body: generates its inputs with *rc::gen::..., asserts with RC_ASSERT. It gets
+  /// the executor to run on; it may wrap it in adaptors.
+  std::function<void(executor&)> property;
+  /// Cases to run by default (heavy properties lower it).
+  int default_cases = 100;
+};
+
+struct check_config {
+  std::uint64_t seed = 0;  ///< 0: a fresh seed per run (printed in the result)
+  int cases = 0;           ///< 0: each case's default_cases; otherwise at most this many
+  int max_size = 100;      ///< rapidcheck's size bound
+};
+
+struct check_outcome {
+  std::string feature, implementation, name, executor_name;
+  int cases_run = 0;
+  bool passed = false;
+  std::uint64_t seed = 0;
+  std::string message;  ///< rapidcheck's counterexample and failure text; empty on success
+};
+
+/// Runs one property under rapidcheck with the configured seed and case count. Never throws for a
+/// failing property: the failure, its counterexample and the seed are in the outcome.
+check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg);
+
+/// How to reproduce an outcome: the command line that replays its seed.
+std::string reproduce_command(const check_outcome& o);
+
+}  // namespace offloadkit
