@@ -30,11 +30,13 @@ struct check_config {
   std::uint64_t seed = 0;  ///< 0: a fresh seed per run (printed in the result)
   int cases = 0;           ///< 0: each case's default_cases; otherwise at most this many
   int max_size = 100;      ///< rapidcheck's size bound
+  bool shrink = true;      ///< false: report the first failing case as found, without shrinking it
 };
 
 struct check_outcome {
   std::string feature, implementation, name, executor_name;
   int cases_run = 0;
+  int cases_planned = 0;  ///< the case count the run asked for: replaying `seed` needs the same one
   bool passed = false;
   std::uint64_t seed = 0;
   std::string message;  ///< rapidcheck's counterexample and failure text; empty on success

@@ -1,0 +1,488 @@
+// bench_activation_mlp: the headline comparison. An MLP stack (blocks of Linear h->4h, GELU,
+// Linear 4h->h, bf16, the GEMMs by cuBLAS) trained for one step with every saved activation (each
+// block's input, pre-GELU and post-GELU tensors, as autograd saves them) offloaded by the
+// optimized activation offloader, against the same step without offload. Reports each phase
+// against max(phase without offload, phase copy floor), the pinned bandwidth being measured in the
+// same run, and the step time against PyTorch's save_on_cpu(pin_memory=True) on the same shapes
+// (figures from DESIGN.md). Offload must not change the result: the input gradient and the first
+// block's weight gradient are hashed in both runs and compared (#wrong).
+//
+// cuBLAS is loaded with dlopen so that the binary starts where it is missing (it then prints
+// "skipped: ..."), like every offloadkit binary starts without a driver.
+//
+//   bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N] [--json FILE]
+#include <cublas_api.h>
+#include <cuda_bf16.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda/atomic>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offloadkit/activation/async_offloader.hpp"
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/host_device.hpp"
+#include "offloadkit/launch.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace {
+
+using namespace offloadkit;
+using namespace offloadkit::activation;
+using bf16 = __nv_bfloat16;
+
+// ---- cuBLAS through dlopen ----------------------------------------------------------------------
+
+struct cublas_api {
+  void* lib = nullptr;
+  cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
+  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+
+  /// Empty on success, else why cuBLAS is not usable.
+  std::string load() {
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib != nullptr) break;
+    }
+    if (lib == nullptr) return std::string("cannot load libcublas: ") + dlerror();
+    create = reinterpret_cast<decltype(create)>(dlsym(lib, "cublasCreate_v2"));
+    destroy = reinterpret_cast<decltype(destroy)>(dlsym(lib, "cublasDestroy_v2"));
+    set_stream = reinterpret_cast<decltype(set_stream)>(dlsym(lib, "cublasSetStream_v2"));
+    gemm_ex = reinterpret_cast<decltype(gemm_ex)>(dlsym(lib, "cublasGemmEx"));
+    if (!create || !destroy || !set_stream || !gemm_ex) return "libcublas lacks a needed entry point";
+    return {};
+  }
+};
+
+void check_cublas(cublasStatus_t st, const char* what) {
+  OFFLOADKIT_EXPECTS(st == CUBLAS_STATUS_SUCCESS, runtime_error, what, " failed: cublas status ",
+                     static_cast<int>(st));
+}
+
+// ---- device bodies --------------------------------------------------------------------------------
+
+OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Deterministic values in [-scale, scale].
+struct init_body {
+  bf16* p;
+  std::uint64_t key;
+  float scale;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    const float u = static_cast<float>(mix(key + i) % 2001) / 1000.0f - 1.0f;
+    p[i] = __float2bfloat16(u * scale);
+  }
+};
+
+OFFLOADKIT_HD inline float gelu(float a) {
+  return 0.5f * a * (1.0f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)));
+}
+
+OFFLOADKIT_HD inline float gelu_grad(float a) {
+  const float u = 0.7978845608f * (a + 0.044715f * a * a * a);
+  const float t = tanhf(u);
+  const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * a * a);
+  return 0.5f * (1.0f + t) + 0.5f * a * (1.0f - t * t) * du;
+}
+
+struct gelu_body {
+  const bf16* a;
+  bf16* g;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    g[i] = __float2bfloat16(gelu(__bfloat162float(a[i])));
+  }
+};
+
+struct gelu_backward_body {
+  const bf16* a;
+  const bf16* dg;
+  bf16* da;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    da[i] = __float2bfloat16(__bfloat162float(dg[i]) * gelu_grad(__bfloat162float(a[i])));
+  }
+};
+
+/// Order-independent hash of a buffer: the sum over 8-byte words of mix(index ^ word).
+struct hash_body {
+  const std::uint64_t* p;
+  unsigned long long* out;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> o(*out);
+    o.fetch_add(static_cast<unsigned long long>(mix(p[i] ^ (i * 0x100000001b3ull))),
+                cuda::memory_order_relaxed);
+  }
+};
+
+// ---- the model ------------------------------------------------------------------------------------
+
+struct shape_case {
+  std::int64_t h, tokens;
+  double pytorch_offload_ms, pytorch_none_ms;  // DESIGN.md, H100, same shapes (0: not measured)
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class mlp {
+ public:
+  mlp(executor& ex, cublas_api& api, int blocks, std::int64_t h, std::int64_t tokens)
+      : ex_(ex), api_(api), blocks_(blocks), h_(h), t_(tokens), compute_(ex) {
+    check_cublas(api_.create(&handle_), "cublasCreate");
+    check_cublas(api_.set_stream(handle_, static_cast<cudaStream_t>(compute_.ref().native)),
+                 "cublasSetStream");
+    for (int b = 0; b < blocks_; ++b) {
+      w1_.emplace_back(ex_, memory_kind::device, bytes(h_ * 4 * h_));
+      w2_.emplace_back(ex_, memory_kind::device, bytes(4 * h_ * h_));
+      init(w1_.back().as<bf16>(), h_ * 4 * h_, 100 + b, 1.0f / std::sqrt(float(h_)));
+      init(w2_.back().as<bf16>(), 4 * h_ * h_, 200 + b, 1.0f / std::sqrt(float(4 * h_)));
+    }
+    dw1_ = buffer(ex_, memory_kind::device, bytes(h_ * 4 * h_));
+    dw2_ = buffer(ex_, memory_kind::device, bytes(4 * h_ * h_));
+    input_ = buffer(ex_, memory_kind::device, bytes(t_ * h_));
+    init(input_.as<bf16>(), t_ * h_, 7, 1.0f);
+    dy_ = buffer(ex_, memory_kind::device, bytes(t_ * h_));
+    init(dy_.as<bf16>(), t_ * h_, 8, 1e-2f);
+    hash_ = buffer(ex_, memory_kind::device, 2 * sizeof(unsigned long long));
+    hash_host_ = buffer(ex_, memory_kind::pinned, 2 * sizeof(unsigned long long));
+    compute_.synchronize();
+  }
+  ~mlp() {
+    try {
+      compute_.synchronize();
+    } catch (...) {
+    }
+    for (auto& [n, list] : free_) {
+      for (void* p : list) ex_.deallocate(memory_kind::device, p, n);
+    }
+    api_.destroy(handle_);
+  }
+
+  [[nodiscard]] std::size_t saved_bytes() const {
+    return static_cast<std::size_t>(blocks_) * bytes(t_ * h_ + 2 * t_ * 4 * h_);
+  }
+
+  struct result {
+    double fw = 0, bw = 0, total = 0;
+    unsigned long long hash[2] = {0, 0};
+  };
+
+  /// One training step; `phase_sync` waits for forward (compute and copies) before backward.
+  result step(offloader* off, bool phase_sync) {
+    result r;
+    const stream_ref s = compute_.ref();
+    const double t0 = now_s();
+    std::vector<std::vector<handle>> handles(blocks_);
+    std::vector<std::vector<tensor>> kept(blocks_);
+    bf16* x = input_.as<bf16>();
+    tensor x_t = borrowed(x, t_, h_);  // the step's input is the caller's: it is not given back
+    for (int b = 0; b < blocks_; ++b) {
+      bf16* a = take(t_ * 4 * h_);
+      gemm(false, false, t_, 4 * h_, h_, x, w1_[b].as<bf16>(), a);
+      bf16* g = take(t_ * 4 * h_);
+      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_body{a, g}, s, "gelu");
+      bf16* y = take(t_ * h_);
+      gemm(false, false, t_, h_, 4 * h_, g, w2_[b].as<bf16>(), y);
+      std::vector<tensor> saved;
+      saved.push_back(std::move(x_t));
+      saved.push_back(owned(a, t_, 4 * h_));
+      saved.push_back(owned(g, t_, 4 * h_));
+      for (auto& t : saved) {
+        if (off != nullptr) {
+          handles[b].push_back(off->pack(std::move(t), s));
+        } else {
+          kept[b].push_back(std::move(t));
+        }
+      }
+      if (off != nullptr) off->forward_layer_end(b, s);
+      x = y;
+      x_t = owned(y, t_, h_);
+    }
+    // The last block's output is not saved: it goes back to the pool once backward has begun.
+    auto last_release = std::move(x_t.release);
+    double tb = t0;
+    if (phase_sync) {
+      if (off != nullptr) off->synchronize();
+      compute_.synchronize();
+      tb = now_s();
+      r.fw = tb - t0;
+    }
+    bf16* dy = dy_.as<bf16>();
+    bf16* dy_owned = nullptr;
+    for (int b = blocks_; b-- > 0;) {
+      if (off != nullptr) off->backward_layer_begin(b, s);
+      std::vector<tensor> got(3);
+      for (int j = 3; j-- > 0;) {
+        got[j] = off != nullptr ? off->unpack(handles[b][j], s) : std::move(kept[b][j]);
+      }
+      const bf16* xs = static_cast<const bf16*>(got[0].data);
+      const bf16* as = static_cast<const bf16*>(got[1].data);
+      const bf16* gs = static_cast<const bf16*>(got[2].data);
+      gemm(true, false, 4 * h_, h_, t_, gs, dy, dw2_.as<bf16>());  // dW2 = g^T dy
+      bf16* dg = take(t_ * 4 * h_);
+      gemm(false, true, t_, 4 * h_, h_, dy, w2_[b].as<bf16>(), dg);  // dg = dy W2^T
+      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_backward_body{as, dg, dg}, s,
+             "gelu_backward");
+      gemm(true, false, h_, 4 * h_, t_, xs, dg, dw1_.as<bf16>());  // dW1 = x^T da
+      bf16* dx = take(t_ * h_);
+      gemm(false, true, t_, h_, 4 * h_, dg, w1_[b].as<bf16>(), dx);  // dx = da W1^T
+      give_back(dg, t_ * 4 * h_);
+      if (dy_owned != nullptr) give_back(dy_owned, t_ * h_);
+      dy = dx;
+      dy_owned = dx;
+      for (auto& t : got) {
+        if (t.release) t.release();
+      }
+      if (b == blocks_ - 1 && last_release) last_release();
+      if (b == 0) {
+        ex_.fill(hash_.data(), 0, 2 * sizeof(unsigned long long), s);
+        auto* h = hash_.as<unsigned long long>();
+        launch(ex_, static_cast<std::size_t>(t_ * h_ / 4),
+               hash_body{reinterpret_cast<const std::uint64_t*>(dx), h}, s, "hash");
+        launch(ex_, static_cast<std::size_t>(h_ * h_),  // h*4h bf16 = h*h words
+               hash_body{reinterpret_cast<const std::uint64_t*>(dw1_.data()), h + 1}, s, "hash");
+        ex_.copy(hash_host_.data(), hash_.data(), 2 * sizeof(unsigned long long), s);
+      }
+    }
+    if (dy_owned != nullptr) give_back(dy_owned, t_ * h_);
+    if (off != nullptr) off->synchronize();
+    compute_.synchronize();
+    const double t1 = now_s();
+    r.total = t1 - t0;
+    if (phase_sync) r.bw = t1 - tb;
+    r.hash[0] = hash_host_.as<unsigned long long>()[0];
+    r.hash[1] = hash_host_.as<unsigned long long>()[1];
+    return r;
+  }
+
+ private:
+  static std::size_t bytes(std::int64_t elems) { return static_cast<std::size_t>(elems) * 2; }
+
+  void init(bf16* p, std::int64_t n, std::uint64_t key, float scale) {
+    launch(ex_, static_cast<std::size_t>(n), init_body{p, key, scale}, compute_.ref(), "init");
+  }
+
+  /// Row-major C[M,N] = op(A) op(B); A is [K,M] when ta, else [M,K]; B is [N,K] when tb, else
+  /// [K,N]. cuBLAS is column-major, so it computes C^T = op(B)^T op(A)^T.
+  void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bf16* a,
+            const bf16* b, bf16* c) {
+    const float one = 1.0f, zero = 0.0f;
+    check_cublas(api_.gemm_ex(handle_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one,
+                              b, CUDA_R_16BF, static_cast<int>(tb ? k : n), a, CUDA_R_16BF,
+                              static_cast<int>(ta ? m : k), &zero, c, CUDA_R_16BF,
+                              static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  }
+
+  bf16* take(std::int64_t elems) {
+    const std::size_t n = bytes(elems);
+    auto& list = free_[n];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      return static_cast<bf16*>(p);
+    }
+    return static_cast<bf16*>(ex_.allocate(memory_kind::device, n));
+  }
+  void give_back(void* p, std::int64_t elems) { free_[bytes(elems)].push_back(p); }
+
+  tensor owned(bf16* p, std::int64_t rows, std::int64_t cols) {
+    tensor t{p, bytes(rows * cols), 0, dtype::bf16, {rows, cols}, nullptr};
+    t.release = [this, p, rows, cols] { give_back(p, rows * cols); };
+    return t;
+  }
+  tensor borrowed(bf16* p, std::int64_t rows, std::int64_t cols) {
+    return tensor{p, bytes(rows * cols), 0, dtype::bf16, {rows, cols}, [] {}};
+  }
+
+  executor& ex_;
+  cublas_api& api_;
+  int blocks_;
+  std::int64_t h_, t_;
+  stream compute_;
+  cublasHandle_t handle_ = nullptr;
+  std::vector<buffer> w1_, w2_;
+  buffer dw1_, dw2_, input_, dy_, hash_, hash_host_;
+  std::map<std::size_t, std::vector<void*>> free_;
+};
+
+double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
+  buffer dev(ex, memory_kind::device, bytes);
+  buffer host(ex, memory_kind::pinned, bytes);
+  stream s(ex);
+  ex.fill(dev.data(), 1, bytes, s);
+  s.synchronize();
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const double t0 = now_s();
+    if (to_host) {
+      ex.copy(host.data(), dev.data(), bytes, s);
+    } else {
+      ex.copy(dev.data(), host.data(), bytes, s);
+    }
+    s.synchronize();
+    best = std::min(best, now_s() - t0);
+  }
+  return static_cast<double>(bytes) / best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string executor_name = "cuda", json;
+  bool quick = false;
+  int blocks = 8;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--executor" && i + 1 < argc) {
+      executor_name = argv[++i];
+    } else if (k == "--quick") {
+      quick = true;
+    } else if (k == "--blocks" && i + 1 < argc) {
+      blocks = std::atoi(argv[++i]);
+    } else if (k == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "bench_activation_mlp: unknown or incomplete argument '%s'\nusage: "
+                   "bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N (1..64)] "
+                   "[--json FILE]\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  if (executor_name != "cuda" && executor_name != "host") {
+    std::fprintf(stderr, "bench_activation_mlp: --executor '%s': valid values are cuda, host\n",
+                 executor_name.c_str());
+    return 2;
+  }
+  if (blocks < 1 || blocks > 64) {
+    std::fprintf(stderr, "bench_activation_mlp: --blocks %d is outside [1, 64]\n", blocks);
+    return 2;
+  }
+  if (executor_name == "host") {
+    std::printf("skipped: the MLP step's GEMMs are cuBLAS calls, which need the cuda executor\n");
+    return 0;
+  }
+  const std::string reason = cuda_unavailable_reason();
+  if (!reason.empty()) {
+    std::printf("skipped: no usable GPU: %s\n", reason.c_str());
+    return 0;
+  }
+  cublas_api api;
+  if (const std::string why = api.load(); !why.empty()) {
+    std::printf("skipped: %s\n", why.c_str());
+    return 0;
+  }
+  try {
+    cuda_executor ex;
+    const std::vector<shape_case> shapes =
+        quick ? std::vector<shape_case>{{1024, 2048, 0, 0}}
+              : std::vector<shape_case>{{4096, 4096, 219, 42}, {4096, 16384, 611, 155},
+                                        {8192, 8192, 1017, 318}};
+    const int reps = quick ? 2 : 3;
+    const std::size_t probe = std::size_t{256} << 20;
+    const double bw_d2h = pinned_bandwidth(ex, probe, true);
+    const double bw_h2d = pinned_bandwidth(ex, probe, false);
+    std::printf("# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
+                "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
+                "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
+                "between them; limit = max(no offload, copy floor) per phase\n",
+                blocks, bw_d2h / 1e9, bw_h2d / 1e9);
+    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s\n", "h", "tokens",
+                "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster", "fw ms",
+                "fw/limit", "bw ms", "bw/limit", "on-dev", "#wrong");
+    std::ofstream js;
+    if (!json.empty()) {
+      js.open(json);
+      js << "{\"benchmark\":\"activation_mlp\",\"blocks\":" << blocks << ",\"bw_d2h\":" << bw_d2h
+         << ",\"bw_h2d\":" << bw_h2d << ",\"rows\":[";
+    }
+    int wrong_total = 0;
+    for (std::size_t si = 0; si < shapes.size(); ++si) {
+      const shape_case& sc = shapes[si];
+      mlp model(ex, api, blocks, sc.h, sc.tokens);
+      const std::size_t layer_bytes = model.saved_bytes() / static_cast<std::size_t>(blocks);
+      offload_options o;
+      o.keep_threshold = 0;
+      o.prefetch_bytes = 2 * layer_bytes + (std::size_t{64} << 20);
+      o.prefetch_layers = 2;
+      async_offloader off(ex, o);
+
+      (void)model.step(nullptr, false);  // warm-up: pools, cuBLAS heuristics
+      (void)model.step(&off, false);
+      std::vector<double> none, opt, fwn, bwn, fwo, bwo;
+      int wrong = 0;
+      std::size_t from_source = 0;
+      for (int r = 0; r < reps; ++r) {
+        const auto rn = model.step(nullptr, false);
+        const auto before = off.stats();
+        const auto ro = model.step(&off, false);
+        from_source = off.stats().served_from_source - before.served_from_source;
+        none.push_back(rn.total);
+        opt.push_back(ro.total);
+        if (rn.hash[0] != ro.hash[0] || rn.hash[1] != ro.hash[1]) ++wrong;
+        const auto pn = model.step(nullptr, true);
+        const auto po = model.step(&off, true);
+        fwn.push_back(pn.fw);
+        bwn.push_back(pn.bw);
+        fwo.push_back(po.fw);
+        bwo.push_back(po.bw);
+        if (pn.hash[0] != po.hash[0] || pn.hash[1] != po.hash[1]) ++wrong;
+      }
+      wrong_total += wrong;
+      const double saved = static_cast<double>(model.saved_bytes());
+      const double fw_limit = std::max(median(fwn), saved / bw_d2h);
+      const double bw_limit = std::max(median(bwn), saved / bw_h2d);
+      const double t_none = median(none), t_opt = median(opt);
+      std::printf("%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6d\n",
+                  static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
+                  t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
+                  sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
+                  median(fwo) * 1e3, median(fwo) / fw_limit, median(bwo) * 1e3,
+                  median(bwo) / bw_limit, from_source, wrong);
+      std::fflush(stdout);
+      if (js.is_open()) {
+        js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
+           << ",\"saved_bytes\":" << saved << ",\"none_s\":" << t_none << ",\"offload_s\":" << t_opt
+           << ",\"pytorch_save_on_cpu_ms\":" << sc.pytorch_offload_ms
+           << ",\"forward\":{\"none_s\":" << median(fwn) << ",\"offload_s\":" << median(fwo)
+           << ",\"floor_s\":" << saved / bw_d2h << "},\"backward\":{\"none_s\":" << median(bwn)
+           << ",\"offload_s\":" << median(bwo) << ",\"floor_s\":" << saved / bw_h2d
+           << "},\"served_from_source\":" << from_source << ",\"wrong\":" << wrong << "}";
+      }
+    }
+    if (js.is_open()) js << "]}\n";
+    std::printf("# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step / "
+                "offload step; on-dev: tensors of the last block served from their resident source\n");
+    return wrong_total == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_activation_mlp: %s\n", e.what());
+    return 1;
+  }
+}

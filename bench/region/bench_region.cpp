@@ -1,0 +1,281 @@
+// bench_region: pause and resume throughput of the graph-stable region against the plain pinned
+// copies measured in the same run (the limit), and against a per-allocation synchronous backup
+// (16 allocations, a fresh pinned buffer per pause, synchronous copies), side by side.
+//
+//   bench_region [--executor cuda|host] [--quick] [--min-mib N] [--max-mib N] [--chunk-mib N]
+//                [--reps N] [--baseline-max-mib N] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/host_executor.hpp"
+#include "offloadkit/region/patterns.hpp"
+#include "offloadkit/region/vmm_region.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace {
+
+using namespace offloadkit;
+using clock_type = std::chrono::steady_clock;
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+struct options {
+  std::string executor = "cuda";
+  bool quick = false;
+  std::size_t min_mib = 256, max_mib = 8192, chunk_mib = 64, baseline_max_mib = 2048;
+  int reps = 3;
+  std::string json;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(
+      stderr,
+      "bench_region: %s\nusage: bench_region [--executor cuda|host] [--quick] [--min-mib N] "
+      "[--max-mib N] [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--json FILE]\n",
+      why.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() -> std::size_t {
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n == 0)
+        usage(a + " = '" + v + "': expected an integer >= 1");
+      return n;
+    };
+    if (a == "--executor") {
+      o.executor = value();
+      if (o.executor != "cuda" && o.executor != "host")
+        usage("--executor = '" + o.executor + "': valid values are cuda, host");
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--min-mib") {
+      o.min_mib = number();
+    } else if (a == "--max-mib") {
+      o.max_mib = number();
+    } else if (a == "--chunk-mib") {
+      o.chunk_mib = number();
+    } else if (a == "--reps") {
+      o.reps = static_cast<int>(number());
+    } else if (a == "--baseline-max-mib") {
+      o.baseline_max_mib = number();
+    } else if (a == "--json") {
+      o.json = value();
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  if (o.quick) {
+    o.min_mib = std::min<std::size_t>(o.min_mib, 8);
+    o.max_mib = std::min<std::size_t>(o.max_mib, 16);
+    o.chunk_mib = std::min<std::size_t>(o.chunk_mib, 4);
+    o.reps = std::min(o.reps, 2);
+  }
+  if (o.min_mib > o.max_mib) usage("--min-mib exceeds --max-mib");
+  return o;
+}
+
+template <class F>
+double seconds(F&& f) {
+  const auto t0 = clock_type::now();
+  f();
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// Words at `p` that differ from the pattern, counted on the device into pinned memory.
+unsigned long long wrong_words(executor& ex, const void* p, std::size_t bytes, std::uint32_t seed,
+                               stream_ref s) {
+  buffer counter(ex, memory_kind::device, sizeof(unsigned long long), 0);
+  buffer result(ex, memory_kind::pinned, sizeof(unsigned long long));
+  ex.fill(counter.data(), 0, counter.size(), s);
+  region::count_mismatches(ex, p, bytes / 4, seed, counter.as<unsigned long long>(), s);
+  ex.copy(result.data(), counter.data(), counter.size(), s);
+  ex.synchronize(s);
+  return *result.as<unsigned long long>();
+}
+
+struct row {
+  std::size_t bytes = 0;
+  double d2h_s = 0, h2d_s = 0, pause_s = 0, resume_s = 0;
+  double base_pause_s = 0, base_resume_s = 0;  // 0: not measured
+  std::size_t free_drop = 0;
+  unsigned long long wrong = 0;
+};
+
+row measure(executor& ex, const options& o, std::size_t bytes) {
+  row r;
+  r.bytes = bytes;
+  stream s(ex, 0);
+  const double big = 1e30;
+  // The limit: one plain pinned copy each way, same size, same stream.
+  {
+    buffer dev(ex, memory_kind::device, bytes, 0);
+    buffer pin(ex, memory_kind::pinned, bytes);
+    ex.fill(dev.data(), 1, bytes, s);
+    ex.copy(pin.data(), dev.data(), bytes, s);
+    ex.copy(dev.data(), pin.data(), bytes, s);
+    s.synchronize();
+    r.d2h_s = r.h2d_s = big;
+    for (int i = 0; i < o.reps; ++i) {
+      r.d2h_s = std::min(r.d2h_s, seconds([&] {
+                           ex.copy(pin.data(), dev.data(), bytes, s);
+                           s.synchronize();
+                         }));
+      r.h2d_s = std::min(r.h2d_s, seconds([&] {
+                           ex.copy(dev.data(), pin.data(), bytes, s);
+                           s.synchronize();
+                         }));
+    }
+  }
+  // The region: one warm-up cycle allocates the cached pinned buffer, then timed cycles.
+  {
+    region::vmm_region reg(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
+    const std::uint32_t seed = static_cast<std::uint32_t>(bytes / mib);
+    region::write_pattern(ex, reg.data(), bytes / 4, seed, s);
+    reg.pause(s);
+    reg.resume(s);
+    s.synchronize();
+    r.pause_s = r.resume_s = big;
+    for (int i = 0; i < o.reps; ++i) {
+      const std::size_t free_active = ex.device_memory(0).free;
+      r.pause_s = std::min(r.pause_s, seconds([&] { reg.pause(s); }));
+      const std::size_t free_paused = ex.device_memory(0).free;
+      r.free_drop = free_paused > free_active ? free_paused - free_active : 0;
+      r.resume_s = std::min(r.resume_s, seconds([&] {
+                              reg.resume(s);
+                              s.synchronize();
+                            }));
+    }
+    r.wrong += wrong_words(ex, reg.data(), bytes, seed, s);
+  }
+  // The baseline: 16 allocations, each backed up to a fresh pinned buffer with synchronous copies.
+  if (bytes <= o.baseline_max_mib * mib) {
+    constexpr int parts = 16;
+    const std::size_t part = bytes / parts;
+    std::vector<void*> dev(parts, nullptr), host(parts, nullptr);
+    for (int i = 0; i < parts; ++i) {
+      dev[i] = ex.allocate(memory_kind::device, part, 0);
+      region::write_pattern(ex, dev[i], part / 4, 1000 + i, s);
+    }
+    s.synchronize();
+    r.base_pause_s = seconds([&] {
+      for (int i = 0; i < parts; ++i) {
+        host[i] = ex.allocate(memory_kind::pinned, part);
+        ex.copy(host[i], dev[i], part, s);
+        ex.synchronize(s);
+        ex.deallocate(memory_kind::device, dev[i], part);
+      }
+    });
+    r.base_resume_s = seconds([&] {
+      for (int i = 0; i < parts; ++i) {
+        dev[i] = ex.allocate(memory_kind::device, part, 0);
+        ex.copy(dev[i], host[i], part, s);
+        ex.synchronize(s);
+        ex.deallocate(memory_kind::pinned, host[i], part);
+      }
+    });
+    for (int i = 0; i < parts; ++i) {
+      r.wrong += wrong_words(ex, dev[i], part, 1000 + i, s);
+      ex.deallocate(memory_kind::device, dev[i], part);
+    }
+  }
+  return r;
+}
+
+double gbps(std::size_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  std::unique_ptr<executor> ex;
+  if (o.executor == "cuda") {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) {
+      std::printf("skipped: %s\n", reason.c_str());
+      return 0;
+    }
+    ex = std::make_unique<cuda_executor>();
+  } else {
+    ex = std::make_unique<host_executor>();
+  }
+  std::printf(
+      "bench_region on %s, chunk %zu MiB, best of %d; ratios are to the plain pinned copy of the "
+      "same size in this run; baseline = 16 allocations, fresh pinned buffer, synchronous copies\n",
+      ex->name().c_str(), o.chunk_mib, o.reps);
+  std::printf("%10s %10s %8s %7s %10s %8s %7s %10s %12s %9s %7s\n", "size", "pause ms", "GB/s",
+              "/D2H", "resume ms", "GB/s", "/H2D", "freed MiB", "baseline ms", "speedup", "#wrong");
+  std::vector<row> rows;
+  int status = 0;
+  for (std::size_t m = o.min_mib; m <= o.max_mib; m *= 2) {
+    const std::size_t bytes = m * mib;
+    // The plain copy's buffer and the region exist one after the other; keep headroom.
+    const std::size_t free = ex->device_memory(0).free;
+    if (bytes > free / 10 * 9) {
+      std::printf("%8zu MiB  skipped: %zu MiB free on the device\n", m, free / mib);
+      break;
+    }
+    row r;
+    try {
+      r = measure(*ex, o, bytes);
+    } catch (const std::exception& e) {
+      std::printf("%8zu MiB  failed: %s\n", m, e.what());
+      status = 1;
+      break;
+    }
+    const double ours = r.pause_s + r.resume_s;
+    const double base = r.base_pause_s + r.base_resume_s;
+    char base_text[32] = "-", speed_text[32] = "-";
+    if (base > 0) {
+      std::snprintf(base_text, sizeof base_text, "%.1f", base * 1e3);
+      std::snprintf(speed_text, sizeof speed_text, "%.1fx", base / ours);
+    }
+    std::printf("%6zu MiB %10.2f %8.1f %7.2f %10.2f %8.1f %7.2f %10zu %12s %9s %7llu\n", m,
+                r.pause_s * 1e3, gbps(bytes, r.pause_s), r.d2h_s / r.pause_s, r.resume_s * 1e3,
+                gbps(bytes, r.resume_s), r.h2d_s / r.resume_s, r.free_drop / mib, base_text,
+                speed_text, r.wrong);
+    if (r.wrong != 0) status = 1;
+    rows.push_back(r);
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << "{\n  \"benchmark\": \"region\",\n  \"executor\": \"" << ex->name()
+        << "\",\n  \"chunk_bytes\": " << o.chunk_mib * mib << ",\n  \"reps\": " << o.reps
+        << ",\n  \"rows\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const row& r = rows[i];
+      out << (i ? ",\n" : "\n") << "    {\"bytes\": " << r.bytes << ", \"d2h_s\": " << r.d2h_s
+          << ", \"h2d_s\": " << r.h2d_s << ", \"pause_s\": " << r.pause_s
+          << ", \"resume_s\": " << r.resume_s << ", \"pause_ratio\": " << r.d2h_s / r.pause_s
+          << ", \"resume_ratio\": " << r.h2d_s / r.resume_s
+          << ", \"released_bytes\": " << r.free_drop << ", \"baseline_pause_s\": " << r.base_pause_s
+          << ", \"baseline_resume_s\": " << r.base_resume_s << ", \"speedup\": "
+          << ((r.base_pause_s + r.base_resume_s) > 0
+                  ? (r.base_pause_s + r.base_resume_s) / (r.pause_s + r.resume_s)
+                  : 0)
+          << ", \"wrong\": " << r.wrong << "}";
+    }
+    out << "\n  ]\n}\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_region: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return status;
+}

@@ -1,0 +1,264 @@
+// bench_stash: how close the fused paged stash comes to the copy it replaces, measured in the
+// same run on the same bytes.
+//
+//   device tier:  stash + restore of `rows` bf16 rows of `hidden` (64-row pages, all device pages)
+//                 vs a plain device-to-device copy out and back of the same bytes;
+//   pinned tier:  the same with every page in pinned host memory vs plain pinned D2H + H2D;
+//   memory:       peak stashed bytes (and peak page bytes) vs oversized static buffers for a 1F1B
+//                 schedule with skewed token counts, from the capacity planner (no GPU needed).
+//
+// Usage: bench_stash [--executor cuda|host] [--quick] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/host_executor.hpp"
+#include "offloadkit/resources.hpp"
+#include "offloadkit/stash/paged_stash.hpp"
+#include "offloadkit/stash/planner.hpp"
+#include "offloadkit/stash/schedule.hpp"
+
+namespace {
+
+using namespace offloadkit;
+using namespace offloadkit::stash;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::string executor = "cuda";
+  bool quick = false;
+  std::string json;
+};
+
+struct row {
+  std::string tier;
+  std::uint64_t hidden = 0, rows = 0, bytes = 0;
+  double stash_ms = 0, plain_ms = 0, stash_gbs = 0, plain_gbs = 0, ratio = 0;
+  std::uint64_t wrong = 0;
+};
+
+struct memory_row {
+  std::uint32_t rank = 0;
+  capacity_plan plan;
+};
+
+template <class F>
+double time_ms(executor& ex, stream_ref s, int iters, F&& f) {
+  f();  // warm-up
+  ex.synchronize(s);
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < iters; ++i) f();
+  ex.synchronize(s);
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count() / iters;
+}
+
+row run_tier(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t hidden, std::uint64_t rows,
+             int iters) {
+  row r;
+  r.tier = pinned_tier ? "pinned" : "device";
+  r.hidden = hidden;
+  r.rows = rows;
+  const std::uint64_t row_bytes = hidden * 2;  // bf16
+  r.bytes = rows * row_bytes;
+  stash_config cfg;
+  cfg.row_bytes = row_bytes;
+  cfg.rows_per_page = 64;
+  cfg.max_rows = rows;
+  const std::uint64_t pages = pages_for(rows, cfg.rows_per_page);
+  cfg.device_pages = pinned_tier ? 0 : pages;
+  cfg.pinned_pages = pinned_tier ? pages : 0;
+  cfg.max_keys = 1;
+  paged_stash st(ex, cfg, s);
+
+  buffer src(ex, memory_kind::device, r.bytes), dst(ex, memory_kind::device, r.bytes);
+  buffer tmp(ex, pinned_tier ? memory_kind::pinned : memory_kind::device, r.bytes);
+  buffer count(ex, memory_kind::device, sizeof(std::uint64_t));
+  buffer host(ex, memory_kind::pinned, r.bytes + sizeof(std::uint64_t));
+  std::mt19937_64 rng(hidden * 131 + rows);
+  auto* h = host.as<unsigned char>();
+  for (std::uint64_t o = 0; o < r.bytes; o += 8) {
+    const std::uint64_t v = rng();
+    std::memcpy(h + o, &v, std::min<std::uint64_t>(8, r.bytes - o));
+  }
+  ex.copy(src.data(), h, r.bytes, s);
+  std::memcpy(h + r.bytes, &rows, sizeof rows);
+  ex.copy(count.data(), h + r.bytes, sizeof rows, s);
+  ex.synchronize(s);
+
+  const stash_key key{0, 0, 0};
+  r.stash_ms = time_ms(ex, s, iters, [&] {
+    st.stash(key, src.data(), count.as<std::uint64_t>(), s);
+    st.restore(key, dst.data(), nullptr, s);
+  });
+  r.plain_ms = time_ms(ex, s, iters, [&] {
+    ex.copy(tmp.data(), src.data(), r.bytes, s);
+    ex.copy(dst.data(), tmp.data(), r.bytes, s);
+  });
+  // Check the stash's result (the plain copy wrote dst last, so stash once more first).
+  ex.fill(dst.data(), 0, r.bytes, s);
+  st.stash(key, src.data(), count.as<std::uint64_t>(), s);
+  st.restore(key, dst.data(), nullptr, s);
+  std::vector<unsigned char> want(h, h + r.bytes);
+  ex.copy(h, dst.data(), r.bytes, s);
+  ex.synchronize(s);
+  for (std::uint64_t o = 0; o < r.bytes; ++o) r.wrong += h[o] != want[o];
+  if (!st.status(s).ok()) r.wrong += 1;
+  // Bytes moved: out and back.
+  r.stash_gbs = 2.0 * r.bytes / (r.stash_ms * 1e6);
+  r.plain_gbs = 2.0 * r.bytes / (r.plain_ms * 1e6);
+  r.ratio = r.plain_ms / r.stash_ms;
+  return r;
+}
+
+/// A skewed 1F1B workload: token counts per expert-layer microbatch drawn from a lognormal around
+/// the mean with a long tail, clamped to the oversized buffer's capacity.
+workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, std::uint32_t layers,
+                         std::uint64_t hidden, std::uint64_t mean_rows, std::uint64_t max_rows) {
+  workload w;
+  w.sched = one_f_one_b(p, rank, m, layers);
+  w.row_bytes = hidden * 2;
+  w.max_rows = max_rows;
+  std::mt19937_64 rng(1234 + rank);
+  std::lognormal_distribution<double> dist(0.0, 0.8);
+  for (std::uint32_t mb = 0; mb < m; ++mb) {
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      const double r = static_cast<double>(mean_rows) * dist(rng) / std::exp(0.32);
+      w.rows.push_back(
+          {{0, l, mb}, std::min<std::uint64_t>(max_rows, static_cast<std::uint64_t>(r))});
+    }
+  }
+  return w;
+}
+
+void write_json(const std::string& path, const std::string& exec, const std::vector<row>& rows,
+                const std::vector<memory_row>& mem, const std::string& skipped) {
+  std::ofstream out(path);
+  out << "{\n  \"benchmark\": \"bench_stash\",\n  \"executor\": \"" << exec << "\",\n";
+  if (!skipped.empty()) out << "  \"skipped\": \"" << skipped << "\",\n";
+  out << "  \"throughput\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
+    out << (i ? "," : "") << "\n    {\"tier\": \"" << r.tier << "\", \"hidden\": " << r.hidden
+        << ", \"rows\": " << r.rows << ", \"bytes\": " << r.bytes
+        << ", \"stash_ms\": " << r.stash_ms << ", \"plain_ms\": " << r.plain_ms
+        << ", \"stash_gbs\": " << r.stash_gbs << ", \"plain_gbs\": " << r.plain_gbs
+        << ", \"ratio\": " << r.ratio << ", \"wrong\": " << r.wrong << "}";
+  }
+  out << "\n  ],\n  \"memory\": [";
+  for (std::size_t i = 0; i < mem.size(); ++i) {
+    const auto& p = mem[i].plan;
+    out << (i ? "," : "") << "\n    {\"rank\": " << mem[i].rank
+        << ", \"peak_pages\": " << p.peak_pages << ", \"peak_stash_bytes\": " << p.peak_stash_bytes
+        << ", \"peak_page_bytes\": " << p.peak_page_bytes
+        << ", \"oversized_bytes\": " << p.oversized_bytes << "}";
+  }
+  out << "\n  ]\n}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--executor" && i + 1 < argc) {
+      opt.executor = argv[++i];
+    } else if (a == "--quick") {
+      opt.quick = true;
+    } else if (a == "--json" && i + 1 < argc) {
+      opt.json = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_stash [--executor cuda|host] [--quick] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (opt.executor != "cuda" && opt.executor != "host") {
+    std::fprintf(stderr, "--executor %s: valid values are cuda, host\n", opt.executor.c_str());
+    return 2;
+  }
+
+  // Memory: planner only.
+  const std::uint64_t hidden_mem = 4096, mean_rows = opt.quick ? 256 : 4096;
+  const std::uint64_t max_rows = mean_rows * 4;  // capacity factor 4 for dropless routing
+  std::vector<memory_row> mem;
+  std::printf(
+      "# peak stash memory, 1F1B p=8, 16 microbatches, 4 expert layers, hidden %llu bf16, "
+      "lognormal token counts (mean %llu rows, buffers of %llu rows), 64-row pages\n",
+      static_cast<unsigned long long>(hidden_mem), static_cast<unsigned long long>(mean_rows),
+      static_cast<unsigned long long>(max_rows));
+  std::printf("%5s %12s %16s %16s %16s %8s\n", "rank", "peak_pages", "peak_stash_MiB",
+              "peak_pages_MiB", "oversized_MiB", "saving");
+  for (std::uint32_t rank : {0u, 3u, 7u}) {
+    const workload w = skewed_workload(8, rank, 16, 4, hidden_mem, mean_rows, max_rows);
+    memory_row m{rank, plan_capacity(w, 64)};
+    const auto& p = m.plan;
+    std::printf(
+        "%5u %12llu %16.1f %16.1f %16.1f %7.2fx\n", rank,
+        static_cast<unsigned long long>(p.peak_pages), p.peak_stash_bytes / 1048576.0,
+        p.peak_page_bytes / 1048576.0, p.oversized_bytes / 1048576.0,
+        p.peak_page_bytes ? static_cast<double>(p.oversized_bytes) / p.peak_page_bytes : 0.0);
+    mem.push_back(m);
+  }
+
+  std::unique_ptr<executor> ex;
+  std::string skipped;
+  if (opt.executor == "cuda") {
+    skipped = cuda_unavailable_reason();
+    if (skipped.empty()) {
+      try {
+        ex = std::make_unique<cuda_executor>();
+      } catch (const std::exception& e) {
+        skipped = e.what();
+      }
+    }
+  } else {
+    ex = std::make_unique<host_executor>();
+  }
+  std::vector<row> rows;
+  if (!ex) {
+    std::printf("skipped: %s\n", skipped.c_str());
+    if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, mem, skipped);
+    return 0;
+  }
+
+  stream s(*ex);
+  const std::vector<std::uint64_t> hiddens =
+      opt.quick ? std::vector<std::uint64_t>{64} : std::vector<std::uint64_t>{4096, 7168};
+  const std::vector<std::uint64_t> counts = opt.quick
+                                                ? std::vector<std::uint64_t>{100, 1000}
+                                                : std::vector<std::uint64_t>{1024, 4096, 16384};
+  const int iters = opt.quick ? 2 : 20;
+  std::printf("\n# stash + restore vs plain copy out and back, bf16, 64-row pages, %s executor\n",
+              opt.executor.c_str());
+  std::printf("%7s %7s %6s %10s %10s %10s %10s %10s %7s %7s\n", "tier", "hidden", "rows", "MiB",
+              "stash_ms", "plain_ms", "stash_GB/s", "plain_GB/s", "ratio", "#wrong");
+  for (bool pinned : {false, true}) {
+    for (auto hd : hiddens) {
+      for (auto n : counts) {
+        const row r = run_tier(*ex, s, pinned, hd, n, iters);
+        std::printf("%7s %7llu %6llu %10.1f %10.3f %10.3f %10.1f %10.1f %7.3f %7llu\n",
+                    r.tier.c_str(), static_cast<unsigned long long>(r.hidden),
+                    static_cast<unsigned long long>(r.rows), r.bytes / 1048576.0, r.stash_ms,
+                    r.plain_ms, r.stash_gbs, r.plain_gbs, r.ratio,
+                    static_cast<unsigned long long>(r.wrong));
+        rows.push_back(r);
+      }
+    }
+  }
+  std::printf(
+      "ratio = plain time / stash time (1.0: the stash costs what the copy it replaces "
+      "costs). Goals: device >= 0.85, pinned >= 0.90.\n");
+  if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, mem, "");
+  std::uint64_t wrong = 0;
+  for (const auto& r : rows) wrong += r.wrong;
+  return wrong == 0 ? 0 : 1;
+}

@@ -1,0 +1,423 @@
+// The optimized activation offloader (see the header for the scheme).
+#include "offloadkit/activation/async_offloader.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "offloadkit/error.hpp"
+
+namespace offloadkit::activation {
+namespace {
+
+/// A cached buffer serves a request when it is large enough and not wastefully larger.
+bool fits(std::size_t capacity, std::size_t bytes) {
+  return capacity >= bytes && capacity <= 2 * bytes + 4096;
+}
+
+}  // namespace
+
+async_offloader::async_offloader(executor& ex, offload_options options)
+    : ex_(ex), options_(options) {
+  OFFLOADKIT_EXPECTS(options_.prefetch_layers >= 0, out_of_range,
+                     "prefetch_layers = ", options_.prefetch_layers, " is outside [0, 2^31)");
+}
+
+async_offloader::~async_offloader() {
+  try {
+    do_synchronize();
+  } catch (...) {
+  }
+  for (auto& [id, r] : records_) {
+    try {
+      if (r.kept || !r.source_released) {
+        auto f = std::move(r.source.release);
+        if (f) f();
+      }
+    } catch (...) {
+    }
+    if (r.pinned.ptr != nullptr)
+      ex_.deallocate(memory_kind::pinned, r.pinned.ptr, r.pinned.capacity);
+    if (r.prefetched) drop_device(r.dev);
+  }
+  for (auto& d : deferred_) {
+    try {
+      if (d.release) d.release();
+    } catch (...) {
+    }
+  }
+  for (auto& p : pinned_free_) ex_.deallocate(memory_kind::pinned, p.ptr, p.capacity);
+  for (auto& b : device_free_) drop_device(b);
+  for (auto e : all_events_) ex_.destroy_event(e);
+}
+
+std::size_t async_offloader::do_keep_threshold() const noexcept { return options_.keep_threshold; }
+
+offload_stats async_offloader::do_stats() const { return stats_; }
+
+void async_offloader::note_peak() noexcept {
+  stats_.peak_prefetch_bytes = std::max(stats_.peak_prefetch_bytes, held());
+}
+
+async_offloader::lane& async_offloader::lane_of(int device) {
+  auto it = lanes_.find(device);
+  if (it != lanes_.end()) return it->second;
+  lane l;
+  l.copy = stream(ex_, device);
+  l.upload = stream(ex_, device);
+  return lanes_.emplace(device, std::move(l)).first->second;
+}
+
+event_ref async_offloader::take_event(int device) {
+  lane& l = lane_of(device);
+  if (!l.free_events.empty()) {
+    const event_ref e = l.free_events.back();
+    l.free_events.pop_back();
+    return e;
+  }
+  event_ref e = ex_.create_event(device);
+  e.device = device;
+  all_events_.push_back(e);
+  return e;
+}
+
+// An event goes back to the pool only once it has completed, so that recording it again never
+// races with a wait still pending on its previous record.
+void async_offloader::retire_event(event_ref e) { retiring_.push_back(e); }
+
+void async_offloader::release_source(record& r) {
+  r.source_released = true;
+  auto f = std::move(r.source.release);
+  r.source.release = nullptr;
+  if (f) f();
+}
+
+void async_offloader::reap(bool wait) {
+  std::vector<std::function<void()>> to_call;
+  for (auto& [device, l] : lanes_) {
+    while (!l.in_copy.empty()) {
+      auto it = records_.find(l.in_copy.front());
+      if (it == records_.end() || it->second.source_released) {
+        l.in_copy.pop_front();
+        continue;
+      }
+      record& r = it->second;
+      if (wait) {
+        ex_.synchronize(r.copy_done);
+      } else if (!ex_.ready(r.copy_done)) {
+        break;  // copies complete in issue order on one copy stream
+      }
+      r.source_released = true;
+      to_call.push_back(std::move(r.source.release));
+      r.source.release = nullptr;
+      l.in_copy.pop_front();
+    }
+  }
+  for (std::size_t i = 0; i < deferred_.size();) {
+    auto& d = deferred_[i];
+    bool done;
+    if (wait) {
+      ex_.synchronize(d.copy_done);
+      if (d.has_used) ex_.synchronize(d.used);
+      done = true;
+    } else {
+      done = ex_.ready(d.copy_done) && (!d.has_used || ex_.ready(d.used));
+    }
+    if (done) {
+      to_call.push_back(std::move(d.release));
+      retire_event(d.copy_done);
+      if (d.has_used) retire_event(d.used);
+      deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (std::size_t i = 0; i < retiring_.size();) {
+    const event_ref e = retiring_[i];
+    if (wait) ex_.synchronize(e);
+    if (wait || ex_.ready(e)) {
+      lane_of(e.device).free_events.push_back(e);
+      retiring_[i] = retiring_.back();
+      retiring_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  for (auto& f : to_call) {
+    if (f) f();
+  }
+}
+
+async_offloader::pooled async_offloader::take_pinned(std::size_t bytes) {
+  auto best = pinned_free_.end();
+  for (auto it = pinned_free_.begin(); it != pinned_free_.end(); ++it) {
+    if (fits(it->capacity, bytes) &&
+        (best == pinned_free_.end() || it->capacity < best->capacity)) {
+      best = it;
+    }
+  }
+  if (best != pinned_free_.end()) {
+    pooled p = *best;
+    pinned_free_.erase(best);
+    return p;
+  }
+  pooled p;
+  p.ptr = ex_.allocate(memory_kind::pinned, bytes);
+  p.capacity = bytes;
+  stats_.pinned_allocations += 1;
+  return p;
+}
+
+void async_offloader::drop_device(pooled& b) noexcept {
+  if (b.ptr == nullptr) return;
+  if (b.has_free_after) {
+    try {
+      ex_.synchronize(b.free_after);
+    } catch (...) {
+    }
+    retiring_.push_back(b.free_after);
+    b.has_free_after = false;
+  }
+  ex_.deallocate(memory_kind::device, b.ptr, b.capacity);
+  b.ptr = nullptr;
+}
+
+bool async_offloader::evict_cached(std::size_t need) {
+  // Oldest first: the most recently cached buffers are the likeliest to be reused.
+  while (held() + need > options_.prefetch_bytes && !device_free_.empty()) {
+    pooled b = device_free_.front();
+    device_free_.erase(device_free_.begin());
+    cached_bytes_ -= b.capacity;
+    drop_device(b);
+  }
+  return held() + need <= options_.prefetch_bytes;
+}
+
+async_offloader::pooled async_offloader::take_device(std::size_t bytes, int device,
+                                                     bool for_prefetch) {
+  auto best = device_free_.end();
+  for (auto it = device_free_.begin(); it != device_free_.end(); ++it) {
+    if (it->device == device && fits(it->capacity, bytes) &&
+        (best == device_free_.end() || it->capacity < best->capacity)) {
+      best = it;
+    }
+  }
+  if (best != device_free_.end()) {
+    pooled b = *best;
+    device_free_.erase(best);
+    cached_bytes_ -= b.capacity;
+    return b;
+  }
+  if (for_prefetch && !evict_cached(bytes)) return {};
+  pooled b;
+  b.ptr = ex_.allocate(memory_kind::device, bytes, device);
+  b.capacity = bytes;
+  b.device = device;
+  stats_.device_allocations += 1;
+  return b;
+}
+
+void async_offloader::give_back_device(pooled b, stream_ref s) {
+  const event_ref e = take_event(s.device);
+  ex_.record(e, s);  // the caller's reads of b are issued before this point on s
+  b.free_after = e;
+  b.has_free_after = true;
+  if (held() + b.capacity <= options_.prefetch_bytes) {
+    cached_bytes_ += b.capacity;
+    device_free_.push_back(b);
+    note_peak();
+  } else {
+    drop_device(b);
+  }
+}
+
+void async_offloader::upload(record& r, pooled buf) {
+  const int device = r.source.device;
+  lane& l = lane_of(device);
+  const stream_ref up = l.upload.ref();
+  ex_.wait(r.copy_done, up);  // the host copy must be complete before it is read back
+  if (buf.has_free_after) {
+    ex_.wait(buf.free_after, up);  // the buffer's previous user is done with it
+    retire_event(buf.free_after);
+    buf.has_free_after = false;
+  }
+  if (r.source.bytes > 0) ex_.copy(buf.ptr, r.pinned.ptr, r.source.bytes, up);
+  r.upload_done = take_event(device);
+  ex_.record(r.upload_done, up);
+  r.pinned.free_after = take_event(device);
+  ex_.record(r.pinned.free_after, up);
+  r.pinned.has_free_after = true;
+  r.dev = buf;
+  stats_.restored_bytes += r.source.bytes;
+}
+
+void async_offloader::prefetch() {
+  if (backward_layer_ < 0 || options_.prefetch_layers == 0) return;
+  const int lowest = backward_layer_ - options_.prefetch_layers + 1;
+  for (int layer = backward_layer_; layer >= lowest; --layer) {
+    auto lit = by_layer_.find(layer);
+    if (lit == by_layer_.end()) continue;
+    const auto& ids = lit->second;
+    for (auto idit = ids.rbegin(); idit != ids.rend(); ++idit) {
+      auto rit = records_.find(*idit);
+      if (rit == records_.end()) continue;
+      record& r = rit->second;
+      if (r.kept || r.prefetched) continue;
+      // The last layer's sources are usually still on the device when its backward begins:
+      // serve them from there rather than copying them twice.
+      if (r.layer == last_pack_layer_ && !r.source_released) continue;
+      pooled buf = take_device(r.source.bytes, r.source.device, true);
+      if (buf.ptr == nullptr) return;  // the bound is reached: stay in strict backward order
+      upload(r, buf);
+      r.prefetched = true;
+      prefetched_bytes_ += buf.capacity;
+      stats_.prefetched += 1;
+      note_peak();
+    }
+  }
+}
+
+handle async_offloader::do_pack(tensor t, stream_ref s) {
+  validate_for_pack(t, ex_.device_count());
+  reap(false);
+  const handle h{next_id_};
+  record r;
+  r.layer = pack_layer_;
+  if (t.bytes < options_.keep_threshold) {
+    r.kept = true;
+    r.source = std::move(t);
+    records_.emplace(h.id, std::move(r));
+    ++next_id_;
+    stats_.packed += 1;
+    stats_.kept += 1;
+    return h;
+  }
+  const int device = t.device;
+  lane& l = lane_of(device);
+  const stream_ref cp = l.copy.ref();
+  r.pinned = take_pinned(t.bytes);
+  try {
+    const event_ref ready = take_event(s.device);
+    ex_.record(ready, s);  // the producer's writes come first
+    ex_.wait(ready, cp);
+    retire_event(ready);
+    if (r.pinned.has_free_after) {
+      ex_.wait(r.pinned.free_after, cp);  // the pinned buffer's last upload has read it
+      retire_event(r.pinned.free_after);
+      r.pinned.has_free_after = false;
+    }
+    if (t.bytes > 0) ex_.copy(r.pinned.ptr, t.data, t.bytes, cp);
+    r.copy_done = take_event(device);
+    ex_.record(r.copy_done, cp);
+  } catch (...) {
+    // Nothing is packed; whatever was issued finishes before the source goes back.
+    try {
+      ex_.synchronize(cp);
+    } catch (...) {
+    }
+    pinned_free_.push_back(r.pinned);
+    if (t.release) t.release();
+    throw;
+  }
+  stats_.packed += 1;
+  stats_.offloaded_bytes += t.bytes;
+  r.source = std::move(t);
+  last_pack_layer_ = r.layer;
+  by_layer_[r.layer].push_back(h.id);
+  records_.emplace(h.id, std::move(r));
+  l.in_copy.push_back(h.id);
+  ++next_id_;
+  return h;
+}
+
+tensor async_offloader::do_unpack(handle h, stream_ref s) {
+  reap(false);
+  auto it = records_.find(h.id);
+  OFFLOADKIT_EXPECTS(it != records_.end(), out_of_range, "handle ", h.id,
+                     " is not packed (never packed, or already unpacked); valid ids lie in [1, ",
+                     next_id_, ")");
+  record r = std::move(it->second);
+  records_.erase(it);
+  if (r.kept) return std::move(r.source);
+  {
+    auto& ids = by_layer_[r.layer];
+    ids.erase(std::remove(ids.begin(), ids.end(), h.id), ids.end());
+    if (ids.empty()) by_layer_.erase(r.layer);
+  }
+  const int device = r.source.device;  // the device of origin, whatever s belongs to
+
+  if (!r.prefetched && !r.source_released) {
+    // The source is still ours: hand it out directly; its owner gets it back once both the
+    // copy and the caller's use have completed.
+    lane& l = lane_of(device);
+    r.pinned.free_after = take_event(device);
+    ex_.record(r.pinned.free_after, l.copy.ref());
+    r.pinned.has_free_after = true;
+    pinned_free_.push_back(r.pinned);
+    tensor t = std::move(r.source);
+    auto owner_release = std::move(t.release);
+    const event_ref copy_done = r.copy_done;
+    t.release = [this, owner_release, copy_done, s]() mutable {
+      const event_ref used = take_event(s.device);
+      ex_.record(used, s);
+      deferred_.push_back({std::move(owner_release), copy_done, used, true});
+    };
+    stats_.served_from_source += 1;
+    return t;
+  }
+
+  pooled buf;
+  if (r.prefetched) {
+    buf = r.dev;
+    prefetched_bytes_ -= buf.capacity;
+  } else {
+    buf = take_device(r.source.bytes, device, false);
+    try {
+      upload(r, buf);
+    } catch (...) {
+      drop_device(buf);
+      records_.emplace(h.id, std::move(r));  // still packed: a retry may succeed
+      by_layer_[records_.at(h.id).layer].push_back(h.id);
+      throw;
+    }
+    stats_.demand_uploads += 1;
+  }
+  ex_.wait(r.upload_done, s);  // the caller's stream sees the tensor only once it has arrived
+  retire_event(r.upload_done);
+  if (r.source_released) {
+    retire_event(r.copy_done);
+  } else {
+    // Restored from the host copy before the copy was seen complete: the source still goes back
+    // only once it is.
+    deferred_.push_back({std::move(r.source.release), r.copy_done, {}, false});
+    r.source.release = nullptr;
+  }
+  pinned_free_.push_back(r.pinned);
+
+  tensor t = std::move(r.source);
+  t.data = buf.ptr;
+  t.release = [this, buf, s] { give_back_device(buf, s); };
+  prefetch();
+  return t;
+}
+
+void async_offloader::do_forward_layer_end(int layer, stream_ref) {
+  pack_layer_ = layer + 1;
+  reap(false);
+}
+
+void async_offloader::do_backward_layer_begin(int layer, stream_ref) {
+  backward_layer_ = layer;
+  pack_layer_ = layer;  // tensors saved while recomputing belong to this layer
+  reap(false);
+  prefetch();
+}
+
+void async_offloader::do_synchronize() {
+  for (auto& [device, l] : lanes_) {
+    l.copy.synchronize();
+    l.upload.synchronize();
+  }
+  reap(true);
+}
+
+}  // namespace offloadkit::activation

@@ -1,0 +1,60 @@
+// The unified-memory region, the seed's alternative to virtual-memory regions: one managed
+// allocation whose pages pause prefetches to the host and resume prefetches back to the device.
+//
+// Release behaviour differs from vmm_region, and callers must know it:
+//  - The allocation is never freed while the region lives; pause migrates its pages to host
+//    memory. On a GPU the driver's free memory rises as the migration completes, by up to the
+//    region's size (the unified-memory driver may keep part of it), not by a guaranteed amount.
+//  - Touching a paused region does not fault: the pages migrate back on demand and silently
+//    consume device memory again. A paused vmm_region faults instead.
+//  - discard behaves like preserve (managed pages always keep their contents).
+//  - The address is stable and graphs captured on it stay valid, as with vmm_region.
+//  - On the host back end managed memory is host memory: pause and resume move nothing and
+//    device_memory() does not change.
+//
+// The executor interface has no managed memory, so this class calls the CUDA runtime directly
+// (cudaMallocManaged, cudaMemPrefetchAsync) on the cuda back end and takes pageable memory from
+// the executor on the host back end. Those calls do not pass through executor adaptors: fault
+// injection and counting do not see them.
+#pragma once
+
+#include <map>
+
+#include "offloadkit/executor.hpp"
+#include "offloadkit/region/region.hpp"
+
+namespace offloadkit::region {
+
+class unified_region final : public offload_region {
+ public:
+  unified_region(executor& ex, region_config config);
+  ~unified_region() override;
+
+ private:
+  [[nodiscard]] void* do_data() const noexcept override { return data_; }
+  [[nodiscard]] std::size_t do_size() const noexcept override { return bytes_; }
+  [[nodiscard]] int do_device() const noexcept override { return device_; }
+  [[nodiscard]] region_state do_state() const noexcept override { return state_; }
+  [[nodiscard]] bool do_address_stable() const noexcept override { return true; }
+  [[nodiscard]] std::size_t do_footprint() const noexcept override { return bytes_; }
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
+  void do_pause(stream_ref s, pause_mode mode) override;
+  void do_resume(stream_ref s) override;
+  graph_id do_register_graph(capture_fn fn, stream_ref s) override;
+  void do_replay(graph_id g, stream_ref s) override;
+  void do_unregister_graph(graph_id g) noexcept override;
+
+  void prefetch(bool to_device, stream_ref s);
+
+  executor* ex_;
+  std::size_t bytes_;
+  int device_;
+  bool managed_;  // cuda back end: cudaMallocManaged; host back end: executor pageable memory
+  void* data_ = nullptr;
+  region_state state_ = region_state::active;
+  std::map<graph_id, graph_ref> graphs_;
+  graph_id next_id_ = 1;
+  std::size_t captures_ = 0;
+};
+
+}  // namespace offloadkit::region

@@ -1,0 +1,223 @@
+// vmm_region: reserve once, map chunks, pause/resume pipelined through a cached pinned buffer.
+//
+// Each chunk records where its contents are (device, host, none) and whether it is mapped, and
+// every step updates that record only after the step has succeeded. A failure at any call
+// therefore leaves a region whose every chunk is either resident or safely on the host; the
+// state reads partial and pause() or resume() finishes the job.
+#include "offloadkit/region/vmm_region.hpp"
+
+#include "offloadkit/error.hpp"
+
+namespace offloadkit::region {
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace
+
+vmm_region::vmm_region(executor& ex, region_config config)
+    : ex_(&ex), bytes_(config.bytes), device_(config.device) {
+  OFFLOADKIT_EXPECTS(config.bytes > 0, out_of_range,
+                     "vmm_region: bytes = 0; a region holds at least 1 byte");
+  const int devices = ex.device_count();
+  OFFLOADKIT_EXPECTS(config.device >= 0 && config.device < devices, out_of_range,
+                     "vmm_region: device = ", config.device, " is outside [0, ", devices, ")");
+  const std::size_t gran = ex.granularity(device_);
+  reserved_ = round_up(bytes_, gran);
+  chunk_ = round_up(config.chunk_bytes != 0 ? config.chunk_bytes : default_chunk_bytes, gran);
+  if (chunk_ > reserved_) chunk_ = reserved_;
+  for (std::size_t off = 0; off < reserved_; off += chunk_) {
+    chunk c;
+    c.offset = off;
+    c.bytes = std::min(chunk_, reserved_ - off);
+    c.used = std::min(c.bytes, bytes_ - off);
+    chunks_.push_back(c);
+  }
+  chunk_done_[0] = event(ex, device_);
+  chunk_done_[1] = event(ex, device_);
+  resume_done_ = event(ex, device_);
+  base_ = ex.reserve(reserved_, device_);
+  try {
+    for (auto& c : chunks_) map_chunk(c);
+  } catch (...) {
+    release_all();
+    throw;
+  }
+}
+
+vmm_region::~vmm_region() {
+  if (resume_pending_) {
+    try {
+      ex_->synchronize(resume_done_.ref());
+    } catch (...) {
+    }
+  }
+  for (auto& [id, g] : graphs_) ex_->destroy_graph(g);
+  release_all();
+}
+
+void vmm_region::release_all() noexcept {
+  for (auto& c : chunks_) {
+    if (!c.mapped) continue;
+    try {
+      ex_->unmap(at(c), c.bytes);
+    } catch (...) {
+    }
+    ex_->release_physical(c.handle);
+    c.mapped = false;
+  }
+  if (base_ != nullptr) ex_->unreserve(base_, reserved_);
+}
+
+region_state vmm_region::do_state() const noexcept {
+  std::size_t resident = 0, unmapped = 0;
+  for (const auto& c : chunks_) {
+    if (c.mapped && c.where == contents::device) ++resident;
+    if (!c.mapped) ++unmapped;
+  }
+  if (resident == chunks_.size()) return region_state::active;
+  if (unmapped == chunks_.size()) return region_state::paused;
+  return region_state::partial;
+}
+
+void vmm_region::map_chunk(chunk& c) {
+  const bool fresh = !c.mapped;
+  if (fresh) {
+    physical_handle h = ex_->create_physical(c.bytes, device_);
+    try {
+      ex_->map(at(c), c.bytes, h);
+    } catch (...) {
+      ex_->release_physical(h);
+      throw;
+    }
+    c.handle = h;
+    c.mapped = true;
+  }
+  try {
+    ex_->set_access(at(c), c.bytes, device_);
+  } catch (...) {
+    if (fresh) {
+      try {
+        unmap_chunk(c);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+}
+
+void vmm_region::unmap_chunk(chunk& c) {
+  ex_->unmap(at(c), c.bytes);
+  ex_->release_physical(c.handle);
+  c.handle = {};
+  c.mapped = false;
+}
+
+void vmm_region::do_pause(stream_ref s, pause_mode mode) {
+  if (mode == pause_mode::discard) {
+    // Nothing to copy: wait for the work that uses the region, then give the memory back.
+    ex_->synchronize(s);
+    if (resume_pending_) ex_->synchronize(resume_done_.ref());
+    resume_pending_ = false;
+    for (auto& c : chunks_) {
+      if (c.mapped) unmap_chunk(c);
+      c.where = contents::none;
+    }
+    return;
+  }
+  if (!host_) host_ = buffer(*ex_, memory_kind::pinned, bytes_);
+  // The host buffer may still feed the previous resume's copies (issued on another stream).
+  if (resume_pending_) ex_->wait(resume_done_.ref(), s);
+  char* host = host_.as<char>();
+  chunk* prev = nullptr;
+  int prev_slot = 0;
+  int slot = 0;
+  // The copy of chunk k is queued before chunk k-1 is unmapped, so the copy engine works while
+  // the host unmaps and releases.
+  auto finish = [&](chunk& c, int which) {
+    ex_->synchronize(chunk_done_[which].ref());
+    c.where = contents::host;
+    unmap_chunk(c);
+  };
+  try {
+    for (auto& c : chunks_) {
+      if (!c.mapped) continue;
+      if (c.where == contents::device) ex_->copy(host + c.offset, at(c), c.used, s);
+      ex_->record(chunk_done_[slot].ref(), s);
+      if (prev != nullptr) finish(*prev, prev_slot);
+      prev = &c;
+      prev_slot = slot;
+      slot ^= 1;
+    }
+    if (prev != nullptr) finish(*prev, prev_slot);
+  } catch (...) {
+    // Drain what was queued so that no copy is in flight on a chunk the record calls resident.
+    try {
+      ex_->synchronize(s);
+    } catch (...) {
+    }
+    throw;
+  }
+  resume_pending_ = false;
+}
+
+void vmm_region::do_resume(stream_ref s) {
+  const char* host = host_.as<const char>();
+  try {
+    // Creating and mapping chunk k+1 on the host overlaps the copy of chunk k.
+    for (auto& c : chunks_) {
+      if (c.mapped && c.where == contents::device) continue;
+      map_chunk(c);
+      if (c.where == contents::host) {
+        try {
+          ex_->copy(at(c), host + c.offset, c.used, s);
+        } catch (...) {
+          try {
+            unmap_chunk(c);
+          } catch (...) {
+          }
+          throw;
+        }
+      }
+      c.where = contents::device;
+    }
+  } catch (...) {
+    try {
+      ex_->synchronize(s);
+    } catch (...) {
+    }
+    throw;
+  }
+  try {
+    ex_->record(resume_done_.ref(), s);
+    resume_pending_ = true;
+  } catch (...) {
+    // Without the event, finish the copies now so that the host buffer is free again.
+    ex_->synchronize(s);
+    resume_pending_ = false;
+  }
+}
+
+graph_id vmm_region::do_register_graph(capture_fn fn, stream_ref s) {
+  graph_ref g = detail::capture_graph(*ex_, fn, base_, s);
+  ++captures_;
+  const graph_id id = next_id_++;
+  graphs_.emplace(id, g);
+  return id;
+}
+
+void vmm_region::do_replay(graph_id g, stream_ref s) {
+  auto it = graphs_.find(g);
+  OFFLOADKIT_EXPECTS(it != graphs_.end(), out_of_range, "vmm_region::replay: graph ", g,
+                     " is not registered (ids are in [1, ", next_id_, "))");
+  ex_->replay(it->second, s);
+}
+
+void vmm_region::do_unregister_graph(graph_id g) noexcept {
+  auto it = graphs_.find(g);
+  if (it == graphs_.end()) return;
+  ex_->destroy_graph(it->second);
+  graphs_.erase(it);
+}
+
+}  // namespace offloadkit::region

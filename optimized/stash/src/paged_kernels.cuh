@@ -1,0 +1,390 @@
+// The device side of the paged stash: the pool's device-resident layout and the fused stash,
+// restore and reset bodies. Each body runs over a fixed index space (a number of workers chosen
+// when the pool is built), so the launch shape never depends on the row count, which is read on
+// the device. Every worker sees the same freelist heads (nobody moves them during a launch),
+// decides the same outcome, and copies its share; the last worker to finish commits: it moves the
+// freelist counters and writes the page-table entry, or records the failure in the sticky status
+// word and touches nothing else. The cuda back end runs these as kernels, the host back end runs
+// the same bodies on its threads.
+#pragma once
+
+#include <vector_types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda/atomic>
+
+#include "offloadkit/host_device.hpp"
+
+namespace offloadkit::stash::kernels {
+
+struct ring_state {
+  std::uint64_t head;  ///< position of the next page to hand out (monotonic)
+  std::uint64_t tail;  ///< position where the next returned page goes (monotonic)
+};
+
+struct status_word {
+  std::uint32_t code;  ///< status_code; 0 until the first failure, then sticky
+  std::uint32_t key;   ///< pack_key() of the failing key
+  std::uint64_t rows;
+  std::uint64_t needed;
+  std::uint64_t free_device;
+  std::uint64_t free_pinned;
+};
+
+struct control_block {
+  ring_state ring[2];  ///< [0] device tier, [1] pinned tier
+  std::uint32_t done;  ///< workers finished in the current launch; the last one resets it
+  std::uint32_t pad;
+  status_word status;
+};
+
+enum : std::uint32_t { entry_empty = 0, entry_stashed = 1 };
+
+struct page_entry {
+  std::uint32_t state;
+  std::uint32_t key;
+  std::uint64_t rows;
+  std::uint32_t device_pages;  ///< the first device_pages of the entry's pages are device pages
+  std::uint32_t pages;
+};
+
+/// Status codes, as in status_code (stash.hpp), for device code.
+enum : std::uint32_t {
+  code_ok = 0,
+  code_overflow = 1,
+  code_double_stash = 2,
+  code_restore_empty = 3,
+  code_rows_too_large = 4
+};
+
+/// Pointers and sizes of one pool; trivially copyable, captured by value into every body.
+struct pool_view {
+  control_block* control;
+  page_entry* entries;        ///< [max_keys]
+  std::uint32_t* table;       ///< [max_keys * max_pages]: global page ids of each entry
+  std::uint32_t* ids[2];      ///< freelist rings of tier-local page ids
+  unsigned char* pool[2];     ///< page storage of each tier
+  std::uint64_t capacity[2];  ///< pages of each tier
+  std::uint64_t page_bytes;
+  std::uint64_t rows_per_page;
+  std::uint64_t row_bytes;
+  std::uint64_t max_rows;
+  std::uint64_t max_pages;  ///< page-table width: pages of max_rows rows
+  std::uint64_t workers;    ///< the fixed index space of stash and restore
+};
+
+/// Loads one copy unit (16, 8, 4, 2 or 1 bytes, aligned to its size) into a register.
+OFFLOADKIT_HD inline uint4 load_unit(const unsigned char* src, unsigned unit) {
+  uint4 r{};
+  switch (unit) {
+    case 16:
+      r = *reinterpret_cast<const uint4*>(src);
+      break;
+    case 8:
+      *reinterpret_cast<std::uint64_t*>(&r) = *reinterpret_cast<const std::uint64_t*>(src);
+      break;
+    case 4:
+      r.x = *reinterpret_cast<const std::uint32_t*>(src);
+      break;
+    case 2:
+      r.x = *reinterpret_cast<const std::uint16_t*>(src);
+      break;
+    default:
+      r.x = *src;
+      break;
+  }
+  return r;
+}
+
+OFFLOADKIT_HD inline void store_unit(unsigned char* dst, const uint4& r, unsigned unit) {
+  switch (unit) {
+    case 16:
+      *reinterpret_cast<uint4*>(dst) = r;
+      break;
+    case 8:
+      *reinterpret_cast<std::uint64_t*>(dst) = *reinterpret_cast<const std::uint64_t*>(&r);
+      break;
+    case 4:
+      *reinterpret_cast<std::uint32_t*>(dst) = r.x;
+      break;
+    case 2:
+      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(r.x);
+      break;
+    default:
+      *dst = static_cast<unsigned char>(r.x);
+      break;
+  }
+}
+
+/// Address of page `id` (global: device tier 0..D-1, pinned tier D..).
+OFFLOADKIT_HD inline unsigned char* page_address(const pool_view& v, std::uint64_t id) {
+  return id < v.capacity[0] ? v.pool[0] + id * v.page_bytes
+                            : v.pool[1] + (id - v.capacity[0]) * v.page_bytes;
+}
+
+/// Records the first failure; later failures leave the word as it is.
+OFFLOADKIT_HD inline void record_status(const pool_view& v, std::uint32_t code, std::uint32_t key,
+                                        std::uint64_t rows, std::uint64_t needed,
+                                        std::uint64_t free_device, std::uint64_t free_pinned) {
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> word(v.control->status.code);
+  std::uint32_t expected = 0;
+  if (word.compare_exchange_strong(expected, code, cuda::memory_order_acq_rel)) {
+    v.control->status.key = key;
+    v.control->status.rows = rows;
+    v.control->status.needed = needed;
+    v.control->status.free_device = free_device;
+    v.control->status.free_pinned = free_pinned;
+  }
+}
+
+/// True for exactly one worker per launch: the last to finish. acq_rel makes every worker's
+/// reads and copies happen before the commit, and the commit's reset of the counter happen before
+/// the next launch (stream order). On the GPU the lanes of a warp that arrive together add their
+/// count with one atomic (after __syncwarp, which orders their memory accesses before the
+/// leader's release), so the counter sees one atomic per warp instead of one per thread.
+OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(v.control->done);
+#if defined(__CUDA_ARCH__)
+  const unsigned mask = __activemask();
+  __syncwarp(mask);
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned leader = static_cast<unsigned>(__ffs(mask)) - 1u;
+  const auto count = static_cast<std::uint32_t>(__popc(mask));
+  std::uint32_t prev = 0;
+  if (lane == leader) prev = done.fetch_add(count, cuda::memory_order_acq_rel);
+  prev = __shfl_sync(mask, prev, static_cast<int>(leader));
+  if (lane == leader && prev + count == v.workers) {
+    done.store(0u, cuda::memory_order_relaxed);
+    return true;
+  }
+  return false;
+#else
+  const std::uint32_t prev = done.fetch_add(1u, cuda::memory_order_acq_rel);
+  if (prev + 1 == v.workers) {
+    done.store(0u, cuda::memory_order_relaxed);
+    return true;
+  }
+  return false;
+#endif
+}
+
+/// What every worker of a stash decides from the same device state.
+struct stash_decision {
+  std::uint32_t code;
+  std::uint64_t rows;
+  std::uint64_t need;
+  std::uint64_t device_take;  ///< pages taken from the device tier (the rest from pinned)
+  std::uint64_t free_device;
+  std::uint64_t free_pinned;
+};
+
+OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, std::uint32_t slot,
+                                                 std::uint64_t rows) {
+  stash_decision d{};
+  d.rows = rows;
+  d.free_device = v.control->ring[0].tail - v.control->ring[0].head;
+  d.free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+  if (rows > v.max_rows) {
+    d.code = code_rows_too_large;
+    return d;
+  }
+  d.need = (rows + v.rows_per_page - 1) / v.rows_per_page;
+  if (v.entries[slot].state != entry_empty) {
+    d.code = code_double_stash;
+    return d;
+  }
+  if (d.need > d.free_device + d.free_pinned) {
+    d.code = code_overflow;
+    return d;
+  }
+  d.code = code_ok;
+  d.device_take = d.need < d.free_device ? d.need : d.free_device;
+  return d;
+}
+
+/// Tier-local ring position of the j-th page from `head`, without a division per page.
+OFFLOADKIT_HD inline std::uint64_t ring_pos(std::uint64_t head_mod, std::uint64_t j,
+                                            std::uint64_t capacity) {
+  std::uint64_t pos = head_mod + j;
+  return pos >= capacity ? pos - capacity : pos;
+}
+
+/// Walks the units of a key's bytes that worker `i` owns: unit u = i, i + workers, ...; page j
+/// and offset advance by precomputed steps, so the loop has no division.
+struct unit_walk {
+  std::uint64_t unit;        ///< bytes per copy (16, 8, 4, 2 or 1)
+  std::uint64_t step_pages;  ///< (workers * unit) / page_bytes
+  std::uint64_t step_off;    ///< (workers * unit) % page_bytes
+};
+
+/// Copies worker i's units between a linear buffer (the first rows of an oversized buffer) and a
+/// key's pages: units i, i + workers, ...; `page_addr(j)` gives the key's j-th page. Four units
+/// are loaded before any is stored so that each worker keeps several loads in flight.
+template <bool ToPages, class PageAddr>
+OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
+                                    std::uint64_t units, unsigned char* linear,
+                                    const PageAddr& page_addr) {
+  constexpr int batch = 4;
+  std::uint64_t u = i;
+  if (u >= units) return;
+  const auto unit = static_cast<unsigned>(w.unit);
+  std::uint64_t j = u * w.unit / v.page_bytes, off = u * w.unit % v.page_bytes;
+  std::uint64_t cur_j = ~std::uint64_t{0};
+  unsigned char* base = nullptr;
+  while (u < units) {
+    uint4 tmp[batch];
+    unsigned char* to[batch];
+    const unsigned char* from[batch];
+    int n = 0;
+    for (; n < batch && u < units; ++n) {
+      if (j != cur_j) {
+        cur_j = j;
+        base = page_addr(j);
+      }
+      unsigned char* paged = base + off;
+      unsigned char* lin = linear + u * w.unit;
+      from[n] = ToPages ? lin : paged;
+      to[n] = ToPages ? paged : lin;
+      u += v.workers;
+      off += w.step_off;
+      j += w.step_pages;
+      if (off >= v.page_bytes) {
+        off -= v.page_bytes;
+        ++j;
+      }
+    }
+    for (int k = 0; k < n; ++k) tmp[k] = load_unit(from[k], unit);
+    for (int k = 0; k < n; ++k) store_unit(to[k], tmp[k], unit);
+  }
+}
+
+/// The j-th page of a stash in progress: the first `device_take` pages come from the device ring
+/// at its head, the rest from the pinned ring at its head.
+struct fresh_page {
+  const pool_view* v;
+  std::uint64_t device_take, h0m, h1m;
+  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const {
+    return j < device_take
+               ? v->pool[0] +
+                     std::uint64_t{v->ids[0][ring_pos(h0m, j, v->capacity[0])]} * v->page_bytes
+               : v->pool[1] +
+                     std::uint64_t{v->ids[1][ring_pos(h1m, j - device_take, v->capacity[1])]} *
+                         v->page_bytes;
+  }
+};
+
+/// The j-th page of a stashed key, from its page-table row.
+struct held_page {
+  const pool_view* v;
+  const std::uint32_t* row;
+  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const {
+    return page_address(*v, row[j]);
+  }
+};
+
+struct stash_body {
+  pool_view v;
+  unit_walk walk;
+  const unsigned char* src;
+  const std::uint64_t* rows;
+  std::uint32_t slot;
+  std::uint32_t key;
+
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    const stash_decision d = decide_stash(v, slot, *rows);
+    if (d.code == code_ok) {
+      const std::uint64_t h0 = v.control->ring[0].head, h1 = v.control->ring[1].head;
+      const fresh_page pages{&v, d.device_take, v.capacity[0] ? h0 % v.capacity[0] : 0,
+                             v.capacity[1] ? h1 % v.capacity[1] : 0};
+      copy_rows<true>(v, walk, i, d.rows * v.row_bytes / walk.unit, const_cast<unsigned char*>(src),
+                      pages);
+    }
+    if (!last_to_finish(v)) return;
+    if (d.code != code_ok) {
+      record_status(v, d.code, key, d.rows, d.need, d.free_device, d.free_pinned);
+      return;
+    }
+    ring_state* ring = v.control->ring;
+    std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
+    for (std::uint64_t j = 0; j < d.need; ++j) {
+      row[j] =
+          j < d.device_take
+              ? v.ids[0][(ring[0].head + j) % v.capacity[0]]
+              : static_cast<std::uint32_t>(
+                    v.capacity[0] + v.ids[1][(ring[1].head + j - d.device_take) % v.capacity[1]]);
+    }
+    page_entry& e = v.entries[slot];
+    e.key = key;
+    e.rows = d.rows;
+    e.device_pages = static_cast<std::uint32_t>(d.device_take);
+    e.pages = static_cast<std::uint32_t>(d.need);
+    e.state = entry_stashed;
+    ring[0].head += d.device_take;
+    ring[1].head += d.need - d.device_take;
+  }
+};
+
+struct restore_body {
+  pool_view v;
+  unit_walk walk;
+  unsigned char* dst;
+  std::uint64_t* rows_out;  ///< may be null
+  std::uint32_t slot;
+  std::uint32_t key;
+
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    const page_entry& e = v.entries[slot];
+    const bool ok = e.state == entry_stashed;
+    if (ok) {
+      const held_page pages{&v, v.table + std::uint64_t{slot} * v.max_pages};
+      copy_rows<false>(v, walk, i, e.rows * v.row_bytes / walk.unit, dst, pages);
+    }
+    if (!last_to_finish(v)) return;
+    if (!ok) {
+      record_status(v, code_restore_empty, key, 0, 0,
+                    v.control->ring[0].tail - v.control->ring[0].head,
+                    v.control->ring[1].tail - v.control->ring[1].head);
+      if (rows_out != nullptr) *rows_out = 0;
+      return;
+    }
+    page_entry& me = v.entries[slot];
+    ring_state* ring = v.control->ring;
+    const std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
+    for (std::uint64_t j = 0; j < me.pages; ++j) {
+      const std::uint32_t id = row[j];
+      if (id < v.capacity[0]) {
+        v.ids[0][ring[0].tail % v.capacity[0]] = id;
+        ++ring[0].tail;
+      } else {
+        v.ids[1][ring[1].tail % v.capacity[1]] = static_cast<std::uint32_t>(id - v.capacity[0]);
+        ++ring[1].tail;
+      }
+    }
+    if (rows_out != nullptr) *rows_out = me.rows;
+    me.state = entry_empty;
+  }
+};
+
+/// Fills both freelists with every page, empties the page table and clears the status word.
+/// Index space: max(D, P, max_keys, 1).
+struct reset_body {
+  pool_view v;
+  std::uint64_t max_keys;
+
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    if (i < v.capacity[0]) v.ids[0][i] = static_cast<std::uint32_t>(i);
+    if (i < v.capacity[1]) v.ids[1][i] = static_cast<std::uint32_t>(i);
+    if (i < max_keys) v.entries[i].state = entry_empty;
+    if (i == 0) {
+      v.control->ring[0].head = 0;
+      v.control->ring[0].tail = v.capacity[0];
+      v.control->ring[1].head = 0;
+      v.control->ring[1].tail = v.capacity[1];
+      v.control->done = 0;
+      v.control->status = status_word{};
+    }
+  }
+};
+
+}  // namespace offloadkit::stash::kernels

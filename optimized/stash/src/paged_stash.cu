@@ -1,0 +1,190 @@
+// Host side of the optimized paged stash: pool allocation, key slots, launch parameters and
+// snapshots. The device work is in paged_kernels.cuh.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "offloadkit/launch.hpp"
+#include "offloadkit/stash/paged_stash.hpp"
+#include "paged_kernels.cuh"
+
+namespace offloadkit::stash {
+
+namespace dk = kernels;
+
+struct paged_stash::impl {
+  executor* ex;
+  stash_config cfg;
+  buffer control, entries, table, ids0, ids1, pool0, pool1;
+  dk::pool_view view{};
+  std::map<std::uint32_t, std::uint32_t> slots;  // key code -> page-table row
+
+  std::uint32_t slot_of(const stash_key& key) {
+    const std::uint32_t code = encode_key(key);
+    auto it = slots.find(code);
+    if (it != slots.end()) return it->second;
+    OFFLOADKIT_EXPECTS(slots.size() < cfg.max_keys, out_of_range, "key ", to_string(key),
+                       " would be distinct key number ", slots.size() + 1,
+                       ", outside [1, max_keys = ", cfg.max_keys, "]");
+    const auto slot = static_cast<std::uint32_t>(slots.size());
+    slots.emplace(code, slot);
+    return slot;
+  }
+
+  // The widest copy unit that divides the row size and keeps both sides aligned.
+  [[nodiscard]] dk::unit_walk walk_for(const void* p) const {
+    std::uint64_t unit = 16;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    const auto pools = reinterpret_cast<std::uintptr_t>(view.pool[0]) |
+                       reinterpret_cast<std::uintptr_t>(view.pool[1]);
+    while (unit > 1 && (cfg.row_bytes % unit != 0 || addr % unit != 0 || pools % unit != 0)) {
+      unit /= 2;
+    }
+    const std::uint64_t step = view.workers * unit;
+    return dk::unit_walk{unit, step / view.page_bytes, step % view.page_bytes};
+  }
+};
+
+paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
+    : impl_(std::make_unique<impl>()) {
+  check_config(config);
+  impl& m = *impl_;
+  m.ex = &ex;
+  m.cfg = config;
+  const std::size_t mp = std::max<std::size_t>(config.max_pages_per_key(), 1);
+  m.control = buffer(ex, memory_kind::device, sizeof(dk::control_block), config.device);
+  m.entries =
+      buffer(ex, memory_kind::device, sizeof(dk::page_entry) * config.max_keys, config.device);
+  m.table =
+      buffer(ex, memory_kind::device, sizeof(std::uint32_t) * config.max_keys * mp, config.device);
+  m.ids0 =
+      buffer(ex, memory_kind::device, sizeof(std::uint32_t) * config.device_pages, config.device);
+  m.ids1 =
+      buffer(ex, memory_kind::device, sizeof(std::uint32_t) * config.pinned_pages, config.device);
+  m.pool0 =
+      buffer(ex, memory_kind::device, config.page_bytes() * config.device_pages, config.device);
+  m.pool1 =
+      buffer(ex, memory_kind::pinned, config.page_bytes() * config.pinned_pages, config.device);
+
+  dk::pool_view& v = m.view;
+  v.control = m.control.as<dk::control_block>();
+  v.entries = m.entries.as<dk::page_entry>();
+  v.table = m.table.as<std::uint32_t>();
+  v.ids[0] = m.ids0.as<std::uint32_t>();
+  v.ids[1] = m.ids1.as<std::uint32_t>();
+  v.pool[0] = m.pool0.as<unsigned char>();
+  v.pool[1] = m.pool1.as<unsigned char>();
+  v.capacity[0] = config.device_pages;
+  v.capacity[1] = config.pinned_pages;
+  v.page_bytes = config.page_bytes();
+  v.rows_per_page = config.rows_per_page;
+  v.row_bytes = config.row_bytes;
+  v.max_rows = config.max_rows;
+  v.max_pages = mp;
+  // A fixed index space: one worker per 16 bytes of a full buffer, capped so that a worker walks
+  // several units (a GPU-filling grid on cuda, a few per host thread on host).
+  const std::uint64_t cap = ex.kind() == backend::cuda ? (std::uint64_t{1} << 16) : 32;
+  const std::uint64_t full_units = config.max_rows * config.row_bytes / 16;
+  v.workers = std::clamp<std::uint64_t>(full_units, 1, cap);
+  do_reset(s);
+}
+
+paged_stash::~paged_stash() = default;
+
+std::uint64_t paged_stash::workers() const noexcept { return impl_->view.workers; }
+
+std::string paged_stash::do_name() const { return "optimized"; }
+
+const stash_config& paged_stash::do_config() const noexcept { return impl_->cfg; }
+
+void paged_stash::do_stash(const stash_key& key, const void* src, const std::uint64_t* rows,
+                           stream_ref s) {
+  impl& m = *impl_;
+  OFFLOADKIT_EXPECTS(rows != nullptr, logic_error, "stash of ", to_string(key),
+                     ": the device row count pointer is null");
+  OFFLOADKIT_EXPECTS(src != nullptr || m.cfg.max_rows == 0, logic_error, "stash of ",
+                     to_string(key), ": the source pointer is null");
+  const std::uint32_t slot = m.slot_of(key);
+  dk::stash_body body{m.view,
+                      m.walk_for(src),
+                      static_cast<const unsigned char*>(src),
+                      rows,
+                      slot,
+                      pack_key(key.vp, key.layer, key.microbatch)};
+  launch(*m.ex, m.view.workers, body, s, "paged_stash");
+}
+
+void paged_stash::do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out,
+                             stream_ref s) {
+  impl& m = *impl_;
+  OFFLOADKIT_EXPECTS(dst != nullptr || m.cfg.max_rows == 0, logic_error, "restore of ",
+                     to_string(key), ": the destination pointer is null");
+  const std::uint32_t slot = m.slot_of(key);
+  dk::restore_body body{m.view,
+                        m.walk_for(dst),
+                        static_cast<unsigned char*>(dst),
+                        rows_out,
+                        slot,
+                        pack_key(key.vp, key.layer, key.microbatch)};
+  launch(*m.ex, m.view.workers, body, s, "paged_restore");
+}
+
+void paged_stash::do_reset(stream_ref s) {
+  impl& m = *impl_;
+  const std::uint64_t n = std::max<std::uint64_t>(
+      {m.view.capacity[0], m.view.capacity[1], static_cast<std::uint64_t>(m.cfg.max_keys), 1});
+  launch(*m.ex, n, dk::reset_body{m.view, m.cfg.max_keys}, s, "paged_stash_reset");
+}
+
+void paged_stash::do_clear_status(stream_ref s) {
+  impl& m = *impl_;
+  m.ex->fill(&m.view.control->status, 0, sizeof(dk::status_word), s);
+}
+
+stash_snapshot paged_stash::do_snapshot(stream_ref s) {
+  impl& m = *impl_;
+  const dk::pool_view& v = m.view;
+  const std::size_t keys = m.cfg.max_keys;
+  dk::control_block control{};
+  std::vector<dk::page_entry> entries(keys);
+  std::vector<std::uint32_t> table(keys * v.max_pages), ids0(v.capacity[0]), ids1(v.capacity[1]);
+  m.ex->copy(&control, v.control, sizeof control, s);
+  m.ex->copy(entries.data(), v.entries, sizeof(dk::page_entry) * keys, s);
+  m.ex->copy(table.data(), v.table, sizeof(std::uint32_t) * table.size(), s);
+  if (!ids0.empty()) m.ex->copy(ids0.data(), v.ids[0], sizeof(std::uint32_t) * ids0.size(), s);
+  if (!ids1.empty()) m.ex->copy(ids1.data(), v.ids[1], sizeof(std::uint32_t) * ids1.size(), s);
+  m.ex->synchronize(s);
+
+  stash_snapshot out;
+  out.free.device = control.ring[0].tail - control.ring[0].head;
+  out.free.pinned = control.ring[1].tail - control.ring[1].head;
+  for (std::uint64_t p = control.ring[0].head; p != control.ring[0].tail; ++p) {
+    out.free_ids.push_back(ids0[p % v.capacity[0]]);
+  }
+  for (std::uint64_t p = control.ring[1].head; p != control.ring[1].tail; ++p) {
+    out.free_ids.push_back(static_cast<std::uint32_t>(v.capacity[0] + ids1[p % v.capacity[1]]));
+  }
+  for (std::size_t slot = 0; slot < keys; ++slot) {
+    const dk::page_entry& e = entries[slot];
+    if (e.state != dk::entry_stashed) continue;
+    entry_view ev;
+    ev.key = decode_key(e.key);
+    ev.rows = e.rows;
+    ev.device_pages = e.device_pages;
+    ev.pinned_pages = e.pages - e.device_pages;
+    ev.page_ids.assign(table.begin() + static_cast<std::ptrdiff_t>(slot * v.max_pages),
+                       table.begin() + static_cast<std::ptrdiff_t>(slot * v.max_pages + e.pages));
+    out.entries.push_back(std::move(ev));
+  }
+  out.status.code = static_cast<status_code>(control.status.code);
+  if (control.status.code != 0) {
+    out.status.key = decode_key(control.status.key);
+    out.status.rows = control.status.rows;
+    out.status.needed = control.status.needed;
+    out.status.free_device = control.status.free_device;
+    out.status.free_pinned = control.status.free_pinned;
+  }
+  return out;
+}
+
+}  // namespace offloadkit::stash

@@ -1,0 +1,407 @@
+// The arena battery: every property of an offloader, written once against the interface and
+// instantiated for every implementation type (reference, optimized, planted bugs). Run by the
+// ctest suites on both executors and by `offloadkit check` through arena_checks().
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "offloadkit/adaptors.hpp"
+#include "offloadkit/arena/arena_checks.hpp"
+#include "offloadkit/arena/battery_support.hpp"
+#include "offloadkit/arena/offloader.hpp"
+#include "offloadkit/check.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace offloadkit::arena::testing {
+
+/// Host bytes the ctest-sized sets stay under.
+inline constexpr std::size_t battery_max_bytes = std::size_t{3} << 20;
+
+/// Random shapes: the empty set, zero-byte tensors, 1-byte and odd sizes, many small tensors, a
+/// few large ones, and mixtures; tensors share allocations (contiguous or with gaps) at random.
+inline rc::Gen<set_spec> gen_set_spec(std::size_t max_total = battery_max_bytes,
+                                      std::size_t max_tensors = 400) {
+  return rc::gen::exec([max_total, max_tensors] {
+    using rc::gen::inRange;
+    set_spec s;
+    const int shape = *inRange(0, 6);
+    std::size_t n = 0;
+    std::size_t lo = 0, hi = 1;
+    switch (shape) {
+      case 0:  // empty set
+        break;
+      case 1:  // zero-byte tensors among 1-byte ones
+        n = *inRange<std::size_t>(1, 10);
+        lo = 0, hi = 2;
+        break;
+      case 2:  // tiny and odd sizes
+        n = *inRange<std::size_t>(1, 40);
+        lo = 1, hi = 300;
+        break;
+      case 3:  // many small tensors
+        n = *inRange<std::size_t>(50, std::max<std::size_t>(51, max_tensors));
+        lo = 1, hi = 4096;
+        break;
+      case 4:  // a few large ones
+        n = *inRange<std::size_t>(1, 4);
+        lo = max_total / 8, hi = max_total / 3;
+        break;
+      default:  // a mixture
+        n = *inRange<std::size_t>(1, 60);
+        lo = 0, hi = 65536;
+        break;
+    }
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      tensor_spec t;
+      t.bytes = *inRange<std::size_t>(lo, hi);
+      if (shape == 5 && *inRange(0, 4) == 0)
+        t.bytes = *rc::gen::element<std::size_t>(0, 1, 3, 255, 257);
+      t.bytes = std::min(t.bytes, max_total - total);
+      total += t.bytes;
+      t.joins = i > 0 && *rc::gen::arbitrary<bool>();
+      t.gap = t.joins ? *rc::gen::element<std::size_t>(0, 0, 0, 1, 7, 256) : 0;
+      t.null_if_empty = *rc::gen::arbitrary<bool>();
+      s.tensors.push_back(t);
+    }
+    s.lead = *rc::gen::element<std::size_t>(0, 0, 1, 3, 8, 255);
+    return s;
+  });
+}
+
+/// The same sizes, grouped into allocations differently (other addresses, other adjacency).
+inline rc::Gen<set_spec> gen_regrouped(const set_spec& base) {
+  return rc::gen::exec([base] {
+    set_spec s = base;
+    for (std::size_t i = 0; i < s.tensors.size(); ++i) {
+      s.tensors[i].joins = i > 0 && *rc::gen::arbitrary<bool>();
+      s.tensors[i].gap = s.tensors[i].joins ? *rc::gen::element<std::size_t>(0, 0, 5) : 0;
+    }
+    s.lead = *rc::gen::element<std::size_t>(0, 2, 64);
+    return s;
+  });
+}
+
+inline void assert_same(const snapshot& expected, const snapshot& actual, const char* what) {
+  const std::string diff = first_difference(expected, actual);
+  if (!diff.empty()) RC_FAIL(std::string(what) + ": " + diff);
+}
+
+inline bool contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// Runs `fn`, which must throw an exception of type E; returns its message.
+template <class E, class Fn>
+std::string expect_throw(Fn&& fn, const char* what) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  RC_FAIL(std::string(what) + ": no exception of the expected type");
+  return {};
+}
+
+// ---- the properties ---------------------------------------------------------------------------
+
+/// offload then reload restores every byte, in place and into other buffers of the same sizes.
+template <class Impl>
+void prop_round_trip(executor& ex) {
+  const set_spec spec = *gen_set_spec();
+  const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
+  stream s(ex);
+  device_set a = make_device_set(ex, spec);
+  device_set b = make_device_set(ex, *gen_regrouped(spec));
+  fill_pattern(ex, a.view(), seed, s);
+  const snapshot expected = read_set(ex, a.view(), s);
+  Impl off(ex);
+  ex.synchronize(off.offload(a.view(), s).ref());
+  RC_ASSERT(off.holds_copy());
+  scribble(ex, a.view(), 0x5a, s);
+  ex.synchronize(off.reload(a.view(), s).ref());
+  assert_same(expected, read_set(ex, a.view(), s), "reload in place");
+  ex.synchronize(off.reload(b.view(), s).ref());
+  assert_same(expected, read_set(ex, b.view(), s), "reload into other buffers");
+  RC_ASSERT(off.host_bytes() >= spec.total());
+  off.release();
+  RC_ASSERT(off.host_bytes() == 0u);
+}
+
+/// Cycles of changing shapes, chained through the returned events across two streams with
+/// random delays: the event of offload() must not complete before the host copy is whole, and
+/// reload() must wait for the offload() it reloads.
+template <class Impl>
+void prop_event_chain(executor& base) {
+  delay_adaptor ex(base);
+  stream s1(base), s2(base);
+  ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 400)),
+                    *rc::gen::arbitrary<std::uint64_t>());
+  Impl off(ex);
+  const int cycles = *rc::gen::inRange(1, 5);
+  for (int c = 0; c < cycles; ++c) {
+    const set_spec spec = *gen_set_spec(std::size_t{1} << 20, 100);
+    device_set a = make_device_set(base, spec);
+    device_set b = make_device_set(base, *gen_regrouped(spec));
+    fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s1);
+    const snapshot expected = read_set(base, a.view(), s1);
+    event done = off.offload(a.view(), s1);
+    // Chain: overwrite the source on s2 once the offload's event completes, then reload on s2.
+    ex.wait(done, s2);
+    for (const device_tensor& t : a.tensors) {
+      if (t.bytes != 0) ex.fill(t.data, 0xc3, t.bytes, s2);
+    }
+    event back = off.reload(b.view(), s2);
+    ex.synchronize(back.ref());
+    assert_same(expected, read_set(base, b.view(), s2), "reload after chained overwrite");
+    ex.synchronize(s1);
+    ex.synchronize(s2);
+  }
+}
+
+/// After the first cycle of a shape, more cycles allocate no host memory, copy no byte through
+/// pageable memory, and issue at most one copy per run of device-contiguous tensors.
+template <class Impl>
+void prop_steady_state(executor& base) {
+  counting_adaptor ex(base);
+  Impl off(ex);
+  if (!off.promises().pinned_steady_state) return;
+  const set_spec spec = *gen_set_spec();
+  stream s(base);
+  device_set a = make_device_set(base, spec);
+  fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
+  const snapshot expected = read_set(base, a.view(), s);
+  ex.synchronize(off.offload(a.view(), s).ref());
+  ex.synchronize(off.reload(a.view(), s).ref());
+  ex.reset();
+  const int cycles = 3;
+  for (int c = 0; c < cycles; ++c) {
+    ex.synchronize(off.offload(a.view(), s).ref());
+    ex.synchronize(off.reload(a.view(), s).ref());
+  }
+  const counting_adaptor::counts n = ex.snapshot();
+  RC_ASSERT(n.allocations_of(memory_kind::pinned) == 0u);
+  RC_ASSERT(n.allocations_of(memory_kind::pageable) == 0u);
+  RC_ASSERT(n.pageable_bytes() == 0u);
+  RC_ASSERT(n.calls_of(op_kind::copy) <= 2u * cycles * contiguous_runs(a.view()));
+  assert_same(expected, read_set(base, a.view(), s), "steady-state cycles");
+}
+
+/// release() frees all host memory; every use after it is a state_error saying so; destroying
+/// an offloader without release() frees too; an arena-backed offloader never holds two host
+/// buffers, also when it grows, and does not allocate for a set that fits.
+template <class Impl>
+void prop_lifetime(executor& base) {
+  host_memory_tracker ex(base);
+  stream s(base);
+  const set_spec small = *gen_set_spec(std::size_t{1} << 19, 100);
+  set_spec large = *gen_set_spec(std::size_t{2} << 20, 200);
+  // Larger: the small shape followed by more tensors.
+  large.tensors.insert(large.tensors.begin(), small.tensors.begin(), small.tensors.end());
+  if (!large.tensors.empty()) large.tensors[0].joins = false;
+  if (small.tensors.size() < large.tensors.size())
+    large.tensors[small.tensors.size()].joins = false;
+  large.lead = small.lead;
+  device_set a = make_device_set(base, small);
+  device_set b = make_device_set(base, large);
+  device_set c = make_device_set(base, small);  // the small shape again, after growth
+  fill_pattern(base, a.view(), 1, s);
+  fill_pattern(base, b.view(), 2, s);
+  fill_pattern(base, c.view(), 3, s);
+  const snapshot expect_c = read_set(base, c.view(), s);
+  {
+    Impl off(ex);
+    const bool single = off.promises().single_host_buffer;
+    ex.synchronize(off.offload(a.view(), s).ref());
+    ex.synchronize(off.offload(b.view(), s).ref());
+    const std::size_t after_growth = ex.host().allocations;
+    ex.synchronize(off.offload(c.view(), s).ref());
+    scribble(base, c.view(), 0, s);
+    ex.synchronize(off.reload(c.view(), s).ref());
+    assert_same(expect_c, read_set(base, c.view(), s), "after growth");
+    if (single) {
+      RC_ASSERT(ex.host().peak_allocations <= 1u);
+      RC_ASSERT(ex.host().allocations == after_growth);
+    }
+    off.release();
+    RC_ASSERT(off.released());
+    RC_ASSERT(off.host_bytes() == 0u);
+    RC_ASSERT(ex.host().live_bytes == 0u);
+    RC_ASSERT(ex.host().live_allocations == 0u);
+    const std::string m1 =
+        expect_throw<state_error>([&] { off.offload(a.view(), s); }, "offload after release");
+    RC_ASSERT(contains(m1, "release"));
+    const std::string m2 =
+        expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after release");
+    RC_ASSERT(contains(m2, "release"));
+    off.release();  // idempotent
+  }
+  {
+    Impl off(ex);
+    ex.synchronize(off.offload(b.view(), s).ref());
+  }
+  RC_ASSERT(ex.host().live_allocations == 0u);
+  {
+    Impl off(ex);  // reload before any offload: a state_error, not garbage
+    expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload before offload");
+  }
+}
+
+/// Host allocation fails at every point of offload(): the error is out_of_memory naming the
+/// offload, the device tensors are untouched, and a retry round-trips every byte.
+template <class Impl>
+void prop_fault_allocation(executor& base) {
+  fault_injection_adaptor ex(base);
+  stream s(base);
+  const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
+  set_spec half = spec;  // offloaded first, so that the failures hit growth, not a first allocation
+  half.tensors.resize(spec.tensors.size() / 2);
+  device_set h = make_device_set(base, half);
+  device_set a = make_device_set(base, spec);
+  fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
+  const snapshot expected = read_set(base, a.view(), s);
+  Impl off(ex);
+  if (*rc::gen::arbitrary<bool>()) ex.synchronize(off.offload(h.view(), s).ref());
+  for (std::size_t n = 0; n < 64; ++n) {
+    ex.arm({op_kind::allocate_pinned, op_kind::allocate_pageable}, n);
+    bool threw = false;
+    try {
+      ex.synchronize(off.offload(a.view(), s).ref());
+    } catch (const out_of_memory& e) {
+      threw = true;
+      RC_ASSERT(contains(e.what(), "offload"));
+      RC_ASSERT(contains(e.what(), "alloc"));
+    }
+    const bool fired = ex.fired();
+    ex.disarm();
+    base.synchronize(s);
+    RC_ASSERT(threw == fired);
+    assert_same(expected, read_set(base, a.view(), s), "device tensors after a failed offload");
+    if (threw) {  // no half-written copy is ever reloaded
+      expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after failed offload");
+    }
+    ex.synchronize(off.offload(a.view(), s).ref());
+    scribble(base, a.view(), 0x11, s);
+    ex.synchronize(off.reload(a.view(), s).ref());
+    assert_same(expected, read_set(base, a.view(), s), "round trip after a failed allocation");
+    if (!fired) break;
+  }
+}
+
+/// A copy fails at every tensor of offload() and of reload(): the error names the tensor and the
+/// direction, offload() leaves the device untouched, reload() keeps the host copy, and a retry
+/// restores every byte.
+template <class Impl>
+void prop_fault_copy(executor& base) {
+  fault_injection_adaptor ex(base);
+  stream s(base);
+  const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
+  device_set a = make_device_set(base, spec);
+  fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
+  const snapshot expected = read_set(base, a.view(), s);
+  Impl off(ex);
+  for (std::size_t n = 0; n < 64; ++n) {  // offload
+    ex.arm({op_kind::copy}, n);
+    bool threw = false;
+    try {
+      ex.synchronize(off.offload(a.view(), s).ref());
+    } catch (const injected_fault& e) {
+      threw = true;
+      RC_ASSERT(contains(e.what(), "offload"));
+      RC_ASSERT(contains(e.what(), "tensor"));
+    }
+    const bool fired = ex.fired();
+    ex.disarm();
+    base.synchronize(s);
+    RC_ASSERT(threw == fired);
+    assert_same(expected, read_set(base, a.view(), s), "device tensors after a failed offload");
+    if (threw) {
+      expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after failed offload");
+    }
+    if (!fired) break;
+  }
+  ex.synchronize(off.offload(a.view(), s).ref());
+  for (std::size_t n = 0; n < 64; ++n) {  // reload
+    scribble(base, a.view(), 0x22, s);
+    ex.arm({op_kind::copy}, n);
+    bool threw = false;
+    try {
+      ex.synchronize(off.reload(a.view(), s).ref());
+    } catch (const injected_fault& e) {
+      threw = true;
+      RC_ASSERT(contains(e.what(), "reload"));
+      RC_ASSERT(contains(e.what(), "tensor"));
+    }
+    const bool fired = ex.fired();
+    ex.disarm();
+    base.synchronize(s);
+    RC_ASSERT(threw == fired);
+    if (fired) ex.synchronize(off.reload(a.view(), s).ref());
+    assert_same(expected, read_set(base, a.view(), s), "reload after a failed reload");
+    if (!fired) break;
+  }
+}
+
+/// Offload of set A and reload of set B at once on two streams, with delays injected on both,
+/// then A reloaded on the other stream without a host wait: always correct.
+template <class Impl>
+void prop_concurrent(executor& base) {
+  delay_adaptor ex(base);
+  stream s1(base), s2(base);
+  const set_spec spec_a = *gen_set_spec(std::size_t{1} << 20, 100);
+  const set_spec spec_b = *gen_set_spec(std::size_t{1} << 20, 100);
+  device_set a = make_device_set(base, spec_a);
+  device_set a2 = make_device_set(base, *gen_regrouped(spec_a));
+  device_set b = make_device_set(base, spec_b);
+  fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s1);
+  fill_pattern(base, b.view(), *rc::gen::arbitrary<std::uint64_t>(), s2);
+  const snapshot expect_a = read_set(base, a.view(), s1);
+  const snapshot expect_b = read_set(base, b.view(), s2);
+  Impl off_a(ex), off_b(ex);
+  ex.synchronize(off_b.offload(b.view(), s2).ref());
+  scribble(base, b.view(), 0x77, s2);
+  // The offload starts late, so a reload that does not wait for it reads a stale arena.
+  ex.delay_next(s1, std::chrono::microseconds(*rc::gen::element(0, 2000, 5000)));
+  ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
+                    *rc::gen::arbitrary<std::uint64_t>());
+  ex.delay_randomly(s2, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
+                    *rc::gen::arbitrary<std::uint64_t>());
+  event ea = off_a.offload(a.view(), s1);
+  event eb = off_b.reload(b.view(), s2);
+  event ea2 = off_a.reload(a2.view(), s2);
+  ex.synchronize(ea.ref());
+  ex.synchronize(eb.ref());
+  ex.synchronize(ea2.ref());
+  ex.clear();
+  base.synchronize(s1);
+  base.synchronize(s2);
+  assert_same(expect_b, read_set(base, b.view(), s2), "set B reloaded during A's offload");
+  assert_same(expect_a, read_set(base, a2.view(), s2), "set A reloaded on the other stream");
+}
+
+/// The battery for one implementation type, named `implementation` in the results.
+template <class Impl>
+std::vector<check_case> arena_battery(const std::string& implementation) {
+  auto make = [&implementation](const char* name, void (*fn)(executor&), int cases) {
+    return check_case{"arena", implementation, name, fn, cases};
+  };
+  return {
+      make("round_trip", &prop_round_trip<Impl>, 60),
+      make("event_chain", &prop_event_chain<Impl>, 15),
+      make("steady_state", &prop_steady_state<Impl>, 30),
+      make("lifetime", &prop_lifetime<Impl>, 20),
+      make("fault_allocation", &prop_fault_allocation<Impl>, 15),
+      make("fault_copy", &prop_fault_copy<Impl>, 15),
+      make("concurrent", &prop_concurrent<Impl>, 15),
+  };
+}
+
+}  // namespace offloadkit::arena::testing

@@ -1,0 +1,221 @@
+// Unit tests of the arena's parts: layout planning and its cache, the pinned arena's lease
+// (paired lifetime, growth without two buffers, failed growth), and the coalesced offloader's
+// plan reuse, batching and error messages. Host executor only: nothing here is GPU-specific.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "offloadkit/adaptors.hpp"
+#include "offloadkit/arena/battery_support.hpp"
+#include "offloadkit/arena/coalesced_offloader.hpp"
+#include "offloadkit/arena/layout.hpp"
+#include "offloadkit/arena/pinned_arena.hpp"
+#include "offloadkit/arena/reference_offloader.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/host_executor.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using namespace offloadkit;
+using namespace offloadkit::arena;
+using arena::testing::host_memory_tracker;
+using arena::testing::set_spec;
+
+std::vector<device_tensor> fake_set(std::vector<std::size_t> sizes, std::vector<bool> joined) {
+  // Addresses only; layout never dereferences them.
+  static unsigned char pool[1 << 16];
+  std::vector<device_tensor> out;
+  std::size_t at = 8;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i > 0 && !joined[i]) at += 32;
+    out.push_back({pool + at, sizes[i]});
+    at += sizes[i];
+  }
+  return out;
+}
+
+TEST(ArenaLayout, AlignsRunsAndKeepsContiguousTensorsTogether) {
+  auto set = fake_set({3, 5, 0, 7, 256}, {false, true, true, true, false});
+  layout_plan p = plan_layout(make_key(set), 256);
+  ASSERT_EQ(p.offsets.size(), 5u);
+  EXPECT_EQ(p.offsets[0], 0u);
+  EXPECT_EQ(p.offsets[1], 3u);  // contiguous on the device: contiguous on the host
+  EXPECT_EQ(p.offsets[3], 8u);  // the zero-byte tensor between does not break the run
+  EXPECT_EQ(p.offsets[4], 256u);
+  EXPECT_EQ(p.total_bytes, 512u);
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[0].first, 0u);
+  EXPECT_EQ(p.runs[0].count, 4u);
+  EXPECT_EQ(p.runs[0].bytes, 15u);
+  EXPECT_EQ(p.runs[1].host_offset, 256u);
+}
+
+TEST(ArenaLayout, EmptyAndZeroByteSetsNeedNoHostMemory) {
+  EXPECT_EQ(plan_layout(make_key(tensor_set_view{})).total_bytes, 0u);
+  std::vector<device_tensor> zeros{{nullptr, 0}, {nullptr, 0}};
+  layout_plan p = plan_layout(make_key(zeros));
+  EXPECT_EQ(p.total_bytes, 0u);
+  EXPECT_TRUE(p.runs.empty());
+}
+
+TEST(ArenaLayout, CoalesceMergesOnlyWhereBothSidesAreContiguous) {
+  auto joined = fake_set({4, 4, 4}, {false, true, true});
+  auto apart = fake_set({4, 4, 4}, {false, false, false});
+  layout_plan p = plan_layout(make_key(apart), 64);
+  EXPECT_EQ(coalesce(p, joined).size(), 3u);  // the host side has gaps
+  layout_plan q = plan_layout(make_key(joined), 64);
+  EXPECT_EQ(coalesce(q, joined).size(), 1u);
+  EXPECT_EQ(coalesce(q, apart).size(), 3u);  // the device side has gaps
+}
+
+TEST(ArenaLayout, RejectsBadAlignment) {
+  EXPECT_THROW(plan_layout(layout_key{}, 3), out_of_range);
+  EXPECT_THROW(layout_cache(0), out_of_range);
+}
+
+TEST(ArenaLayout, CacheBuildsOnePlanPerShape) {
+  layout_cache cache;
+  auto a = fake_set({10, 20}, {false, true});
+  auto b = fake_set({10, 20}, {false, false});
+  auto p1 = cache.get(a);
+  auto p2 = cache.get(a);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(cache.plans_built(), 1u);
+  cache.get(b);
+  EXPECT_EQ(cache.plans_built(), 2u);
+}
+
+TEST(ArenaTensorSet, NullPointerWithBytesIsOutOfRange) {
+  std::vector<device_tensor> bad{{nullptr, 0}, {nullptr, 5}};
+  try {
+    validate(bad, "offload");
+    FAIL() << "no exception";
+  } catch (const out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ArenaLease, PairedLifetimeAndUseAfterRelease) {
+  host_executor host;
+  host_memory_tracker ex(host);
+  pinned_arena arena(ex);
+  arena_lease lease = arena.acquire();
+  EXPECT_THROW(arena.acquire(), state_error);  // one lease, one buffer
+  lease.reserve(1000);
+  EXPECT_EQ(ex.pinned().live_bytes, 1000u);
+  lease.reserve(10);  // fits: no allocation
+  EXPECT_EQ(arena.allocations(), 1u);
+  lease.reserve(5000);  // grows: the old buffer is freed before the new one is allocated
+  EXPECT_EQ(ex.pinned().peak_allocations, 1u);
+  EXPECT_EQ(arena.peak_bytes(), 5000u);
+  lease.release();
+  EXPECT_EQ(ex.pinned().live_bytes, 0u);
+  try {
+    (void)lease.data();
+    FAIL() << "no exception";
+  } catch (const state_error& e) {
+    EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(lease.reserve(1), state_error);
+  arena_lease again = arena.acquire();  // released: the arena can be leased again
+  EXPECT_EQ(again.capacity(), 0u);
+}
+
+TEST(ArenaLease, DestructorReleases) {
+  host_executor host;
+  host_memory_tracker ex(host);
+  pinned_arena arena(ex);
+  {
+    arena_lease lease = arena.acquire();
+    lease.reserve(4096);
+  }
+  EXPECT_EQ(ex.pinned().live_allocations, 0u);
+  EXPECT_FALSE(arena.leased());
+}
+
+TEST(ArenaLease, FailedGrowthLeavesAnEmptyValidLease) {
+  host_executor host;
+  fault_injection_adaptor ex(host);
+  pinned_arena arena(ex);
+  arena_lease lease = arena.acquire();
+  lease.reserve(100);
+  ex.arm({op_kind::allocate_pinned}, 0);
+  try {
+    lease.reserve(1 << 20);
+    FAIL() << "no exception";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("1048576 bytes"), std::string::npos) << e.what();
+  }
+  ex.disarm();
+  EXPECT_EQ(lease.capacity(), 0u);
+  EXPECT_EQ(arena.held_bytes(), 0u);
+  lease.reserve(1 << 20);  // retry
+  EXPECT_EQ(lease.capacity(), std::size_t{1} << 20);
+}
+
+TEST(ArenaCoalesced, PlansOnceAndCopiesOncePerContiguousRun) {
+  host_executor ex;
+  stream s(ex);
+  set_spec spec;
+  for (int i = 0; i < 50; ++i) spec.tensors.push_back({std::size_t(17 + i), i % 10 != 0, 0, false});
+  auto set = arena::testing::make_device_set(ex, spec);
+  arena::testing::fill_pattern(ex, set.view(), 42, s);
+  const auto expected = arena::testing::read_set(ex, set.view(), s);
+  coalesced_offloader off(ex);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    ex.synchronize(off.offload(set.view(), s).ref());
+    EXPECT_EQ(off.last_copy_calls(), 5u);
+    arena::testing::scribble(ex, set.view(), 0, s);
+    ex.synchronize(off.reload(set.view(), s).ref());
+    EXPECT_EQ(off.last_copy_calls(), 5u);
+  }
+  EXPECT_EQ(off.plans_built(), 1u);
+  EXPECT_EQ(off.pinned_allocations(), 1u);
+  EXPECT_EQ(arena::testing::first_difference(expected, arena::testing::read_set(ex, set.view(), s)),
+            "");
+}
+
+TEST(ArenaCoalesced, ReloadOfAnotherShapeIsOutOfRange) {
+  host_executor ex;
+  stream s(ex);
+  set_spec a, b;
+  a.tensors = {{16, false, 0, false}, {8, false, 0, false}};
+  b.tensors = {{16, false, 0, false}, {9, false, 0, false}};
+  auto da = arena::testing::make_device_set(ex, a);
+  auto db = arena::testing::make_device_set(ex, b);
+  coalesced_offloader off(ex);
+  ex.synchronize(off.offload(da.view(), s).ref());
+  try {
+    off.reload(db.view(), s);
+    FAIL() << "no exception";
+  } catch (const out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 1 has 9 bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ArenaCoalesced, CopyErrorNamesTheTensor) {
+  host_executor host;
+  fault_injection_adaptor ex(host);
+  stream s(host);
+  set_spec spec;
+  spec.tensors = {{16, false, 0, false}, {8, false, 0, false}, {8, false, 0, false}};
+  auto d = arena::testing::make_device_set(host, spec);
+  coalesced_offloader off(ex);
+  ex.arm({op_kind::copy}, 2);
+  try {
+    off.offload(d.view(), s);
+    FAIL() << "no exception";
+  } catch (const injected_fault& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("offload"), std::string::npos) << m;
+    EXPECT_NE(m.find("tensor 2 of 3"), std::string::npos) << m;
+  }
+  ex.disarm();
+  EXPECT_FALSE(off.holds_copy());
+  EXPECT_THROW(off.reload(d.view(), s), state_error);
+  host.synchronize(s);
+}
+
+}  // namespace

@@ -1,0 +1,896 @@
+// The executor battery (see executor_battery.hpp). Every property takes the executor it checks,
+// generates its inputs with rapidcheck, and owns everything it creates through RAII, synchronizing
+// its streams before buffers die, so that a failing case leaves the executor usable for the next.
+#include "offloadkit/executor_battery.hpp"
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "executor_kernels.hpp"
+#include "offloadkit/adaptors.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace offloadkit {
+namespace {
+
+using executor_checks::index_value;
+using executor_checks::launch_affine;
+using executor_checks::launch_count_and_write;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kib = std::size_t{1} << 10;
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Fills host-visible memory with bytes determined by `seed` (distinct seeds, distinct bytes).
+void write_pattern(void* p, std::size_t bytes, std::uint64_t seed) {
+  auto* b = static_cast<unsigned char*>(p);
+  std::uint64_t state = seed;
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    const std::uint64_t v = splitmix64(state);
+    std::memcpy(b + i, &v, 8);
+  }
+  if (i < bytes) {
+    const std::uint64_t v = splitmix64(state);
+    std::memcpy(b + i, &v, bytes - i);
+  }
+}
+
+std::string hex_byte(unsigned char c) {
+  std::ostringstream os;
+  os << "0x" << std::hex << std::setw(2) << std::setfill('0') << static_cast<unsigned>(c);
+  return os.str();
+}
+
+/// Fails the case, naming the first differing byte and how many differ, unless the bytes match.
+void expect_bytes(const void* actual, const void* expected, std::size_t bytes,
+                  const std::string& what) {
+  if (bytes == 0 || std::memcmp(actual, expected, bytes) == 0) return;
+  const auto* a = static_cast<const unsigned char*>(actual);
+  const auto* e = static_cast<const unsigned char*>(expected);
+  std::size_t first = bytes;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if (a[i] != e[i]) {
+      if (first == bytes) first = i;
+      ++differing;
+    }
+  }
+  RC_FAIL(detail::concat(what, ": ", differing, " of ", bytes, " bytes differ, the first at byte ",
+                         first, " (got ", hex_byte(a[first]), ", expected ", hex_byte(e[first]),
+                         ")"));
+}
+
+unsigned char* at(const buffer& b, std::size_t offset) { return b.as<unsigned char>() + offset; }
+
+/// Synchronizes streams when it goes out of scope, so that buffers declared before it are not
+/// released while queued work still uses them (also when a check fails half way).
+class sync_on_exit {
+ public:
+  sync_on_exit(executor& ex, std::initializer_list<stream_ref> streams)
+      : ex_(ex), streams_(streams) {}
+  sync_on_exit(const sync_on_exit&) = delete;
+  sync_on_exit& operator=(const sync_on_exit&) = delete;
+  ~sync_on_exit() {
+    for (stream_ref s : streams_) {
+      try {
+        ex_.synchronize(s);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing more here
+      }
+    }
+  }
+
+ private:
+  executor& ex_;
+  std::vector<stream_ref> streams_;
+};
+
+/// A reserved virtual range with physical memory mapped behind it and access granted; remap()
+/// replaces the physical memory at the same address. Every step that fails is rolled back.
+class mapped_range {
+ public:
+  mapped_range(executor& ex, std::size_t bytes) : ex_(ex), bytes_(bytes) {
+    va_ = ex_.reserve(bytes_);
+    try {
+      map_new();
+    } catch (...) {
+      // No destructor runs for a half-built object: undo what map_new() got done.
+      teardown();
+      throw;
+    }
+  }
+  mapped_range(const mapped_range&) = delete;
+  mapped_range& operator=(const mapped_range&) = delete;
+  ~mapped_range() { teardown(); }
+
+  /// Unmaps and releases the physical memory; the address stays reserved.
+  void unmap_and_release() {
+    ex_.unmap(va_, bytes_);
+    mapped_ = false;
+    ex_.release_physical(physical_);
+    has_physical_ = false;
+  }
+  /// Creates new physical memory and maps it at the same address.
+  void map_new() {
+    physical_ = ex_.create_physical(bytes_);
+    has_physical_ = true;
+    ex_.map(va_, bytes_, physical_);
+    mapped_ = true;
+    ex_.set_access(va_, bytes_, 0);
+  }
+
+  [[nodiscard]] void* data() const noexcept { return va_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void teardown() noexcept {
+    if (mapped_) {
+      try {
+        ex_.unmap(va_, bytes_);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): teardown never throws
+      }
+      mapped_ = false;
+    }
+    if (has_physical_) ex_.release_physical(physical_);
+    has_physical_ = false;
+    ex_.unreserve(va_, bytes_);
+  }
+
+  executor& ex_;
+  std::size_t bytes_;
+  void* va_ = nullptr;
+  physical_handle physical_{};
+  bool has_physical_ = false;
+  bool mapped_ = false;
+};
+
+/// Byte counts for copies and fills: the edges (0, 1, odd, around a page) often, sizes up to
+/// `max` sometimes.
+std::size_t gen_bytes(std::size_t max) {
+  return *rc::gen::weightedOneOf<std::size_t>({
+      {3, rc::gen::element<std::size_t>(0, 1, 2, 3, 7, 8, 63, 64, 65, 4095, 4096, 4097)},
+      {4, rc::gen::inRange<std::size_t>(0, 4 * kib)},
+      {2, rc::gen::inRange<std::size_t>(4 * kib, 256 * kib)},
+      {1, rc::gen::inRange<std::size_t>(256 * kib, max + 1)},
+  });
+}
+
+std::uint64_t gen_seed() { return *rc::gen::arbitrary<std::uint64_t>(); }
+
+const char* kind_name(memory_kind k) { return to_string(k); }
+
+/// A random memory kind (drawn as an index: rapidcheck shows ints in counterexamples).
+memory_kind gen_kind() {
+  constexpr std::array<memory_kind, 3> kinds = {memory_kind::device, memory_kind::pinned,
+                                                memory_kind::pageable};
+  return kinds[*rc::gen::inRange<std::size_t>(0, kinds.size())];
+}
+
+pointer_kind pointer_kind_of(memory_kind k) {
+  switch (k) {
+    case memory_kind::device: return pointer_kind::device;
+    case memory_kind::pinned: return pointer_kind::pinned;
+    case memory_kind::pageable: return pointer_kind::pageable;
+  }
+  return pointer_kind::pageable;
+}
+
+/// Copies device-visible bytes to a fresh host buffer (synchronously) so that they can be compared.
+std::vector<unsigned char> read_back(executor& ex, const void* src, std::size_t bytes,
+                                     stream_ref s) {
+  buffer staging(ex, memory_kind::pinned, bytes);
+  ex.copy(staging.data(), src, bytes, s);
+  ex.synchronize(s);
+  return std::vector<unsigned char>(staging.as<unsigned char>(),
+                                    staging.as<unsigned char>() + bytes);
+}
+
+// ---- copies -------------------------------------------------------------------------------------
+
+/// Bytes survive a tour through every ordered pair of memory kinds (pageable, pinned, device, each
+/// to itself too), each hop into a fresh buffer at a random misalignment, each hop on one of two
+/// streams ordered by an event when the stream changes.
+void copy_round_trip(executor& ex) {
+  // An Euler tour of the complete directed graph with loops on {pageable, pinned, device}.
+  constexpr std::array<memory_kind, 10> tour = {
+      memory_kind::pageable, memory_kind::pageable, memory_kind::pinned, memory_kind::pinned,
+      memory_kind::device,   memory_kind::device,   memory_kind::pageable, memory_kind::device,
+      memory_kind::pinned,   memory_kind::pageable};
+  const std::size_t bytes = gen_bytes(4 * mib);
+  const std::uint64_t seed = gen_seed();
+  const auto on_second_stream = *rc::gen::arbitrary<std::uint32_t>();
+  std::array<std::size_t, tour.size()> offsets{};
+  for (auto& o : offsets) o = *rc::gen::inRange<std::size_t>(0, 16);
+
+  std::array<stream, 2> streams{stream(ex), stream(ex)};
+  std::vector<event> events;
+  std::vector<buffer> hops;
+  for (std::size_t i = 0; i < tour.size(); ++i) {
+    hops.emplace_back(ex, tour[i], bytes + offsets[i]);
+  }
+  const sync_on_exit guard(ex, {streams[0], streams[1]});
+
+  // Destinations start with bytes unlike the source so that a copy that does nothing is caught.
+  write_pattern(at(hops[0], offsets[0]), bytes, seed);
+  for (std::size_t i = 1; i < tour.size(); ++i) {
+    if (tour[i] == memory_kind::device) {
+      ex.fill(hops[i].data(), 0xA5, hops[i].size(), streams[0]);
+    } else {
+      write_pattern(hops[i].data(), hops[i].size(), ~seed + i);
+    }
+  }
+  ex.synchronize(streams[0]);
+
+  std::size_t previous = 0;
+  for (std::size_t i = 1; i < tour.size(); ++i) {
+    const std::size_t current = (on_second_stream >> i) & 1u;
+    if (current != previous) {
+      events.emplace_back(ex);
+      ex.record(events.back(), streams[previous]);
+      ex.wait(events.back(), streams[current]);
+    }
+    ex.copy(at(hops[i], offsets[i]), at(hops[i - 1], offsets[i - 1]), bytes, streams[current]);
+    previous = current;
+  }
+  ex.synchronize(streams[0]);
+  ex.synchronize(streams[1]);
+
+  const std::vector<unsigned char> original = [&] {
+    std::vector<unsigned char> v(bytes);
+    write_pattern(v.data(), bytes, seed);
+    return v;
+  }();
+  // Host-visible hops are checked in order, so a failure names the first hop that went wrong.
+  for (std::size_t i = 1; i < tour.size(); ++i) {
+    if (tour[i] == memory_kind::device) continue;
+    expect_bytes(at(hops[i], offsets[i]), original.data(), bytes,
+                 detail::concat("copy_round_trip hop ", i, " (", kind_name(tour[i - 1]), " -> ",
+                                kind_name(tour[i]), ", ", bytes, " bytes, stream ",
+                                (on_second_stream >> i) & 1u, ") or an earlier device hop"));
+  }
+}
+
+// ---- fill ---------------------------------------------------------------------------------------
+
+/// fill() sets exactly the requested bytes, in every memory kind, and nothing around them.
+void fill_property(executor& ex) {
+  const memory_kind kind = gen_kind();
+  const std::size_t bytes = gen_bytes(1 * mib);
+  const std::size_t guard_bytes = 64;
+  const auto value = *rc::gen::inRange<int>(0, 256);
+  const std::uint64_t seed = gen_seed();
+  const std::size_t total = bytes + 2 * guard_bytes;
+
+  stream s(ex);
+  buffer target(ex, kind, total);
+  buffer staging(ex, memory_kind::pinned, total);
+  const sync_on_exit guard(ex, {s});
+
+  write_pattern(staging.data(), total, seed);
+  std::vector<unsigned char> expected(staging.as<unsigned char>(),
+                                      staging.as<unsigned char>() + total);
+  std::fill(expected.begin() + guard_bytes, expected.begin() + guard_bytes + bytes,
+            static_cast<unsigned char>(value));
+
+  ex.copy(target.data(), staging.data(), total, s);
+  ex.fill(at(target, guard_bytes), value, bytes, s);
+  const auto actual = read_back(ex, target.data(), total, s);
+  expect_bytes(actual.data(), expected.data(), total,
+               detail::concat("fill of ", bytes, " bytes of ", kind_name(kind), " memory with ",
+                              value, " (", guard_bytes, " guard bytes on each side)"));
+}
+
+// ---- launch -------------------------------------------------------------------------------------
+
+/// A launched OFFLOADKIT_HD body runs exactly once per index: a device-scope atomic counter ends
+/// at n and every index holds its own value.
+void launch_count(executor& ex) {
+  const std::size_t n = *rc::gen::weightedOneOf<std::size_t>({
+      {2, rc::gen::element<std::size_t>(0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025)},
+      {3, rc::gen::inRange<std::size_t>(0, 10000)},
+      {1, rc::gen::inRange<std::size_t>(10000, 1 << 20)},
+  });
+  const unsigned block = *rc::gen::element(32u, 64u, 128u, 256u, 512u, 1024u);
+  const std::uint64_t salt = gen_seed();
+
+  stream s(ex);
+  buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
+  buffer out(ex, memory_kind::device, n * sizeof(std::uint64_t));
+  const sync_on_exit guard(ex, {s});
+
+  ex.fill(counter.data(), 0, counter.size(), s);
+  ex.fill(out.data(), 0xFF, out.size(), s);
+  launch_count_and_write(ex, n, counter.as<unsigned long long>(), out.as<std::uint64_t>(), salt,
+                         block, s);
+  const auto count_bytes = read_back(ex, counter.data(), counter.size(), s);
+  const auto out_bytes = read_back(ex, out.data(), out.size(), s);
+
+  unsigned long long count = 0;
+  std::memcpy(&count, count_bytes.data(), sizeof(count));
+  RC_ASSERT(count == static_cast<unsigned long long>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, out_bytes.data() + i * sizeof(v), sizeof(v));
+    if (v != index_value(i, salt)) {
+      RC_FAIL(detail::concat("launch over n = ", n, " with block ", block, ": index ", i,
+                             " holds ", v, ", expected ", index_value(i, salt)));
+    }
+  }
+}
+
+// ---- stream order -------------------------------------------------------------------------------
+
+/// Work issued to one stream runs in issue order: a random sequence of fills, copies and launches
+/// over three buffers, with random delays injected on the stream, ends in the same bytes as the
+/// same sequence run one step at a time on the host.
+void stream_order(executor& base) {
+  delay_adaptor ex(base);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 16 * kib);
+  const std::size_t bytes = words * 4;
+  const std::uint64_t seed = gen_seed();
+  const auto steps = *rc::gen::inRange<std::size_t>(1, 24);
+
+  stream s(ex);
+  // Buffers 0 and 1 are device memory, buffer 2 pinned memory.
+  std::array<buffer, 3> bufs{buffer(ex, memory_kind::device, bytes),
+                             buffer(ex, memory_kind::device, bytes),
+                             buffer(ex, memory_kind::pinned, bytes)};
+  const sync_on_exit guard(ex, {s});
+  std::array<std::vector<unsigned char>, 3> model;
+  for (auto& m : model) m.assign(bytes, 0);
+
+  write_pattern(bufs[2].data(), bytes, seed);
+  std::memcpy(model[2].data(), bufs[2].data(), bytes);
+  ex.copy(bufs[0].data(), bufs[2].data(), bytes, s);
+  ex.copy(bufs[1].data(), bufs[2].data(), bytes, s);
+  model[0] = model[2];
+  model[1] = model[2];
+  ex.synchronize(s);
+
+  ex.delay_randomly(s, microseconds(*rc::gen::inRange(0, 500)), gen_seed());
+  std::ostringstream trace;
+  for (std::size_t step = 0; step < steps; ++step) {
+    const int op = *rc::gen::inRange(0, 3);
+    // Word-aligned ranges, so that launches over 32-bit words and byte ops mix freely.
+    const std::size_t first = *rc::gen::inRange<std::size_t>(0, words);
+    const std::size_t count = *rc::gen::inRange<std::size_t>(0, words - first + 1);
+    const std::size_t dst = *rc::gen::inRange<std::size_t>(0, 3);
+    if (op == 0) {
+      const int value = *rc::gen::inRange(0, 256);
+      ex.fill(at(bufs[dst], first * 4), value, count * 4, s);
+      std::fill_n(model[dst].begin() + static_cast<std::ptrdiff_t>(first * 4), count * 4,
+                  static_cast<unsigned char>(value));
+      trace << " fill(" << dst << "," << first << "," << count << ")";
+    } else if (op == 1) {
+      const std::size_t src = (dst + *rc::gen::inRange<std::size_t>(1, 3)) % 3;
+      const std::size_t from = *rc::gen::inRange<std::size_t>(0, words - count + 1);
+      ex.copy(at(bufs[dst], first * 4), at(bufs[src], from * 4), count * 4, s);
+      std::memcpy(model[dst].data() + first * 4, model[src].data() + from * 4, count * 4);
+      trace << " copy(" << src << "->" << dst << "," << from << "->" << first << "," << count << ")";
+    } else {
+      const std::size_t device_buf = dst % 2;
+      const auto a = *rc::gen::arbitrary<std::uint32_t>();
+      const auto b = *rc::gen::arbitrary<std::uint32_t>();
+      launch_affine(ex, count, reinterpret_cast<std::uint32_t*>(at(bufs[device_buf], first * 4)), a,
+                    b, s);
+      for (std::size_t w = first; w < first + count; ++w) {
+        std::uint32_t x = 0;
+        std::memcpy(&x, model[device_buf].data() + w * 4, 4);
+        x = x * a + b;
+        std::memcpy(model[device_buf].data() + w * 4, &x, 4);
+      }
+      trace << " affine(" << device_buf << "," << first << "," << count << ")";
+    }
+  }
+  ex.clear();
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto actual = read_back(ex, bufs[i].data(), bytes, s);
+    expect_bytes(actual.data(), model[i].data(), bytes,
+                 detail::concat("device buffer ", i, " after", trace.str()));
+  }
+  ex.synchronize(s);
+  expect_bytes(bufs[2].data(), model[2].data(), bytes,
+               detail::concat("pinned buffer 2 after", trace.str()));
+}
+
+// ---- events across streams ------------------------------------------------------------------------
+
+/// What the producer stream writes in the event properties, and the bytes it leaves behind.
+struct production {
+  int op = 0;  // 0: copy from pinned, 1: fill, 2: launch
+  std::uint64_t seed = 0;
+  int value = 0;
+};
+
+production gen_production() {
+  production p;
+  p.op = *rc::gen::inRange(0, 3);
+  p.seed = gen_seed();
+  p.value = *rc::gen::inRange(0, 256);
+  return p;
+}
+
+std::vector<unsigned char> produced_bytes(const production& p, std::size_t words) {
+  std::vector<unsigned char> v(words * 8);
+  if (p.op == 0) {
+    write_pattern(v.data(), v.size(), p.seed);
+  } else if (p.op == 1) {
+    std::fill(v.begin(), v.end(), static_cast<unsigned char>(p.value));
+  } else {
+    for (std::size_t i = 0; i < words; ++i) {
+      const std::uint64_t x = index_value(i, p.seed);
+      std::memcpy(v.data() + i * 8, &x, 8);
+    }
+  }
+  return v;
+}
+
+/// Issues the production into `target` on `s`; `source` (pinned) and `counter` (device) are
+/// scratch buffers of the right sizes.
+void produce(executor& ex, const production& p, const buffer& target, const buffer& source,
+             const buffer& counter, std::size_t words, stream_ref s) {
+  if (p.op == 0) {
+    write_pattern(source.data(), words * 8, p.seed);
+    ex.copy(target.data(), source.data(), words * 8, s);
+  } else if (p.op == 1) {
+    ex.fill(target.data(), p.value, words * 8, s);
+  } else {
+    launch_count_and_write(ex, words, counter.as<unsigned long long>(), target.as<std::uint64_t>(),
+                           p.seed, 256, s);
+  }
+}
+
+const char* production_name(const production& p) {
+  return p.op == 0 ? "copy" : p.op == 1 ? "fill" : "launch";
+}
+
+/// With record on the producer and wait on the consumer, the consumer sees the producer's data
+/// however long the producer is held back (injected delays on both streams).
+void event_ordering(executor& base) {
+  delay_adaptor ex(base);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 64 * kib);
+  const std::uint64_t old_seed = gen_seed();
+  const production p = gen_production();
+  const auto delay = microseconds(*rc::gen::inRange(0, 20000));
+
+  stream producer(ex);
+  stream consumer(ex);
+  event done(ex);
+  buffer shared(ex, memory_kind::device, words * 8);
+  buffer source(ex, memory_kind::pinned, words * 8);
+  buffer old_data(ex, memory_kind::pinned, words * 8);
+  buffer out(ex, memory_kind::pinned, words * 8);
+  buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
+  const sync_on_exit guard(ex, {producer, consumer});
+
+  write_pattern(old_data.data(), words * 8, old_seed);
+  ex.copy(shared.data(), old_data.data(), words * 8, producer);
+  ex.synchronize(producer);
+
+  ex.delay_next(producer, delay);
+  ex.delay_randomly(consumer, microseconds(*rc::gen::inRange(0, 1000)), gen_seed());
+  produce(ex, p, shared, source, counter, words, producer);
+  ex.record(done, producer);
+  ex.wait(done, consumer);
+  ex.copy(out.data(), shared.data(), words * 8, consumer);
+  ex.synchronize(consumer);
+
+  const auto expected = produced_bytes(p, words);
+  expect_bytes(out.data(), expected.data(), words * 8,
+               detail::concat("consumer's copy after wait on the producer's event (producer ",
+                              production_name(p), " delayed by ", delay.count(), " us)"));
+}
+
+/// Without the wait, nothing orders the consumer after the producer: while the producer is held
+/// back by a long injected delay, the consumer reads the old bytes. This is what makes a missing
+/// wait observable, and it fails if the executor serializes its streams.
+void missing_wait_is_observable(executor& base) {
+  delay_adaptor ex(base);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 16 * kib);
+  const std::uint64_t old_seed = gen_seed();
+  const production p = gen_production();
+
+  stream producer(ex);
+  stream consumer(ex);
+  buffer shared(ex, memory_kind::device, words * 8);
+  buffer source(ex, memory_kind::pinned, words * 8);
+  buffer old_data(ex, memory_kind::pinned, words * 8);
+  buffer out(ex, memory_kind::pinned, words * 8);
+  buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
+  const sync_on_exit guard(ex, {producer, consumer});
+  write_pattern(old_data.data(), words * 8, old_seed);
+
+  // The verdict needs the consumer to finish while the producer still sleeps; a stalled machine can
+  // miss that, so a case is retried with a longer delay before it counts as serialized streams.
+  auto delay = milliseconds(40);
+  for (int attempt = 0; attempt < 3; ++attempt, delay *= 4) {
+    ex.copy(shared.data(), old_data.data(), words * 8, producer);
+    ex.synchronize(producer);
+
+    // The flag is set on the producer stream right after the delay, before the producer writes.
+    auto started = std::make_shared<std::atomic<bool>>(false);
+    ex.delay_next(producer, delay);
+    ex.host_function([started] { started->store(true); }, producer);
+    produce(ex, p, shared, source, counter, words, producer);
+    ex.copy(out.data(), shared.data(), words * 8, consumer);
+    ex.synchronize(consumer);
+    const bool producer_started = started->load();
+    ex.synchronize(producer);
+    if (producer_started) continue;
+
+    expect_bytes(out.data(), old_data.data(), words * 8,
+                 detail::concat("consumer's copy without a wait, while the producer's ",
+                                production_name(p), " was held back by ", delay.count(), " ms"));
+    // The producer did write in the end: the old bytes seen above were stale, not a lost write.
+    const auto after = read_back(ex, shared.data(), words * 8, consumer);
+    const auto expected = produced_bytes(p, words);
+    expect_bytes(after.data(), expected.data(), words * 8, "producer's bytes after its stream ended");
+    return;
+  }
+  RC_FAIL(detail::concat("in 3 attempts (producer delays up to ", (delay / 4).count(),
+                         " ms) the consumer's copy never completed before the producer's delayed "
+                         "work began: the two streams do not run independently"));
+}
+
+// ---- virtual memory -------------------------------------------------------------------------------
+
+/// Reserve, create, map, set access, write; then any number of cycles of copy out, unmap and
+/// release, create and map again at the same address, copy back: the data and the address survive,
+/// and the device memory is really given back while unmapped.
+void vmm_remap(executor& ex) {
+  const std::size_t g = ex.granularity(0);
+  RC_ASSERT(g > 0);
+  const std::size_t bytes = g * *rc::gen::inRange<std::size_t>(1, 4);
+  const std::size_t words = bytes / 4;
+  const std::uint64_t seed = gen_seed();
+  const auto cycles = *rc::gen::inRange(1, 4);
+
+  stream s(ex);
+  buffer backup(ex, memory_kind::pinned, bytes);
+  buffer check(ex, memory_kind::pinned, bytes);
+  std::vector<unsigned char> expected(bytes);
+  write_pattern(expected.data(), bytes, seed);
+  mapped_range range(ex, bytes);
+  const sync_on_exit guard(ex, {s});
+  void* const address = range.data();
+  if (ex.classify(address).kind != pointer_kind::device) {
+    RC_FAIL(detail::concat("classify() calls a mapped range ", to_string(ex.classify(address).kind),
+                           " memory, expected device memory"));
+  }
+
+  std::memcpy(backup.data(), expected.data(), bytes);
+  ex.copy(address, backup.data(), bytes, s);
+  ex.synchronize(s);
+
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    // A kernel on the mapped range changes the contents, so each cycle carries new bytes.
+    const auto a = *rc::gen::arbitrary<std::uint32_t>() | 1u;
+    const auto b = *rc::gen::arbitrary<std::uint32_t>();
+    launch_affine(ex, words, static_cast<std::uint32_t*>(address), a, b, s);
+    for (std::size_t w = 0; w < words; ++w) {
+      std::uint32_t x = 0;
+      std::memcpy(&x, expected.data() + w * 4, 4);
+      x = x * a + b;
+      std::memcpy(expected.data() + w * 4, &x, 4);
+    }
+    ex.copy(backup.data(), address, bytes, s);
+    ex.synchronize(s);
+
+    const std::size_t free_mapped = ex.device_memory(0).free;
+    range.unmap_and_release();
+    const std::size_t free_released = ex.device_memory(0).free;
+    // The host back end accounts exactly; a GPU's free memory also moves with other processes, so
+    // there only a gain is required.
+    if (ex.kind() == backend::host) {
+      RC_ASSERT(free_released >= free_mapped + bytes);
+    } else {
+      RC_ASSERT(free_released > free_mapped);
+    }
+    write_pattern(check.data(), bytes, ~seed);
+
+    range.map_new();
+    if (range.data() != address) RC_FAIL("the range moved: remapping changed its address");
+    const pointer_info info = ex.classify(address);
+    if (info.kind != pointer_kind::device || info.device != 0) {
+      RC_FAIL(detail::concat("after a remap, classify() calls the range ", to_string(info.kind),
+                             " memory of device ", info.device, ", expected device memory of 0"));
+    }
+    ex.copy(address, backup.data(), bytes, s);
+    ex.copy(check.data(), address, bytes, s);
+    ex.synchronize(s);
+    expect_bytes(check.data(), expected.data(), bytes,
+                 detail::concat("contents after remap cycle ", cycle + 1, " of ", cycles, " (",
+                                bytes, " bytes)"));
+  }
+}
+
+/// A graph captured on a mapped range (copy in, kernel, copy out) replays correctly after the
+/// range was unmapped, released, created and mapped again at the same address.
+void graph_replay_after_remap(executor& ex) {
+  const std::size_t g = ex.granularity(0);
+  const std::size_t bytes = g * *rc::gen::inRange<std::size_t>(1, 3);
+  const std::size_t words = bytes / 4;
+  const auto a = *rc::gen::arbitrary<std::uint32_t>();
+  const auto b = *rc::gen::arbitrary<std::uint32_t>();
+  const auto remaps = *rc::gen::inRange(1, 3);
+
+  stream s(ex);
+  buffer src(ex, memory_kind::pinned, bytes);
+  buffer dst(ex, memory_kind::pinned, bytes);
+  mapped_range range(ex, bytes);
+  const sync_on_exit guard(ex, {s});
+
+  ex.begin_capture(s);
+  graph captured;
+  try {
+    ex.copy(range.data(), src.data(), bytes, s);
+    launch_affine(ex, words, static_cast<std::uint32_t*>(range.data()), a, b, s);
+    ex.copy(dst.data(), range.data(), bytes, s);
+  } catch (...) {
+    // End the capture so that the stream is usable for the checks that follow.
+    try {
+      graph discarded(ex, ex.end_capture(s));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
+    }
+    throw;
+  }
+  captured = graph(ex, ex.end_capture(s));
+
+  auto replay_and_check = [&](const std::string& when) {
+    const std::uint64_t seed = gen_seed();
+    write_pattern(src.data(), bytes, seed);
+    std::memset(dst.data(), 0, bytes);
+    std::vector<unsigned char> expected(bytes);
+    write_pattern(expected.data(), bytes, seed);
+    for (std::size_t w = 0; w < words; ++w) {
+      std::uint32_t x = 0;
+      std::memcpy(&x, expected.data() + w * 4, 4);
+      x = x * a + b;
+      std::memcpy(expected.data() + w * 4, &x, 4);
+    }
+    captured.replay(s);
+    ex.synchronize(s);
+    expect_bytes(dst.data(), expected.data(), bytes, "graph replay " + when);
+  };
+
+  replay_and_check("before any remap");
+  for (int i = 0; i < remaps; ++i) {
+    range.unmap_and_release();
+    range.map_new();
+    replay_and_check(detail::concat("after remap ", i + 1, " of ", remaps));
+  }
+}
+
+// ---- fault injection ------------------------------------------------------------------------------
+
+/// One pass of an operation sequence that touches every armed kind: allocations of each memory kind,
+/// copies through pinned and device memory, and a VMM range (create, map, set access) that the
+/// data goes through. Returns normally only when the data came back intact.
+void fault_sequence(executor& ex, std::size_t bytes, std::uint64_t seed) {
+  stream s(ex);
+  buffer host(ex, memory_kind::pageable, bytes);
+  write_pattern(host.data(), bytes, seed);
+  buffer pin(ex, memory_kind::pinned, bytes);
+  buffer dev(ex, memory_kind::device, bytes);
+  buffer back(ex, memory_kind::pinned, bytes);
+  const sync_on_exit outer(ex, {s});
+  ex.copy(pin.data(), host.data(), bytes, s);
+  ex.copy(dev.data(), pin.data(), bytes, s);
+  {
+    const std::size_t g = ex.granularity(0);
+    mapped_range range(ex, std::max<std::size_t>(1, (bytes + g - 1) / g) * g);
+    const sync_on_exit inner(ex, {s});
+    ex.copy(range.data(), dev.data(), bytes, s);
+    ex.copy(back.data(), range.data(), bytes, s);
+    ex.synchronize(s);
+  }
+  expect_bytes(back.data(), host.data(), bytes, "fault sequence round trip");
+}
+
+/// Free device memory is back to `start`. A GPU's driver may hold memory a little longer and other
+/// processes move the figure, so there it is polled with a tolerance of one granule.
+void expect_memory_back(executor& ex, std::size_t start, const std::string& when) {
+  std::size_t free = ex.device_memory(0).free;
+  const std::size_t tolerance = ex.kind() == backend::host ? 0 : ex.granularity(0);
+  for (int i = 0; i < 20 && free + tolerance < start && ex.kind() != backend::host; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+    free = ex.device_memory(0).free;
+  }
+  if (free + tolerance < start) {
+    RC_FAIL(detail::concat("device memory leaked ", when, ": ", start - free,
+                           " bytes fewer free than before"));
+  }
+  if (ex.kind() == backend::host && free != start) {
+    RC_FAIL(detail::concat("device memory accounting moved ", when, ": ", free, " bytes free, ",
+                           start, " before"));
+  }
+}
+
+/// Countdown fault injection (abseil's model): for N = 0, 1, 2, ... the N-th allocation, copy,
+/// create_physical, map or set_access of the sequence fails; after each injected failure a clean
+/// run of the sequence still works and no device memory is lost.
+void fault_injection_leaves_executor_usable(executor& base) {
+  const std::size_t bytes = gen_bytes(1 * mib);
+  const std::uint64_t seed = gen_seed();
+  fault_injection_adaptor ex(base);
+  const std::vector<op_kind> kinds = {op_kind::allocate_device, op_kind::allocate_pinned,
+                                      op_kind::allocate_pageable, op_kind::copy,
+                                      op_kind::create_physical,   op_kind::map,
+                                      op_kind::set_access};
+  // A first clean run creates whatever the platform creates lazily; that is not a leak.
+  fault_sequence(ex, bytes, seed);
+  const std::size_t start = ex.device_memory(0).free;
+
+  std::size_t n = 0;
+  for (;; ++n) {
+    RC_ASSERT(n < 1000);
+    ex.arm(kinds, n);
+    bool threw = false;
+    std::string what;
+    try {
+      fault_sequence(ex, bytes, seed + n);
+    } catch (const injected_fault& e) {
+      threw = true;
+      what = e.what();
+    } catch (const out_of_memory& e) {
+      threw = true;
+      what = e.what();
+    }
+    const bool fired = ex.fired();
+    const std::size_t calls = ex.armed_calls();
+    ex.disarm();
+    if (!threw) {
+      // The sequence made fewer than n + 1 armed calls: every position has been failed once.
+      RC_ASSERT(!fired);
+      RC_ASSERT(calls == n);
+      break;
+    }
+    RC_ASSERT(fired);
+    fault_sequence(ex, bytes, seed ^ n);
+    expect_memory_back(ex, start, detail::concat("after injected fault #", n, " (", what, ")"));
+  }
+  RC_ASSERT(n > 0);
+}
+
+// ---- counting adaptor -----------------------------------------------------------------------------
+
+/// The counting adaptor's figures equal a model's for a random sequence of allocations, copies
+/// between every kind of memory, fills, launches, host functions and event waits.
+void counting_adaptor_counts(executor& base) {
+  counting_adaptor ex(base);
+  counting_adaptor::counts model;
+  auto count_call = [&model](op_kind k) { ++model.calls[static_cast<std::size_t>(k)]; };
+
+  stream s0(ex);
+  stream s1(ex);
+  std::vector<buffer> bufs;
+  auto allocate = [&](memory_kind kind, std::size_t size) {
+    bufs.emplace_back(ex, kind, size);
+    count_call(allocation_op(kind));
+    ++model.allocations[static_cast<std::size_t>(kind)];
+    model.allocated_bytes[static_cast<std::size_t>(kind)] += size;
+  };
+  allocate(memory_kind::device, 8 * sizeof(std::uint64_t) + sizeof(unsigned long long));
+  auto* const scratch = bufs.front().as<unsigned char>();
+  std::vector<event> events;
+  const sync_on_exit guard(ex, {s0, s1});
+  // Fresh events for every record keep this property about counting, not about event reuse.
+  auto order = [&](stream_ref from, stream_ref to) {
+    events.emplace_back(ex);
+    ex.record(events.back(), from);
+    ex.wait(events.back(), to);
+    count_call(op_kind::record);
+    count_call(op_kind::wait);
+  };
+
+  const auto steps = *rc::gen::inRange(1, 40);
+  for (int step = 0; step < steps; ++step) {
+    const int op = bufs.size() < 3 ? 0 : *rc::gen::inRange(0, 6);
+    const stream_ref s = *rc::gen::arbitrary<bool>() ? s0.ref() : s1.ref();
+    if (op == 0) {
+      allocate(gen_kind(), *rc::gen::inRange<std::size_t>(0, 64 * kib));
+    } else if (op == 1) {
+      const std::size_t i = *rc::gen::inRange<std::size_t>(1, bufs.size());
+      std::size_t j = *rc::gen::inRange<std::size_t>(1, bufs.size() - 1);
+      if (j >= i) ++j;
+      const std::size_t size = std::min(bufs[i].size(), bufs[j].size());
+      ex.copy(bufs[j].data(), bufs[i].data(), size, s);
+      count_call(op_kind::copy);
+      model.copied_bytes[static_cast<std::size_t>(pointer_kind_of(bufs[i].kind()))]
+                        [static_cast<std::size_t>(pointer_kind_of(bufs[j].kind()))] += size;
+    } else if (op == 2) {
+      const std::size_t i = *rc::gen::inRange<std::size_t>(1, bufs.size());
+      ex.fill(bufs[i].data(), 0, bufs[i].size(), s);
+      count_call(op_kind::fill);
+    } else if (op == 3) {
+      launch_count_and_write(ex, 8, reinterpret_cast<unsigned long long*>(scratch + 64),
+                             reinterpret_cast<std::uint64_t*>(scratch), 1, 64, s);
+      count_call(op_kind::launch);
+    } else if (op == 4) {
+      ex.host_function([] {}, s);
+      count_call(op_kind::host_function);
+    } else {
+      order(s0, s1);
+    }
+    // Work on the two streams shares buffers; keeping them in step avoids racing copies.
+    order(s, s == s0.ref() ? s1.ref() : s0.ref());
+  }
+
+  const counting_adaptor::counts actual = ex.snapshot();
+  for (std::size_t k = 0; k < model.calls.size(); ++k) {
+    if (actual.calls[k] != model.calls[k]) {
+      RC_FAIL(detail::concat("calls of ", to_string(static_cast<op_kind>(k)), ": counted ",
+                             actual.calls[k], ", made ", model.calls[k]));
+    }
+  }
+  for (std::size_t k = 0; k < 3; ++k) {
+    RC_ASSERT(actual.allocations[k] == model.allocations[k]);
+    RC_ASSERT(actual.allocated_bytes[k] == model.allocated_bytes[k]);
+  }
+  for (std::size_t from = 0; from < 4; ++from) {
+    for (std::size_t to = 0; to < 4; ++to) {
+      if (actual.copied_bytes[from][to] != model.copied_bytes[from][to]) {
+        RC_FAIL(detail::concat("bytes copied ", to_string(static_cast<pointer_kind>(from)), " -> ",
+                               to_string(static_cast<pointer_kind>(to)), ": counted ",
+                               actual.copied_bytes[from][to], ", copied ",
+                               model.copied_bytes[from][to]));
+      }
+    }
+  }
+  RC_ASSERT(actual.pageable_bytes() == model.pageable_bytes());
+  RC_ASSERT(actual.allocations_of(memory_kind::pinned) ==
+            model.allocations[static_cast<std::size_t>(memory_kind::pinned)]);
+}
+
+}  // namespace
+
+std::vector<check_case> executor_battery(const std::string& executor_name) {
+  auto make = [&executor_name](const char* name, void (*property)(executor&), int cases) {
+    check_case c;
+    c.feature = "executor";
+    c.implementation = executor_name;
+    c.name = name;
+    c.property = property;
+    c.default_cases = cases;
+    return c;
+  };
+  return {
+      make("copy_round_trip", &copy_round_trip, 100),
+      make("fill", &fill_property, 100),
+      make("launch_count", &launch_count, 100),
+      make("stream_order", &stream_order, 100),
+      make("event_ordering", &event_ordering, 30),
+      make("missing_wait_is_observable", &missing_wait_is_observable, 5),
+      make("vmm_remap", &vmm_remap, 20),
+      make("graph_replay_after_remap", &graph_replay_after_remap, 20),
+      make("fault_injection_leaves_executor_usable", &fault_injection_leaves_executor_usable, 10),
+      make("counting_adaptor_counts", &counting_adaptor_counts, 100),
+  };
+}
+
+}  // namespace offloadkit

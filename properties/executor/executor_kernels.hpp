@@ -1,0 +1,32 @@
+// Device bodies used by the executor battery. They are issued through offloadkit::launch() from
+// executor_kernels.cu, compiled by nvcc, so that the cuda back end runs them as kernels and the host
+// back end runs the same bodies; callers see plain C++ functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "offloadkit/executor.hpp"
+#include "offloadkit/host_device.hpp"
+
+namespace offloadkit::executor_checks {
+
+/// The value launch checks expect at index i: a cheap mix of i and a salt, so that a write to the
+/// wrong index or a missed index shows up as a wrong value.
+OFFLOADKIT_HD inline std::uint64_t index_value(std::uint64_t i, std::uint64_t salt) {
+  std::uint64_t z = i * 0x9E3779B97F4A7C15ull + salt;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// For every i in [0, n): atomically adds 1 to *counter (cuda::atomic_ref, device scope) and sets
+/// out[i] = index_value(i, salt).
+void launch_count_and_write(executor& ex, std::size_t n, unsigned long long* counter,
+                            std::uint64_t* out, std::uint64_t salt, unsigned block, stream_ref s);
+
+/// words[i] = words[i] * a + b (mod 2^32) for every i in [0, n).
+void launch_affine(executor& ex, std::size_t n, std::uint32_t* words, std::uint32_t a,
+                   std::uint32_t b, stream_ref s);
+
+}  // namespace offloadkit::executor_checks

@@ -1,0 +1,18 @@
+// The executor battery: the properties every executor back end must satisfy (copies in every
+// direction, fill, launch with device-scope atomics, stream order, event ordering across streams,
+// VMM remap at a fixed address, graph replay after a remap, recovery from injected faults, and the
+// counting adaptor's accounting). The properties are the same for every back end; the executor to
+// check is handed to run_check at run time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "offloadkit/check.hpp"
+
+namespace offloadkit {
+
+/// The battery's check_cases, with feature "executor" and `executor_name` as their implementation.
+std::vector<check_case> executor_battery(const std::string& executor_name);
+
+}  // namespace offloadkit

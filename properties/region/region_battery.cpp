@@ -1,0 +1,563 @@
+// The region battery's properties. Contents are written and updated on the device with the
+// pattern kernels (patterns.hpp) and read back through a pinned buffer; device memory is judged
+// by the executor's device_memory(), which is the driver's figure on the cuda back end.
+#include <rapidcheck.h>
+#include <rapidcheck/state.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "offloadkit/adaptors.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/region/battery_impls.hpp"
+#include "offloadkit/region/patterns.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace offloadkit::region {
+namespace {
+
+constexpr std::size_t word = sizeof(std::uint32_t);
+
+/// Device-memory slack tolerated when comparing the driver's free memory (other processes and
+/// the driver's own bookkeeping move it on a GPU; the host back end is exact).
+std::size_t memory_slack(executor& ex, int device) {
+  return ex.kind() == backend::cuda ? 2 * ex.granularity(device) : 0;
+}
+
+bool same_address(const void* a, const void* b) { return a == b; }
+
+bool near(std::size_t a, std::size_t b, std::size_t slack) {
+  return (a > b ? a - b : b - a) <= slack;
+}
+
+std::vector<std::uint32_t> read_words(executor& ex, const void* p, std::size_t words,
+                                      stream_ref s) {
+  buffer pinned(ex, memory_kind::pinned, words * word);
+  ex.copy(pinned.data(), p, words * word, s);
+  ex.synchronize(s);
+  std::vector<std::uint32_t> out(words);
+  std::memcpy(out.data(), pinned.data(), words * word);
+  return out;
+}
+
+/// Index of the first word that differs from affine^k(pattern(seed)), or words when none does.
+std::size_t first_mismatch(const std::vector<std::uint32_t>& got, std::uint32_t seed, int k) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    std::uint32_t w = pattern_word(seed, i);
+    for (int j = 0; j < k; ++j) w = affine_word(w);
+    if (got[i] != w) return i;
+  }
+  return got.size();
+}
+
+void assert_contents(executor& ex, const offload_region& r, std::size_t words, std::uint32_t seed,
+                     int k, stream_ref s) {
+  const auto got = read_words(ex, r.data(), words, s);
+  const std::size_t bad = first_mismatch(got, seed, k);
+  if (bad != words) {
+    RC_FAIL(offloadkit::detail::concat("word ", bad, " of ", words, " is ", got[bad],
+                                       ", expected pattern seed ", seed, " after ", k, " replays"));
+  }
+}
+
+capture_fn affine_graph(executor& ex, std::size_t words) {
+  return [&ex, words](void* base, stream_ref s) { apply_affine(ex, base, words, s); };
+}
+
+/// Region sizes: from one word to a few chunks of one granule, so that single- and multi-chunk
+/// regions and a partial last granule all occur.
+struct shape {
+  std::size_t words;
+  std::size_t chunk_bytes;
+};
+
+shape gen_shape(executor& ex, int device, int max_granules) {
+  const std::size_t gran = ex.granularity(device);
+  const int granules = *rc::gen::inRange(1, max_granules + 1);
+  const std::size_t tail = *rc::gen::inRange<std::size_t>(0, gran / word);
+  std::size_t words = (granules * gran) / word - tail;
+  if (*rc::gen::inRange(0, 8) == 0) words = *rc::gen::inRange<std::size_t>(1, 64);
+  const bool one_chunk_per_granule = *rc::gen::arbitrary<bool>();
+  return {std::max<std::size_t>(words, 1), one_chunk_per_granule ? gran : 0};
+}
+
+// ---- model-based --------------------------------------------------------------------------------
+
+/// A run of words written by one write_pattern and updated by `k` replays since; unknown after a
+/// discarding pause.
+struct segment {
+  std::size_t begin, end;
+  std::size_t origin;
+  std::uint32_t seed;
+  int k;
+  bool known;
+};
+
+struct region_model {
+  bool active = true;
+  std::size_t words = 0;
+  std::vector<segment> segments;  // sorted, covering [0, words)
+};
+
+struct region_sut {
+  executor* ex;
+  std::unique_ptr<offload_region> region;
+  stream s;
+  void* address;
+  graph_id graph;
+};
+
+using region_command = rc::state::Command<region_model, region_sut>;
+
+struct write_cmd final : region_command {
+  std::size_t begin = 0, end = 0;
+  std::uint32_t seed = 0;
+  explicit write_cmd(const region_model& m) {
+    begin = *rc::gen::inRange<std::size_t>(0, m.words);
+    end = *rc::gen::inRange<std::size_t>(begin + 1, m.words + 1);
+    seed = *rc::gen::arbitrary<std::uint32_t>();
+  }
+  void checkPreconditions(const region_model& m) const override {
+    RC_PRE(m.active && end <= m.words);
+  }
+  void apply(region_model& m) const override {
+    std::vector<segment> out;
+    for (const auto& g : m.segments) {
+      if (g.end <= begin || g.begin >= end) {
+        out.push_back(g);
+        continue;
+      }
+      if (g.begin < begin) out.push_back({g.begin, begin, g.origin, g.seed, g.k, g.known});
+      if (g.end > end) out.push_back({end, g.end, g.origin, g.seed, g.k, g.known});
+    }
+    out.push_back({begin, end, begin, seed, 0, true});
+    std::sort(out.begin(), out.end(),
+              [](const segment& a, const segment& b) { return a.begin < b.begin; });
+    m.segments = std::move(out);
+  }
+  void run(const region_model&, region_sut& sut) const override {
+    write_pattern(*sut.ex, static_cast<char*>(sut.region->data()) + begin * word, end - begin, seed,
+                  sut.s);
+  }
+  void show(std::ostream& os) const override {
+    os << "write [" << begin << ", " << end << ") seed " << seed;
+  }
+};
+
+struct pause_cmd final : region_command {
+  pause_mode mode;
+  explicit pause_cmd(const region_model&)
+      : mode(*rc::gen::inRange(0, 2) == 1 ? pause_mode::discard : pause_mode::preserve) {}
+  void apply(region_model& m) const override {
+    if (!m.active) return;
+    m.active = false;
+    if (mode == pause_mode::discard)
+      for (auto& g : m.segments) g.known = false;
+  }
+  void run(const region_model& m, region_sut& sut) const override {
+    if (!m.active) {
+      RC_ASSERT_THROWS_AS(sut.region->pause(sut.s, mode), state_error);
+      RC_ASSERT(sut.region->state() == region_state::paused);
+      return;
+    }
+    sut.region->pause(sut.s, mode);
+    RC_ASSERT(sut.region->state() == region_state::paused);
+    if (sut.region->address_stable()) RC_ASSERT(same_address(sut.region->data(), sut.address));
+  }
+  void show(std::ostream& os) const override { os << "pause(" << to_string(mode) << ")"; }
+};
+
+struct resume_cmd final : region_command {
+  void apply(region_model& m) const override { m.active = true; }
+  void run(const region_model& m, region_sut& sut) const override {
+    if (m.active) {
+      RC_ASSERT_THROWS_AS(sut.region->resume(sut.s), state_error);
+      RC_ASSERT(sut.region->state() == region_state::active);
+      return;
+    }
+    sut.region->resume(sut.s);
+    RC_ASSERT(sut.region->state() == region_state::active);
+    if (sut.region->address_stable()) {
+      RC_ASSERT(same_address(sut.region->data(), sut.address));
+      RC_ASSERT(sut.region->captures() == 1u);
+    }
+  }
+  void show(std::ostream& os) const override { os << "resume"; }
+};
+
+struct replay_cmd final : region_command {
+  void apply(region_model& m) const override {
+    if (!m.active) return;
+    for (auto& g : m.segments) ++g.k;
+  }
+  void run(const region_model& m, region_sut& sut) const override {
+    if (!m.active) {
+      RC_ASSERT_THROWS_AS(sut.region->replay(sut.graph, sut.s), state_error);
+      return;
+    }
+    sut.region->replay(sut.graph, sut.s);
+  }
+  void show(std::ostream& os) const override { os << "replay graph"; }
+};
+
+struct read_cmd final : region_command {
+  void checkPreconditions(const region_model& m) const override { RC_PRE(m.active); }
+  void run(const region_model& m, region_sut& sut) const override {
+    const auto got = read_words(*sut.ex, sut.region->data(), m.words, sut.s);
+    for (const auto& g : m.segments) {
+      if (!g.known) continue;
+      for (std::size_t i = g.begin; i < g.end; ++i) {
+        std::uint32_t w = pattern_word(g.seed, i - g.origin);
+        for (int j = 0; j < g.k; ++j) w = affine_word(w);
+        if (got[i] != w) {
+          RC_FAIL(offloadkit::detail::concat("word ", i, " is ", got[i], ", the model says ", w,
+                                             " (segment [", g.begin, ", ", g.end, ") seed ", g.seed,
+                                             ", ", g.k, " replays)"));
+        }
+      }
+    }
+  }
+  void show(std::ostream& os) const override { os << "read"; }
+};
+
+void model_based(executor& ex, const region_factory& make) {
+  const shape sh = gen_shape(ex, 0, 3);
+  region_sut sut{&ex, make(ex, region_config{sh.words * word, 0, sh.chunk_bytes}), stream(ex, 0),
+                 nullptr, 0};
+  sut.address = sut.region->data();
+  // Fresh device memory is unspecified: start from a known pattern.
+  write_pattern(ex, sut.region->data(), sh.words, 0, sut.s);
+  sut.graph = sut.region->register_graph(affine_graph(ex, sh.words), sut.s);
+  region_model m;
+  m.words = sh.words;
+  m.segments.push_back({0, sh.words, 0, 0, 0, true});
+  rc::state::check(
+      m, sut,
+      rc::state::gen::execOneOfWithArgs<write_cmd, pause_cmd, resume_cmd, replay_cmd, read_cmd>());
+  sut.s.synchronize();
+}
+
+// ---- release, graphs, cycles, errors, devices ---------------------------------------------------
+
+void release_is_real(executor& ex, const region_factory& make) {
+  const int device = ex.device_count() - 1;
+  const std::size_t gran = ex.granularity(device);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 4) * gran / word;
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const std::size_t slack = memory_slack(ex, device);
+  stream s(ex, device);
+  const std::size_t free0 = ex.device_memory(device).free;
+  auto r = make(ex, region_config{words * word, device, gran});
+  write_pattern(ex, r->data(), words, seed, s);
+  s.synchronize();
+  const std::size_t free_active = ex.device_memory(device).free;
+  RC_ASSERT(free0 >= free_active + r->size() - slack);
+  r->pause(s);
+  const std::size_t free_paused = ex.device_memory(device).free;
+  RC_LOG() << "free: before " << free0 << ", active " << free_active << ", paused " << free_paused
+           << "\n";
+  RC_ASSERT(free_paused >= free_active + r->size() - slack);
+  RC_ASSERT(near(free_paused, free0, slack));
+  r->resume(s);
+  s.synchronize();
+  RC_ASSERT(near(ex.device_memory(device).free, free_active, slack));
+  assert_contents(ex, *r, words, seed, 0, s);
+  r.reset();
+  RC_ASSERT(near(ex.device_memory(device).free, free0, slack));
+}
+
+void graph_replay_after_resume(executor& ex, const region_factory& make) {
+  const shape sh = gen_shape(ex, 0, 3);
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const int before = *rc::gen::inRange(0, 3);
+  const int after = *rc::gen::inRange(1, 4);
+  const int cycles = *rc::gen::inRange(1, 4);
+  stream s(ex, 0);
+  auto r = make(ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+  void* const address = r->data();
+  write_pattern(ex, r->data(), sh.words, seed, s);
+  const graph_id g = r->register_graph(affine_graph(ex, sh.words), s);
+  for (int i = 0; i < before; ++i) r->replay(g, s);
+  for (int c = 0; c < cycles; ++c) {
+    r->pause(s);
+    r->resume(s);
+  }
+  for (int i = 0; i < after; ++i) r->replay(g, s);
+  assert_contents(ex, *r, sh.words, seed, before + after, s);
+  if (r->address_stable()) {
+    RC_ASSERT(same_address(r->data(), address));
+    RC_ASSERT(r->captures() == 1u);  // replayed as captured, never re-captured
+  }
+}
+
+void many_cycles(executor& ex, const region_factory& make) {
+  const int cycles = 200;
+  counting_adaptor cx(ex);
+  const std::size_t gran = ex.granularity(0);
+  const std::size_t words = 2 * gran / word - 5;
+  const std::size_t slack = memory_slack(ex, 0);
+  stream s(cx, 0);
+  const std::size_t free0 = cx.device_memory(0).free;
+  auto r = make(cx, region_config{words * word, 0, gran});
+  write_pattern(cx, r->data(), words, 7, s);
+  s.synchronize();
+  const std::size_t free_active = cx.device_memory(0).free;
+  std::optional<counting_adaptor::counts> after_first;
+  for (int c = 0; c < cycles; ++c) {
+    r->pause(s, c % 10 == 9 ? pause_mode::discard : pause_mode::preserve);
+    RC_ASSERT(near(cx.device_memory(0).free, free0, slack));
+    const auto n = cx.snapshot();
+    // Every mapping made is undone while paused.
+    RC_ASSERT(n.calls_of(op_kind::map) == n.calls_of(op_kind::unmap));
+    if (!after_first) {
+      after_first = n;
+    } else {
+      RC_ASSERT(n.allocations_of(memory_kind::pinned) ==
+                after_first->allocations_of(memory_kind::pinned));
+      RC_ASSERT(n.calls_of(op_kind::reserve) == after_first->calls_of(op_kind::reserve));
+    }
+    r->resume(s);
+    if (c % 10 == 9) write_pattern(cx, r->data(), words, 7, s);
+    s.synchronize();
+    RC_ASSERT(near(cx.device_memory(0).free, free_active, slack));
+  }
+  assert_contents(cx, *r, words, 7, 0, s);
+  r.reset();
+  RC_ASSERT(near(cx.device_memory(0).free, free0, slack));
+}
+
+void state_errors(executor& ex, const region_factory& make) {
+  const shape sh = gen_shape(ex, 0, 2);
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const std::size_t slack = memory_slack(ex, 0);
+  stream s(ex, 0);
+  RC_ASSERT_THROWS_AS(make(ex, region_config{0, 0, 0}), out_of_range);
+  RC_ASSERT_THROWS_AS(make(ex, region_config{word, ex.device_count(), 0}), out_of_range);
+  RC_ASSERT_THROWS_AS(make(ex, region_config{word, -1, 0}), out_of_range);
+  const std::size_t free0 = ex.device_memory(0).free;
+  auto r = make(ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+  write_pattern(ex, r->data(), sh.words, seed, s);
+  const graph_id g = r->register_graph(affine_graph(ex, sh.words), s);
+  RC_ASSERT_THROWS_AS(r->resume(s), state_error);
+  RC_ASSERT_THROWS_AS(r->replay(g + 100, s), out_of_range);
+  RC_ASSERT(r->state() == region_state::active);
+  r->pause(s);
+  RC_ASSERT_THROWS_AS(r->pause(s), state_error);
+  RC_ASSERT_THROWS_AS(r->pause(s, pause_mode::discard), state_error);
+  RC_ASSERT_THROWS_AS(r->replay(g, s), state_error);
+  RC_ASSERT_THROWS_AS(r->register_graph(affine_graph(ex, sh.words), s), state_error);
+  RC_ASSERT(r->state() == region_state::paused);
+  r->resume(s);
+  assert_contents(ex, *r, sh.words, seed, 0, s);  // the refused calls changed nothing
+  // Destroying a paused region frees everything it held.
+  r->pause(s);
+  r.reset();
+  RC_ASSERT(near(ex.device_memory(0).free, free0, slack));
+}
+
+void multi_device(executor& ex, const region_factory& make) {
+  const int devices = ex.device_count();
+  if (devices < 2) RC_SUCCEED("one device: nothing to check");
+  const int device = *rc::gen::inRange(1, devices);
+  const std::size_t gran = ex.granularity(device);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 3) * gran / word - 3;
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const std::size_t slack = memory_slack(ex, 0);
+  stream s(ex, device);
+  auto r = make(ex, region_config{words * word, device, gran});
+  RC_ASSERT(r->device() == device);
+  write_pattern(ex, r->data(), words, seed, s);
+  const std::size_t other_free = ex.device_memory(0).free;
+  const std::size_t free_active = ex.device_memory(device).free;
+  r->pause(s);
+  RC_ASSERT(ex.device_memory(device).free >= free_active + r->size() - memory_slack(ex, device));
+  RC_ASSERT(near(ex.device_memory(0).free, other_free, slack));
+  // Work on another device in between, then resume: the region still comes back on its own.
+  stream other(ex, 0);
+  RC_ASSERT_THROWS_AS(r->resume(other), out_of_range);
+  RC_ASSERT(r->state() == region_state::paused);
+  buffer scratch(ex, memory_kind::device, gran, 0);
+  ex.fill(scratch.data(), 0, gran, other);
+  other.synchronize();
+  r->resume(s);
+  RC_ASSERT(ex.classify(r->data()).device == device);
+  assert_contents(ex, *r, words, seed, 0, s);
+}
+
+/// A resume's copies are the region's own work: a pause issued right after it on another stream
+/// must not copy out (or unmap) before they land. Delays on the resume's stream widen the window.
+void cross_stream_order(executor& ex, const region_factory& make) {
+  const shape sh = gen_shape(ex, 0, 3);
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const int delay_us = *rc::gen::inRange(1000, 20000);
+  delay_adaptor dx(ex);
+  stream a(dx, 0), b(dx, 0);
+  auto r = make(dx, region_config{sh.words * word, 0, sh.chunk_bytes});
+  write_pattern(dx, r->data(), sh.words, seed, a);
+  r->pause(a);
+  dx.delay_next(a, std::chrono::microseconds(delay_us), 64);
+  r->resume(a);
+  r->pause(b);
+  dx.clear();
+  r->resume(b);
+  assert_contents(dx, *r, sh.words, seed, 0, b);
+  a.synchronize();
+}
+
+/// unified_region's documented release: the allocation stays, a paused region stays readable (no
+/// fault), and on the host back end device memory never moves.
+void unified_release_behaviour(executor& ex, const region_factory& make) {
+  const std::size_t gran = ex.granularity(0);
+  const std::size_t words = *rc::gen::inRange<std::size_t>(1, 3) * gran / word - 1;
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  stream s(ex, 0);
+  const std::size_t free0 = ex.device_memory(0).free;
+  auto r = make(ex, region_config{words * word, 0, 0});
+  void* const address = r->data();
+  write_pattern(ex, r->data(), words, seed, s);
+  s.synchronize();
+  const std::size_t free_active = ex.device_memory(0).free;
+  r->pause(s, *rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve);
+  const std::size_t free_paused = ex.device_memory(0).free;
+  RC_LOG() << "free: before " << free0 << ", active " << free_active << ", paused " << free_paused
+           << "\n";
+  if (ex.kind() == backend::host) {
+    RC_ASSERT(free_active == free0);
+    RC_ASSERT(free_paused == free0);
+  }
+  // Paused, yet readable: managed pages migrate on access instead of faulting. Even a discarding
+  // pause keeps the contents.
+  assert_contents(ex, *r, words, seed, 0, s);
+  RC_ASSERT(r->state() == region_state::paused);
+  r->resume(s);
+  assert_contents(ex, *r, words, seed, 0, s);
+  RC_ASSERT(same_address(r->data(), address));
+}
+
+// ---- fault injection ---------------------------------------------------------------------------
+
+enum class phase { pause, resume };
+
+void fault_countdown(executor& ex, const region_factory& make, phase which) {
+  const std::size_t gran = ex.granularity(0);
+  const int granules = *rc::gen::inRange(2, 5);
+  const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
+  const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
+  const std::size_t slack = memory_slack(ex, 0);
+  fault_injection_adaptor fx(ex);
+  stream s(fx, 0);
+  const std::vector<op_kind> kinds{op_kind::allocate_device,
+                                   op_kind::allocate_pinned,
+                                   op_kind::allocate_pageable,
+                                   op_kind::create_physical,
+                                   op_kind::map,
+                                   op_kind::set_access,
+                                   op_kind::copy,
+                                   op_kind::begin_capture,
+                                   op_kind::end_capture};
+  const std::size_t free0 = fx.device_memory(0).free;
+  for (std::size_t n = 0;; ++n) {
+    RC_ASSERT(n < 10000u);
+    auto r = make(fx, region_config{words * word, 0, gran});
+    void* const address = r->data();
+    write_pattern(fx, r->data(), words, seed, s);
+    const graph_id g = r->register_graph(affine_graph(fx, words), s);
+    s.synchronize();
+    const std::size_t free_active = fx.device_memory(0).free;
+    if (which == phase::resume) r->pause(s);
+
+    fx.arm(kinds, n);
+    bool threw = false;
+    try {
+      if (which == phase::pause)
+        r->pause(s);
+      else
+        r->resume(s);
+    } catch (const injected_fault&) {
+      threw = true;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = fx.fired();
+    fx.disarm();
+    RC_ASSERT(threw == fired);
+
+    if (fired) {
+      // A defined state, on the same address, within the memory the two ends of the transition
+      // hold.
+      const region_state st = r->state();
+      RC_LOG() << "fault at call " << n << " left the region " << to_string(st) << "\n";
+      if (which == phase::pause)
+        RC_ASSERT(st == region_state::active || st == region_state::partial);
+      else
+        RC_ASSERT(st == region_state::paused || st == region_state::partial);
+      if (r->address_stable()) RC_ASSERT(same_address(r->data(), address));
+      const std::size_t f = fx.device_memory(0).free;
+      RC_ASSERT(f + slack >= free_active && f <= free0 + slack);
+      // The retry succeeds.
+      if (which == phase::pause)
+        r->pause(s);
+      else
+        r->resume(s);
+    }
+    // From here on the region must behave as if nothing had failed: nothing leaked, nothing lost.
+    if (which == phase::pause) {
+      RC_ASSERT(r->state() == region_state::paused);
+      RC_ASSERT(near(fx.device_memory(0).free, free0, slack));
+      r->resume(s);
+    }
+    RC_ASSERT(r->state() == region_state::active);
+    s.synchronize();
+    RC_ASSERT(near(fx.device_memory(0).free, free_active, slack));
+    r->replay(g, s);
+    assert_contents(fx, *r, words, seed, 1, s);
+    r->pause(s);
+    RC_ASSERT(near(fx.device_memory(0).free, free0, slack));
+    r.reset();
+    RC_ASSERT(near(fx.device_memory(0).free, free0, slack));
+    if (!fired) break;  // the operation ran to its end without reaching call n
+  }
+}
+
+}  // namespace
+
+std::vector<check_case> unified_region_battery() {
+  const region_factory make = [](executor& ex, region_config c) {
+    return std::unique_ptr<offload_region>(std::make_unique<unified_region>(ex, c));
+  };
+  std::vector<check_case> out;
+  for (auto& c : region_battery("unified", make)) {
+    if (c.name == "model_based" || c.name == "graph_replay_after_resume" ||
+        c.name == "state_errors" || c.name == "cross_stream_order")
+      out.push_back(std::move(c));
+  }
+  out.push_back(check_case{"region", "unified", "unified_release_behaviour",
+                           [make](executor& ex) { unified_release_behaviour(ex, make); }, 10});
+  return out;
+}
+
+std::vector<check_case> region_battery(const std::string& implementation, region_factory make) {
+  auto c = [&](const char* name, void (*body)(executor&, const region_factory&), int cases) {
+    return check_case{"region", implementation, name,
+                      [make, body](executor& ex) { body(ex, make); }, cases};
+  };
+  std::vector<check_case> out;
+  out.push_back(c("model_based", &model_based, 30));
+  out.push_back(c("release_is_real", &release_is_real, 10));
+  out.push_back(c("graph_replay_after_resume", &graph_replay_after_resume, 15));
+  out.push_back(check_case{"region", implementation, "fault_countdown_pause",
+                           [make](executor& ex) { fault_countdown(ex, make, phase::pause); }, 3});
+  out.push_back(check_case{"region", implementation, "fault_countdown_resume",
+                           [make](executor& ex) { fault_countdown(ex, make, phase::resume); }, 3});
+  out.push_back(c("many_cycles", &many_cycles, 1));
+  out.push_back(c("state_errors", &state_errors, 10));
+  out.push_back(c("multi_device", &multi_device, 5));
+  out.push_back(c("cross_stream_order", &cross_stream_order, 5));
+  return out;
+}
+
+}  // namespace offloadkit::region

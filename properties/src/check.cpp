@@ -1,0 +1,148 @@
+// run_check(): runs one check_case's property under rapidcheck with an explicit seed, case count and
+// size bound, and turns rapidcheck's result into a check_outcome. A failing property is a result,
+// never an exception, so one failure does not stop a battery.
+#include "offloadkit/check.hpp"
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <exception>
+#include <random>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+namespace offloadkit {
+namespace {
+
+// rapidcheck's global listener prints to stderr and, at exit, a hint in RC_PARAMS terms; offloadkit
+// reports the seed and the command that replays it itself, so the run listens to nothing.
+class silent_listener final : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription& /*description*/) override {}
+  void onShrinkTried(const rc::detail::CaseDescription& /*shrink*/, bool /*accepted*/) override {}
+  void onTestFinished(const rc::detail::TestMetadata& /*metadata*/,
+                      const rc::detail::TestResult& /*result*/) override {}
+};
+
+std::uint64_t fresh_seed() {
+  std::random_device rd;
+  std::uint64_t s = 0;
+  while (s == 0) s = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return s;
+}
+
+/// What the property's runs said, as seen from inside: rapidcheck re-runs the final (shrunk) case
+/// to describe it, and a failure that depends on timing may not recur in that run.
+struct observations {
+  bool last_run_failed = false;
+  std::string last_failure;
+};
+
+std::string describe(const rc::detail::FailureResult& f, const observations& seen) {
+  std::ostringstream os;
+  os << "falsified after " << f.numSuccess << " successful case(s): ";
+  if (seen.last_run_failed || seen.last_failure.empty()) {
+    os << f.description;
+  } else {
+    os << seen.last_failure
+       << "\n(this failure did not recur when the case was run again to report it: it depends on "
+          "timing or on state outside the case)";
+  }
+  if (!f.counterExample.empty()) {
+    os << "\ncounterexample:";
+    for (const auto& [type, value] : f.counterExample) os << "\n  " << type << ": " << value;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg) {
+  check_outcome o;
+  o.feature = c.feature;
+  o.implementation = c.implementation;
+  o.name = c.name;
+  o.executor_name = to_string(ex.kind());
+  o.seed = cfg.seed != 0 ? cfg.seed : fresh_seed();
+  o.cases_planned = cfg.cases > 0 ? std::min(cfg.cases, c.default_cases) : c.default_cases;
+  if (o.cases_planned < 1) o.cases_planned = 1;
+
+  if (!c.property) {
+    o.message = "the check case has no property body";
+    return o;
+  }
+
+  rc::detail::TestParams params;
+  params.seed = o.seed;
+  params.maxSuccess = o.cases_planned;
+  params.maxSize = cfg.max_size;
+  params.disableShrinking = !cfg.shrink;
+
+  rc::detail::TestMetadata metadata;
+  metadata.id = c.feature + "/" + c.implementation + "/" + c.name;
+  metadata.description = c.name;
+
+  silent_listener listener;
+  const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
+  const auto& property = c.property;
+  observations seen;
+  const auto run_once = [&property, &ex, &seen] {
+    seen.last_run_failed = false;
+    try {
+      property(ex);
+    } catch (const rc::detail::CaseResult& r) {
+      if (r.type == rc::detail::CaseResult::Type::Failure) {
+        seen.last_run_failed = true;
+        seen.last_failure = r.description;
+      }
+      throw;
+    } catch (const std::exception& e) {
+      seen.last_run_failed = true;
+      seen.last_failure = std::string("exception thrown: ") + e.what();
+      throw;
+    } catch (...) {
+      seen.last_run_failed = true;
+      seen.last_failure = "a non-standard exception was thrown";
+      throw;
+    }
+  };
+  try {
+    const auto result =
+        rc::detail::checkTestable(run_once, metadata, params, listener, no_reproduce);
+    if (result.is<rc::detail::SuccessResult>()) {
+      o.passed = true;
+      o.cases_run = result.get<rc::detail::SuccessResult>().numSuccess;
+    } else if (result.is<rc::detail::FailureResult>()) {
+      const auto& failure = result.get<rc::detail::FailureResult>();
+      o.cases_run = failure.numSuccess + 1;
+      o.message = describe(failure, seen);
+    } else if (result.is<rc::detail::GaveUpResult>()) {
+      const auto& gave_up = result.get<rc::detail::GaveUpResult>();
+      o.cases_run = gave_up.numSuccess;
+      o.message = "gave up after " + std::to_string(gave_up.numSuccess) +
+                  " successful case(s): " + gave_up.description;
+    } else if (result.is<rc::detail::Error>()) {
+      o.message = "rapidcheck could not run the property: " +
+                  result.get<rc::detail::Error>().description;
+    } else {
+      o.message = "rapidcheck returned an unknown result";
+    }
+  } catch (const std::exception& e) {
+    o.message = std::string("the check itself threw: ") + e.what();
+  } catch (...) {
+    o.message = "the check itself threw a non-standard exception";
+  }
+  if (!o.passed && o.message.empty()) o.message = "failed without a description";
+  return o;
+}
+
+std::string reproduce_command(const check_outcome& o) {
+  std::ostringstream os;
+  os << "offloadkit check --executor " << o.executor_name << " --feature " << o.feature
+     << " --implementation " << o.implementation << " --property " << o.name << " --seed " << o.seed
+     << " --cases " << o.cases_planned;
+  return os.str();
+}
+
+}  // namespace offloadkit

@@ -1,0 +1,192 @@
+// The suite catches planted bugs: each variant below is a final class behind stash_interface with
+// one defect, and the property that guards against that defect must FAIL on it. A property that
+// cannot fail would pass here and be noticed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "offloadkit/check.hpp"
+#include "offloadkit/host_executor.hpp"
+#include "offloadkit/resources.hpp"
+#include "offloadkit/stash/battery.hpp"
+#include "offloadkit/stash/paged_stash.hpp"
+#include "testing.hpp"
+
+namespace {
+
+using namespace offloadkit;
+using namespace offloadkit::stash;
+
+/// Forwards to the optimized stash; the variants override one thing.
+class forwarding_stash : public stash_interface {
+ public:
+  forwarding_stash(executor& ex, const stash_config& reported, const stash_config& real,
+                   stream_ref s)
+      : ex_(&ex), reported_(reported), inner_(std::make_unique<paged_stash>(ex, real, s)) {}
+
+ protected:
+  executor* ex_;
+  stash_config reported_;
+  std::unique_ptr<paged_stash> inner_;
+
+ private:
+  std::string do_name() const override { return "planted"; }
+  const stash_config& do_config() const noexcept override { return reported_; }
+  bool do_capturable() const noexcept override { return true; }
+  void do_stash(const stash_key& k, const void* src, const std::uint64_t* rows,
+                stream_ref s) override {
+    inner_->stash(k, src, rows, s);
+    after_stash(s);
+  }
+  void do_restore(const stash_key& k, void* dst, std::uint64_t* rows_out, stream_ref s) override {
+    inner_->restore(k, dst, rows_out, s);
+    after_restore(k, dst, s);
+  }
+  void do_reset(stream_ref s) override { inner_->reset(s); }
+  void do_clear_status(stream_ref s) override { inner_->clear_status(s); }
+  stash_snapshot do_snapshot(stream_ref s) override { return inner_->snapshot(s); }
+  virtual void after_stash(stream_ref) {}
+  virtual void after_restore(const stash_key&, void*, stream_ref) {}
+};
+
+/// Restore writes one wrong byte.
+class corrupting_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  void after_restore(const stash_key&, void* dst, stream_ref s) override {
+    if (reported_.max_rows * reported_.row_bytes > 0) ex_->fill(dst, 0, 1, s);
+  }
+};
+
+/// Restore hands the key's pages back and takes them again: the pages never return.
+class leaking_stash final : public forwarding_stash {
+ public:
+  leaking_stash(executor& ex, const stash_config& c, stream_ref s)
+      : forwarding_stash(ex, c, c, s), rows_(ex, memory_kind::device, sizeof(std::uint64_t)) {
+    ex.fill(rows_.data(), 0, sizeof(std::uint64_t), s);
+    ex.fill(rows_.data(), 1, 1, s);  // one row
+  }
+
+ private:
+  buffer rows_;
+  void after_restore(const stash_key& k, void* dst, stream_ref s) override {
+    inner_->stash(k, dst, rows_.as<std::uint64_t>(), s);
+  }
+};
+
+/// Forgets the sticky status: clears it after every stash.
+class forgetful_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  void after_stash(stream_ref s) override { inner_->clear_status(s); }
+};
+
+stash_config one_page_short(stash_config c) {
+  if (c.device_pages > 0) {
+    --c.device_pages;
+  } else if (c.pinned_pages > 0) {
+    --c.pinned_pages;
+  }
+  return c;
+}
+
+template <class Variant>
+struct planted {
+  static constexpr const char* name = "planted";
+  static constexpr bool capturable = true;
+  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s) {
+    if constexpr (std::is_constructible_v<Variant, executor&, const stash_config&, stream_ref>) {
+      return std::make_unique<Variant>(ex, c, s);
+    } else {
+      return std::make_unique<Variant>(ex, c, c, s);
+    }
+  }
+};
+
+/// A pool one page smaller than it reports: the planner's capacity overflows.
+struct undersized {
+  static constexpr const char* name = "planted";
+  static constexpr bool capturable = true;
+  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s) {
+    return std::make_unique<plain_forwarding>(ex, c, one_page_short(c), s);
+  }
+  class plain_forwarding final : public forwarding_stash {
+   public:
+    using forwarding_stash::forwarding_stash;
+  };
+};
+
+template <class Impl>
+void expect_caught(const std::string& property) {
+  const auto battery = stash_battery<Impl>();
+  auto it = std::find_if(battery.begin(), battery.end(),
+                         [&](const check_case& c) { return c.name == property; });
+  ASSERT_NE(it, battery.end());
+  host_executor ex;
+  offloadkit::check_config cfg;
+  cfg.seed = offloadkit::testing::seed();
+  const check_outcome o = run_check(*it, ex, cfg);
+  EXPECT_FALSE(o.passed) << property << " did not catch the planted bug (seed " << o.seed << ")";
+  // A failure must come from the property's assertions, not from the harness breaking.
+  EXPECT_EQ(o.message.find("the check itself threw"), std::string::npos) << o.message;
+  std::cout << property << " caught it after " << o.cases_run << " case(s):\n"
+            << o.message.substr(0, 600) << "\n";
+}
+
+TEST(StashCatches, CorruptedRestoreByRoundTrip) {
+  expect_caught<planted<corrupting_stash>>("round_trip_and_conservation");
+}
+TEST(StashCatches, CorruptedRestoreByModel) {
+  expect_caught<planted<corrupting_stash>>("model_based");
+}
+TEST(StashCatches, CorruptedRestoreByGraphReplay) {
+  expect_caught<planted<corrupting_stash>>("graph_replay_row_counts");
+}
+TEST(StashCatches, LeakedPagesByRoundTrip) {
+  expect_caught<planted<leaking_stash>>("round_trip_and_conservation");
+}
+TEST(StashCatches, LostStickyStatusByCapacitySweep) {
+  expect_caught<planted<forgetful_stash>>("capacity_sweep_first_overflow");
+}
+TEST(StashCatches, LostStickyStatusByModel) {
+  expect_caught<planted<forgetful_stash>>("model_based");
+}
+TEST(StashCatches, PlannerNotExactByCapacitySweep) {
+  expect_caught<undersized>("capacity_sweep_first_overflow");
+}
+
+// The conservation checker itself: a page listed twice or lost is reported.
+TEST(StashCatches, DoubleHandOutAndLostPageByConservationCheck) {
+  stash_config cfg;
+  cfg.row_bytes = 4;
+  cfg.rows_per_page = 2;
+  cfg.max_rows = 4;
+  cfg.device_pages = 2;
+  cfg.pinned_pages = 1;
+  stash_snapshot snap;
+  snap.free = {1, 1};
+  snap.free_ids = {0, 2};
+  entry_view e;
+  e.key = {0, 1, 0};
+  e.rows = 2;
+  e.device_pages = 1;
+  e.page_ids = {0};
+  snap.entries = {e};
+  EXPECT_NE(check_conservation(snap, cfg, true).find("handed out twice"), std::string::npos);
+  snap.entries[0].page_ids = {1};
+  EXPECT_EQ(check_conservation(snap, cfg, true), "");
+  snap.free_ids = {0, 0};
+  EXPECT_NE(check_conservation(snap, cfg, true), "");
+  snap.free = {0, 1};
+  snap.free_ids = {2};
+  EXPECT_NE(check_conservation(snap, cfg, true).find("device tier"), std::string::npos);
+}
+
+}  // namespace

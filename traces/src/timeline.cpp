@@ -1,0 +1,185 @@
+// Timeline model: names of enumerators and the builders used by tests and synthetic timelines.
+#include "offloadkit/traces/timeline.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace offloadkit::traces {
+
+const char* to_string(record_kind k) noexcept {
+  switch (k) {
+    case record_kind::kernel: return "kernel";
+    case record_kind::memcpy: return "memcpy";
+    case record_kind::memset: return "memset";
+    case record_kind::sync: return "sync";
+    case record_kind::range: return "range";
+    case record_kind::api: return "api";
+  }
+  return "?";
+}
+
+const char* to_string(copy_direction d) noexcept {
+  switch (d) {
+    case copy_direction::h2d: return "h2d";
+    case copy_direction::d2h: return "d2h";
+    case copy_direction::d2d: return "d2d";
+    case copy_direction::h2h: return "h2h";
+    case copy_direction::p2p: return "p2p";
+    case copy_direction::unknown: return "unknown";
+  }
+  return "?";
+}
+
+const char* to_string(memory_location m) noexcept {
+  switch (m) {
+    case memory_location::device: return "device";
+    case memory_location::pinned: return "pinned";
+    case memory_location::pageable: return "pageable";
+    case memory_location::managed: return "managed";
+    case memory_location::unknown: return "unknown";
+  }
+  return "?";
+}
+
+const char* to_string(sync_kind s) noexcept {
+  switch (s) {
+    case sync_kind::context: return "context";
+    case sync_kind::stream: return "stream";
+    case sync_kind::event: return "event";
+    case sync_kind::stream_wait_event: return "stream_wait_event";
+    case sync_kind::unknown: return "unknown";
+  }
+  return "?";
+}
+
+const char* to_string(api_kind a) noexcept {
+  switch (a) {
+    case api_kind::pinned_alloc: return "pinned_alloc";
+    case api_kind::pinned_free: return "pinned_free";
+    case api_kind::pinned_register: return "pinned_register";
+    case api_kind::mem_map: return "mem_map";
+    case api_kind::mem_unmap: return "mem_unmap";
+    case api_kind::other: return "other";
+  }
+  return "?";
+}
+
+copy_direction direction_of(memory_location src, memory_location dst) noexcept {
+  auto host = [](memory_location m) {
+    return m == memory_location::pinned || m == memory_location::pageable;
+  };
+  auto dev = [](memory_location m) {
+    return m == memory_location::device || m == memory_location::managed;
+  };
+  if (host(src) && dev(dst)) return copy_direction::h2d;
+  if (dev(src) && host(dst)) return copy_direction::d2h;
+  if (dev(src) && dev(dst)) return copy_direction::d2d;
+  if (host(src) && host(dst)) return copy_direction::h2h;
+  return copy_direction::unknown;
+}
+
+record& timeline::add_kernel(std::string name, std::int64_t start, std::int64_t end,
+                             std::int64_t stream, int device) {
+  record r;
+  r.kind = record_kind::kernel;
+  r.name = std::move(name);
+  r.start_ns = start;
+  r.end_ns = end;
+  r.stream = stream;
+  r.device = device;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+record& timeline::add_copy(memory_location src, memory_location dst, std::uint64_t bytes,
+                           std::int64_t start, std::int64_t end, std::int64_t stream,
+                           int device) {
+  record r;
+  r.kind = record_kind::memcpy;
+  r.src = src;
+  r.dst = dst;
+  r.direction = direction_of(src, dst);
+  r.name = std::string("memcpy ") + to_string(r.direction);
+  r.bytes = bytes;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.stream = stream;
+  r.device = device;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+record& timeline::add_memset(std::uint64_t bytes, std::int64_t start, std::int64_t end,
+                             std::int64_t stream, int device) {
+  record r;
+  r.kind = record_kind::memset;
+  r.name = "memset";
+  r.dst = memory_location::device;
+  r.bytes = bytes;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.stream = stream;
+  r.device = device;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+record& timeline::add_sync(sync_kind kind, std::int64_t start, std::int64_t end,
+                           std::uint64_t thread) {
+  record r;
+  r.kind = record_kind::sync;
+  r.sync = kind;
+  r.name = std::string("sync ") + to_string(kind);
+  r.start_ns = start;
+  r.end_ns = end;
+  r.thread = thread;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+record& timeline::add_range(std::string name, std::int64_t start, std::int64_t end,
+                            std::uint64_t thread) {
+  record r;
+  r.kind = record_kind::range;
+  r.name = std::move(name);
+  r.start_ns = start;
+  r.end_ns = end;
+  r.thread = thread;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+record& timeline::add_api(api_kind kind, std::string name, std::int64_t start, std::int64_t end,
+                          std::uint64_t bytes, std::uint64_t thread) {
+  record r;
+  r.kind = record_kind::api;
+  r.api = kind;
+  r.name = std::move(name);
+  r.start_ns = start;
+  r.end_ns = end;
+  r.bytes = bytes;
+  r.thread = thread;
+  records.push_back(std::move(r));
+  return records.back();
+}
+
+void timeline::sort() {
+  std::stable_sort(records.begin(), records.end(),
+                   [](const record& a, const record& b) { return a.start_ns < b.start_ns; });
+}
+
+std::int64_t timeline::begin_ns() const noexcept {
+  if (records.empty()) return 0;
+  std::int64_t b = std::numeric_limits<std::int64_t>::max();
+  for (const auto& r : records) b = std::min(b, r.start_ns);
+  return b;
+}
+
+std::int64_t timeline::end_ns() const noexcept {
+  if (records.empty()) return 0;
+  std::int64_t e = std::numeric_limits<std::int64_t>::min();
+  for (const auto& r : records) e = std::max(e, r.end_ns);
+  return e;
+}
+
+}  // namespace offloadkit::traces
