@@ -4,7 +4,8 @@
 function(offloadkit_configure_instrumentation)
   set(flags "")
   if(OFFLOADKIT_SANITIZE STREQUAL "address")
-    set(flags -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+    # One sanitizer per flag: nvcc splits -Xcompiler values at commas.
+    set(flags -fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   elseif(OFFLOADKIT_SANITIZE STREQUAL "thread")
     set(flags -fsanitize=thread -fno-omit-frame-pointer)
   elseif(NOT OFFLOADKIT_SANITIZE STREQUAL "")

@@ -187,10 +187,11 @@ std::string seconds(double s) {
 }
 
 std::string indent(const std::string& text, const std::string& prefix) {
-  std::string out = prefix;
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out += prefix;
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!out.empty()) out += '\n';
+    if (!line.empty()) out += prefix + line;
   }
   return out;
 }

@@ -84,67 +84,72 @@ event_ref async_offloader::take_event(int device) {
 // races with a wait still pending on its previous record.
 void async_offloader::retire_event(event_ref e) { retiring_.push_back(e); }
 
-void async_offloader::release_source(record& r) {
-  r.source_released = true;
-  auto f = std::move(r.source.release);
-  r.source.release = nullptr;
-  if (f) f();
-}
-
 void async_offloader::reap(bool wait) {
   std::vector<std::function<void()>> to_call;
-  for (auto& [device, l] : lanes_) {
-    while (!l.in_copy.empty()) {
-      auto it = records_.find(l.in_copy.front());
-      if (it == records_.end() || it->second.source_released) {
+  // Sources already marked released are handed back even if a wait below throws.
+  auto call_collected = [&to_call] {
+    for (auto& f : to_call) {
+      if (f) f();
+    }
+  };
+  try {
+    for (auto& [device, l] : lanes_) {
+      while (!l.in_copy.empty()) {
+        auto it = records_.find(l.in_copy.front());
+        if (it == records_.end() || it->second.source_released) {
+          l.in_copy.pop_front();
+          continue;
+        }
+        record& r = it->second;
+        if (wait) {
+          ex_.synchronize(r.copy_done);
+        } else if (!ex_.ready(r.copy_done)) {
+          break;  // copies complete in issue order on one copy stream
+        }
+        r.source_released = true;
+        to_call.push_back(std::move(r.source.release));
+        r.source.release = nullptr;
         l.in_copy.pop_front();
-        continue;
       }
-      record& r = it->second;
+    }
+    for (std::size_t i = 0; i < deferred_.size();) {
+      auto& d = deferred_[i];
+      bool done;
       if (wait) {
-        ex_.synchronize(r.copy_done);
-      } else if (!ex_.ready(r.copy_done)) {
-        break;  // copies complete in issue order on one copy stream
+        ex_.synchronize(d.copy_done);
+        if (d.has_used) ex_.synchronize(d.used);
+        done = true;
+      } else {
+        done = ex_.ready(d.copy_done) && (!d.has_used || ex_.ready(d.used));
       }
-      r.source_released = true;
-      to_call.push_back(std::move(r.source.release));
-      r.source.release = nullptr;
-      l.in_copy.pop_front();
+      if (done) {
+        to_call.push_back(std::move(d.release));
+        retire_event(d.copy_done);
+        if (d.has_used) retire_event(d.used);
+        deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
     }
-  }
-  for (std::size_t i = 0; i < deferred_.size();) {
-    auto& d = deferred_[i];
-    bool done;
-    if (wait) {
-      ex_.synchronize(d.copy_done);
-      if (d.has_used) ex_.synchronize(d.used);
-      done = true;
-    } else {
-      done = ex_.ready(d.copy_done) && (!d.has_used || ex_.ready(d.used));
+    for (std::size_t i = 0; i < retiring_.size();) {
+      const event_ref e = retiring_[i];
+      if (wait) ex_.synchronize(e);
+      if (wait || ex_.ready(e)) {
+        lane_of(e.device).free_events.push_back(e);
+        retiring_[i] = retiring_.back();
+        retiring_.pop_back();
+      } else {
+        ++i;
+      }
     }
-    if (done) {
-      to_call.push_back(std::move(d.release));
-      retire_event(d.copy_done);
-      if (d.has_used) retire_event(d.used);
-      deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      ++i;
+  } catch (...) {
+    try {
+      call_collected();
+    } catch (...) {
     }
+    throw;
   }
-  for (std::size_t i = 0; i < retiring_.size();) {
-    const event_ref e = retiring_[i];
-    if (wait) ex_.synchronize(e);
-    if (wait || ex_.ready(e)) {
-      lane_of(e.device).free_events.push_back(e);
-      retiring_[i] = retiring_.back();
-      retiring_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  for (auto& f : to_call) {
-    if (f) f();
-  }
+  call_collected();
 }
 
 async_offloader::pooled async_offloader::take_pinned(std::size_t bytes) {
@@ -217,10 +222,16 @@ async_offloader::pooled async_offloader::take_device(std::size_t bytes, int devi
 }
 
 void async_offloader::give_back_device(pooled b, stream_ref s) {
-  const event_ref e = take_event(s.device);
-  ex_.record(e, s);  // the caller's reads of b are issued before this point on s
-  b.free_after = e;
-  b.has_free_after = true;
+  // The caller's reads of b are issued before this point on s: later users wait for this event.
+  // If it cannot be recorded, waiting for s on the host orders them just as well.
+  try {
+    const event_ref e = take_event(s.device);
+    ex_.record(e, s);
+    b.free_after = e;
+    b.has_free_after = true;
+  } catch (...) {
+    ex_.synchronize(s);
+  }
   if (held() + b.capacity <= options_.prefetch_bytes) {
     cached_bytes_ += b.capacity;
     device_free_.push_back(b);
@@ -267,7 +278,12 @@ void async_offloader::prefetch() {
       if (r.layer == last_pack_layer_ && !r.source_released) continue;
       pooled buf = take_device(r.source.bytes, r.source.device, true);
       if (buf.ptr == nullptr) return;  // the bound is reached: stay in strict backward order
-      upload(r, buf);
+      try {
+        upload(r, buf);
+      } catch (...) {
+        abandon(buf, r.source.device);  // the record stays packed, to be uploaded on demand
+        throw;
+      }
       r.prefetched = true;
       prefetched_bytes_ += buf.capacity;
       stats_.prefetched += 1;
@@ -309,13 +325,13 @@ handle async_offloader::do_pack(tensor t, stream_ref s) {
     r.copy_done = take_event(device);
     ex_.record(r.copy_done, cp);
   } catch (...) {
-    // Nothing is packed; whatever was issued finishes before the source goes back.
+    // Nothing is packed and the caller still owns the source: whatever was issued that reads it
+    // finishes first.
     try {
       ex_.synchronize(cp);
     } catch (...) {
     }
     pinned_free_.push_back(r.pinned);
-    if (t.release) t.release();
     throw;
   }
   stats_.packed += 1;
@@ -335,53 +351,79 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
   OFFLOADKIT_EXPECTS(it != records_.end(), out_of_range, "handle ", h.id,
                      " is not packed (never packed, or already unpacked); valid ids lie in [1, ",
                      next_id_, ")");
-  record r = std::move(it->second);
-  records_.erase(it);
-  if (r.kept) return std::move(r.source);
-  {
-    auto& ids = by_layer_[r.layer];
-    ids.erase(std::remove(ids.begin(), ids.end(), h.id), ids.end());
-    if (ids.empty()) by_layer_.erase(r.layer);
-  }
-  const int device = r.source.device;  // the device of origin, whatever s belongs to
+  record& rr = it->second;
+  const int device = rr.source.device;  // the device of origin, whatever s belongs to
+  // Everything that can fail happens while the record is still packed, so that a failed unpack
+  // loses nothing and a retry can succeed; the record leaves only once nothing can throw.
+  auto commit = [&] {
+    record r = std::move(rr);
+    records_.erase(it);
+    auto lit = by_layer_.find(r.layer);
+    if (lit != by_layer_.end()) {
+      auto& ids = lit->second;
+      ids.erase(std::remove(ids.begin(), ids.end(), h.id), ids.end());
+      if (ids.empty()) by_layer_.erase(lit);
+    }
+    return r;
+  };
+  if (rr.kept) return std::move(commit().source);
 
-  if (!r.prefetched && !r.source_released) {
+  if (!rr.prefetched && !rr.source_released) {
     // The source is still ours: hand it out directly; its owner gets it back once both the
     // copy and the caller's use have completed.
     lane& l = lane_of(device);
-    r.pinned.free_after = take_event(device);
-    ex_.record(r.pinned.free_after, l.copy.ref());
+    const event_ref pinned_free = take_event(device);
+    ex_.record(pinned_free, l.copy.ref());
+    record r = commit();
+    r.pinned.free_after = pinned_free;
     r.pinned.has_free_after = true;
     pinned_free_.push_back(r.pinned);
     tensor t = std::move(r.source);
     auto owner_release = std::move(t.release);
     const event_ref copy_done = r.copy_done;
     t.release = [this, owner_release, copy_done, s]() mutable {
-      const event_ref used = take_event(s.device);
-      ex_.record(used, s);
-      deferred_.push_back({std::move(owner_release), copy_done, used, true});
+      try {
+        const event_ref used = take_event(s.device);
+        ex_.record(used, s);
+        deferred_.push_back({std::move(owner_release), copy_done, used, true});
+      } catch (...) {
+        ex_.synchronize(s);  // the caller's use is complete: only the copy remains to wait for
+        deferred_.push_back({std::move(owner_release), copy_done, {}, false});
+      }
     };
     stats_.served_from_source += 1;
     return t;
   }
 
+  const bool demand = !rr.prefetched;
   pooled buf;
-  if (r.prefetched) {
-    buf = r.dev;
-    prefetched_bytes_ -= buf.capacity;
-  } else {
-    buf = take_device(r.source.bytes, device, false);
+  if (demand) {
+    buf = take_device(rr.source.bytes, device, false);
     try {
-      upload(r, buf);
+      upload(rr, buf);
     } catch (...) {
-      drop_device(buf);
-      records_.emplace(h.id, std::move(r));  // still packed: a retry may succeed
-      by_layer_[records_.at(h.id).layer].push_back(h.id);
+      abandon(buf, device);
       throw;
     }
-    stats_.demand_uploads += 1;
+  } else {
+    buf = rr.dev;
   }
-  ex_.wait(r.upload_done, s);  // the caller's stream sees the tensor only once it has arrived
+  try {
+    ex_.wait(rr.upload_done, s);  // the caller's stream sees the tensor only once it has arrived
+  } catch (...) {
+    if (demand) {
+      retire_event(rr.upload_done);
+      abandon(buf, device);
+    }
+    throw;
+  }
+
+  record r = commit();
+  if (demand) {
+    stats_.demand_uploads += 1;
+  } else {
+    prefetched_bytes_ -= buf.capacity;
+  }
   retire_event(r.upload_done);
   if (r.source_released) {
     retire_event(r.copy_done);
@@ -396,8 +438,20 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
   tensor t = std::move(r.source);
   t.data = buf.ptr;
   t.release = [this, buf, s] { give_back_device(buf, s); };
-  prefetch();
+  try {
+    prefetch();  // opportunistic: a failure leaves the remaining records packed
+  } catch (...) {
+  }
   return t;
+}
+
+void async_offloader::abandon(pooled& buf, int device) noexcept {
+  // An upload may have been issued into the buffer: let it finish before the buffer goes.
+  try {
+    lane_of(device).upload.synchronize();
+  } catch (...) {
+  }
+  drop_device(buf);
 }
 
 void async_offloader::do_forward_layer_end(int layer, stream_ref) {

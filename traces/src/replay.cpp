@@ -13,6 +13,7 @@
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/cli.hpp"
+#include "tier_accounting.hpp"
 #ifdef OFFLOADKIT_TRACES_HAVE_STASH
 #include "offloadkit/traces/stash_bridge.hpp"
 #endif
@@ -20,85 +21,10 @@
 namespace offloadkit::traces {
 namespace {
 
-std::uint64_t max_row_bytes_of(const schedule& s) {
-  std::uint64_t m = 0;
-  for (auto b : s.row_bytes) m = std::max(m, b);
-  return m;
-}
-
-std::string key_text(schedule_key k) {
-  return "(vp " + std::to_string(k.vp) + ", layer " + std::to_string(k.layer) + ", microbatch " +
-         std::to_string(k.microbatch) + ")";
-}
-
-/// Where a live key's pages came from: a stash takes all its pages or none, from the device
-/// tier first and the rest from the pinned tier (offloadkit::stash's rule), so a key may span
-/// both tiers. held == false: nothing stashed (overflow, or not stashed yet).
-struct placement {
-  bool held = false;
-  std::uint64_t device = 0;
-  std::uint64_t pinned = 0;
-};
-
-/// The allocation policy shared by the planner and the data replay, so both agree on overflows.
-class tier_accounting {
- public:
-  tier_accounting(const schedule& s, const std::optional<schedule_pools>& pools)
-      : s_(s), pools_(pools), where_(s.key_count()) {}
-
-  /// Applies step i; returns the placement of the step's key (for a restore: what it held).
-  placement apply(std::size_t i, replay_result& r) {
-    const schedule_step& st = s_.steps[i];
-    const std::size_t ki = s_.key_index(st.key);
-    const std::uint64_t need = s_.pages_of(st.key);
-    const std::uint64_t oversized =
-        std::uint64_t{s_.max_rows} * s_.row_bytes[static_cast<std::size_t>(st.key.layer)];
-    if (st.op == schedule_op::stash) {
-      placement p;
-      if (!pools_) {
-        p = {true, need, 0};
-      } else {
-        const std::uint64_t dfree = pools_->device_pages - device_;
-        const std::uint64_t pfree = pools_->pinned_pages - pinned_;
-        if (dfree + pfree >= need) {
-          p.held = true;
-          p.device = std::min(need, dfree);
-          p.pinned = need - p.device;
-        } else if (!r.overflow) {
-          r.overflow = overflow_info{i, st.source_index, st.key, need, dfree, pfree};
-        }
-      }
-      where_[ki] = p;
-      if (p.held) {
-        device_ += p.device;
-        pinned_ += p.pinned;
-        stashed_ += s_.bytes_of(st.key);
-        live_keys_bytes_ += oversized;
-      }
-      r.peak_device_pages = std::max(r.peak_device_pages, device_);
-      r.peak_pinned_pages = std::max(r.peak_pinned_pages, pinned_);
-      r.peak_pages = std::max(r.peak_pages, device_ + pinned_);
-      r.peak_stashed_bytes = std::max(r.peak_stashed_bytes, stashed_);
-      r.peak_oversized_bytes = std::max(r.peak_oversized_bytes, live_keys_bytes_);
-      return p;
-    }
-    const placement p = where_[ki];
-    if (p.held) {
-      device_ -= p.device;
-      pinned_ -= p.pinned;
-      stashed_ -= s_.bytes_of(st.key);
-      live_keys_bytes_ -= oversized;
-    }
-    where_[ki] = {};
-    return p;
-  }
-
- private:
-  const schedule& s_;
-  std::optional<schedule_pools> pools_;
-  std::vector<placement> where_;
-  std::uint64_t device_ = 0, pinned_ = 0, stashed_ = 0, live_keys_bytes_ = 0;
-};
+using detail::key_text;
+using detail::max_row_bytes_of;
+using detail::placement;
+using detail::tier_accounting;
 
 /// The byte every key stashes at every offset: distinct per key, so a restore that returns
 /// another key's pages or a stale page is caught.
@@ -117,15 +43,6 @@ void fill_pattern(unsigned char* p, std::uint64_t bytes, std::uint64_t key) {
 }
 
 }  // namespace
-
-replay_result plan(const schedule& s, const std::optional<schedule_pools>& pools) {
-  replay_result r;
-  r.page_bytes = std::uint64_t{s.page_rows} * max_row_bytes_of(s);
-  tier_accounting acc(s, pools ? pools : s.pools);
-  for (std::size_t i = 0; i < s.steps.size(); ++i) acc.apply(i, r);
-  r.peak_paged_bytes = r.peak_pages * r.page_bytes;
-  return r;
-}
 
 replay_result replay_model(const schedule& s, executor& ex, const replay_options& o) {
   replay_result r;

@@ -100,6 +100,7 @@ RC_GTEST_PROP(StashBridge, ReplayRestoresEveryByteThroughBothImplementations, ()
     cfg.max_keys = s.key_count();
     offloadkit::stream st(ex);
     auto stash = ot::make_stash(impl, ex, cfg, st);
+    st.synchronize();  // the constructor initializes its pool in stream order
     ot::replay_result r;
     try {
       r = ot::replay_stash(s, *stash, ex, {});
@@ -156,6 +157,7 @@ TEST(StashBridge, SuiteCatchesACorruptedRestore) {
   cfg.max_keys = s.key_count();
   offloadkit::stream st(ex);
   swapping_stash bad(ex, ot::make_stash("optimized", ex, cfg, st));
+  st.synchronize();
   ot::replay_options o;
   o.data_row_bytes = 16;
   const auto r = ot::replay_stash(s, bad, ex, o);

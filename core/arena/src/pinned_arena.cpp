@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "offloadkit/arena/offloader.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::arena {
@@ -76,12 +77,11 @@ void arena_lease::reserve(std::size_t bytes) {
   void* p = nullptr;
   try {
     p = arena_->ex_->allocate(memory_kind::pinned, bytes, arena_->device_);
-  } catch (const out_of_memory& e) {
-    throw out_of_memory(
-        ::offloadkit::detail::concat("pinned arena: allocating ", bytes,
-                                     " bytes of pinned host memory failed (the arena is now "
-                                     "empty; the device tensors are untouched): ",
-                                     e.what()));
+  } catch (...) {
+    detail::rethrow_with_context(::offloadkit::detail::concat(
+        "pinned arena: allocating ", bytes,
+        " bytes of pinned host memory failed (the arena is now empty; the device tensors are "
+        "untouched)"));
   }
   data_ = static_cast<std::byte*>(p);
   capacity_ = bytes;

@@ -81,9 +81,12 @@ OFFLOADKIT_HD inline uint4 load_unit(const unsigned char* src, unsigned unit) {
     case 16:
       r = *reinterpret_cast<const uint4*>(src);
       break;
-    case 8:
-      *reinterpret_cast<std::uint64_t*>(&r) = *reinterpret_cast<const std::uint64_t*>(src);
+    case 8: {
+      const std::uint64_t x = *reinterpret_cast<const std::uint64_t*>(src);
+      r.x = static_cast<unsigned>(x);
+      r.y = static_cast<unsigned>(x >> 32);
       break;
+    }
     case 4:
       r.x = *reinterpret_cast<const std::uint32_t*>(src);
       break;
@@ -103,7 +106,7 @@ OFFLOADKIT_HD inline void store_unit(unsigned char* dst, const uint4& r, unsigne
       *reinterpret_cast<uint4*>(dst) = r;
       break;
     case 8:
-      *reinterpret_cast<std::uint64_t*>(dst) = *reinterpret_cast<const std::uint64_t*>(&r);
+      *reinterpret_cast<std::uint64_t*>(dst) = std::uint64_t{r.x} | (std::uint64_t{r.y} << 32);
       break;
     case 4:
       *reinterpret_cast<std::uint32_t*>(dst) = r.x;

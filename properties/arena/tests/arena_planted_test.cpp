@@ -26,6 +26,7 @@ enum class bug {
   swallows_copy_error,  ///< a failed copy is skipped and reported as success
   unordered_reload,     ///< reload does not wait for the offload on another stream
   early_event,          ///< offload's event is recorded before its copies
+  stale_copy,           ///< a failed offload still claims a complete host copy
 };
 
 /// A compact arena offloader with exactly one bug.
@@ -76,7 +77,7 @@ class planted final : public offloader {
     pending_ = true;
   }
   event do_offload(tensor_set_view set, stream_ref s) override {
-    valid_ = false;
+    if (B != bug::stale_copy) valid_ = false;
     sizes_.clear();
     offsets_.clear();
     std::size_t cursor = 0, need = 0;
@@ -185,6 +186,17 @@ TEST(ArenaSuiteCatches, ReloadNotOrderedAfterOffload) {
 TEST(ArenaSuiteCatches, EventBeforeCopies) {
   OFFLOADKIT_SKIP_PLANTED_RACE();
   OFFLOADKIT_EXPECT_CAUGHT(early_event, "event_chain");
+}
+
+TEST(ArenaSuiteCatches, StaleCopyAfterFailedOffload) {
+  OFFLOADKIT_EXPECT_CAUGHT(stale_copy, "fault_allocation");
+}
+
+TEST(ArenaSuiteCatches, StaleCopyInTheModelSequence) {
+  OFFLOADKIT_EXPECT_CAUGHT(stale_copy, "model_sequence");
+}
+TEST(ArenaSuiteCatches, SwallowedCopyErrorInTheModelSequence) {
+  OFFLOADKIT_EXPECT_CAUGHT(swallows_copy_error, "model_sequence");
 }
 
 TEST(ArenaSuiteCatches, PlantedBugsPassTheRestOfTheBattery) {

@@ -139,6 +139,21 @@ class growing_region final : public forwarding_region {
   std::vector<buffer> grown_;
 };
 
+/// Bug: the reference region (which moves on resume) claims a stable address. A spacer taken
+/// just before each resume keeps the old address occupied, so the move always happens.
+class moving_region final : public forwarding_region {
+ public:
+  moving_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<reference_region>(ex, c)) {}
+
+ private:
+  bool do_address_stable() const noexcept override { return true; }
+  void do_resume(stream_ref s) override {
+    buffer spacer(ex(), memory_kind::device, inner().size(), inner().device());
+    inner().resume(s);
+  }
+};
+
 template <class Planted>
 check_outcome run_planted(const std::string& property, int cases) {
   host_executor ex;
@@ -158,6 +173,15 @@ check_outcome run_planted(const std::string& property, int cases) {
 TEST(RegionPlantedBugs, ModelCatchesAPauseThatDoesNotCopy) {
   const auto o = run_planted<copyless_region>("model_based", 100);
   EXPECT_FALSE(o.passed) << "the model-based property missed a pause that loses the contents";
+}
+
+TEST(RegionPlantedBugs, ModelCatchesAnAddressThatMoves) {
+  const auto o = run_planted<moving_region>("model_based", 100);
+  EXPECT_FALSE(o.passed) << "the model-based property missed an address that changed on resume";
+}
+
+TEST(RegionPlantedBugs, GraphReplayCatchesAnAddressThatMoves) {
+  EXPECT_FALSE(run_planted<moving_region>("graph_replay_after_resume", 20).passed);
 }
 
 TEST(RegionPlantedBugs, GraphReplayCatchesAPauseThatDoesNotCopy) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ void expect_holds(const std::string& property) {
   cfg.seed = offloadkit::testing::seed();
   cfg.cases = cases_from_environment();
   const offloadkit::check_outcome o = offloadkit::run_check(*it, *ex, cfg);
+  std::cout << Impl::name << "/" << property << ": " << o.cases_run << " of " << o.cases_planned
+            << " cases, seed " << o.seed << "\n";
   EXPECT_TRUE(o.passed) << Impl::name << "/" << property << " failed on " << Backend::name
                         << ": seed " << o.seed << "\n"
                         << o.message << "\nreproduce: " << offloadkit::reproduce_command(o);
@@ -47,13 +50,16 @@ TYPED_TEST_P(StashBattery, CapacitySweepFirstOverflow) {
   expect_holds<TypeParam>("capacity_sweep_first_overflow");
 }
 TYPED_TEST_P(StashBattery, KeyLimits) { expect_holds<TypeParam>("key_limits"); }
+TYPED_TEST_P(StashBattery, InjectedFaultsCountdown) {
+  expect_holds<TypeParam>("injected_faults_countdown");
+}
 TYPED_TEST_P(StashBattery, ModelBased) { expect_holds<TypeParam>("model_based"); }
 TYPED_TEST_P(StashBattery, GraphReplayRowCounts) {
   expect_holds<TypeParam>("graph_replay_row_counts");
 }
 
 REGISTER_TYPED_TEST_SUITE_P(StashBattery, RoundTripAndConservation, CapacitySweepFirstOverflow,
-                            KeyLimits, ModelBased, GraphReplayRowCounts);
+                            KeyLimits, InjectedFaultsCountdown, ModelBased, GraphReplayRowCounts);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, StashBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, StashBattery, offloadkit::testing::cuda_backend);
 

@@ -88,6 +88,21 @@ class forgetful_stash final : public forwarding_stash {
   void after_stash(stream_ref s) override { inner_->clear_status(s); }
 };
 
+/// Swallows a failed stash: the caller is never told that the key was not stored.
+class swallowing_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  void do_stash(const stash_key& k, const void* src, const std::uint64_t* rows,
+                stream_ref s) override {
+    try {
+      inner_->stash(k, src, rows, s);
+    } catch (const runtime_error&) {
+    }
+  }
+};
+
 stash_config one_page_short(stash_config c) {
   if (c.device_pages > 0) {
     --c.device_pages;
@@ -157,6 +172,9 @@ TEST(StashCatches, LostStickyStatusByCapacitySweep) {
 }
 TEST(StashCatches, LostStickyStatusByModel) {
   expect_caught<planted<forgetful_stash>>("model_based");
+}
+TEST(StashCatches, SwallowedFaultByCountdown) {
+  expect_caught<planted<swallowing_stash>>("injected_faults_countdown");
 }
 TEST(StashCatches, PlannerNotExactByCapacitySweep) {
   expect_caught<undersized>("capacity_sweep_first_overflow");

@@ -83,12 +83,13 @@ class offloader {
 
   /// Takes ownership of `t`, whose contents are ready in the order of stream `s` (the stream that
   /// produced it). Throws out_of_range when bytes disagree with shape and dtype or the device is
-  /// not one of the executor's.
+  /// not one of the executor's. If pack throws, nothing is packed and `t.release` has not been
+  /// called: the caller still owns the buffer (keep a copy of the tensor to retry).
   [[nodiscard]] handle pack(tensor t, stream_ref s) { return do_pack(std::move(t), s); }
 
   /// Returns the packed tensor, ready in the order of `s`, on the device it was packed from
   /// whatever device `s` belongs to. Each handle is unpacked once; an unknown or already unpacked
-  /// handle throws out_of_range.
+  /// handle throws out_of_range. If unpack throws, the handle stays packed and may be retried.
   [[nodiscard]] tensor unpack(handle h, stream_ref s) { return do_unpack(h, s); }
 
   /// Forward has finished producing layer `layer`'s saved tensors (issued on `s`).

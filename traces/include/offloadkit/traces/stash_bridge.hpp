@@ -26,7 +26,8 @@ schedule from_workload(const stash::workload& w, std::uint32_t page_rows, std::s
 std::unique_ptr<stash::stash_interface> make_stash(const std::string& impl, executor& ex,
                                                   const stash::stash_config& cfg, stream_ref s);
 
-/// Runs every step through `impl` (built by the caller for this schedule's shape and pools):
+/// Runs every step through `impl` (built by the caller for this schedule's shape and pools, with
+/// the stream its constructor used synchronized, since replay issues on a stream of its own):
 /// stashes a key-specific pattern from an oversized buffer with the row count in device memory,
 /// and on restore compares every byte and the returned row count. Keys that the planner says
 /// overflow are not compared; the implementation's status word must name the planner's first

@@ -77,13 +77,14 @@ class async_offloader final : public offloader {
   event_ref take_event(int device);
   void retire_event(event_ref e);
   void reap(bool wait);
-  void release_source(record& r);
   pooled take_pinned(std::size_t bytes);
   /// A device buffer from the cache or a new allocation; for prefetch only within the bound
   /// (returns ptr == nullptr when it does not fit).
   pooled take_device(std::size_t bytes, int device, bool for_prefetch);
   void give_back_device(pooled b, stream_ref s);
   void drop_device(pooled& b) noexcept;
+  /// Drops a buffer into which an upload may have been issued, after that upload.
+  void abandon(pooled& buf, int device) noexcept;
   bool evict_cached(std::size_t need);
   void upload(record& r, pooled buf);
   void prefetch();

@@ -387,6 +387,94 @@ void prop_concurrent(executor& base) {
   assert_same(expect_a, read_set(base, a2.view(), s2), "set A reloaded on the other stream");
 }
 
+/// Random sequences of offload, reload (same or other shape), overwrite, release and failing
+/// copies, run against a plain model: which copy is held, what each set holds, whether released.
+/// After every step the implementation agrees with the model; no failure loses the host copy.
+template <class Impl>
+void prop_model_sequence(executor& base) {
+  fault_injection_adaptor ex(base);
+  stream s(base);
+  const set_spec shape_a = *gen_set_spec(std::size_t{128} << 10, 24);
+  const set_spec shape_b = *gen_set_spec(std::size_t{128} << 10, 24);
+  std::vector<device_set> sets;
+  sets.push_back(make_device_set(base, shape_a));
+  sets.push_back(make_device_set(base, *gen_regrouped(shape_a)));
+  sets.push_back(make_device_set(base, shape_b));
+  sets.push_back(make_device_set(base, *gen_regrouped(shape_b)));
+  std::vector<snapshot> content;  // the model: what each set holds
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    fill_pattern(base, sets[k].view(), 1000 + k, s);
+    content.push_back(read_set(base, sets[k].view(), s));
+  }
+  auto sizes_of = [&sets](std::size_t k) {
+    std::vector<std::size_t> out;
+    for (const device_tensor& t : sets[k].tensors) out.push_back(t.bytes);
+    return out;
+  };
+  bool released = false, held = false;
+  std::vector<std::size_t> held_sizes;
+  snapshot held_copy;
+  Impl off(ex);
+  const int steps = *rc::gen::inRange(1, 40);
+  for (int step = 0; step < steps; ++step) {
+    const int op = *rc::gen::inRange(0, 12);
+    const std::size_t k = *rc::gen::inRange<std::size_t>(0, sets.size());
+    const tensor_set_view view = sets[k].view();
+    const bool fail = op >= 9;  // arm a copy failure at a random point of this step
+    if (fail) ex.arm({op_kind::copy}, *rc::gen::inRange<std::size_t>(0, 4));
+    if (op == 0 || op == 1) {  // overwrite
+      ex.disarm();
+      scribble(base, view, step, s);
+      for (auto& t : content[k]) std::fill(t.begin(), t.end(), static_cast<unsigned char>(step));
+    } else if (op == 2 && *rc::gen::inRange(0, 4) == 0) {  // rare: it ends the sequence's use
+      off.release();
+      released = true;
+      held = false;
+      RC_ASSERT(off.host_bytes() == 0u);
+    } else if (op <= 5 || op == 9 || op == 10) {  // offload
+      if (released) {
+        expect_throw<state_error>([&] { off.offload(view, s); }, "offload after release");
+      } else {
+        bool threw = false;
+        try {
+          ex.synchronize(off.offload(view, s).ref());
+        } catch (const injected_fault&) {
+          threw = true;
+        }
+        RC_ASSERT(threw == (fail && ex.fired()));  // fired() keeps its value until the next arm
+        base.synchronize(s);
+        held = !threw;
+        if (held) {
+          held_sizes = sizes_of(k);
+          held_copy = content[k];
+        }
+      }
+    } else {  // reload
+      if (released || !held) {
+        expect_throw<state_error>([&] { off.reload(view, s); }, "reload without a copy");
+      } else if (sizes_of(k) != held_sizes) {
+        expect_throw<out_of_range>([&] { off.reload(view, s); }, "reload of another shape");
+      } else {
+        bool threw = false;
+        try {
+          ex.synchronize(off.reload(view, s).ref());
+        } catch (const injected_fault&) {
+          threw = true;
+        }
+        RC_ASSERT(threw == (fail && ex.fired()));  // fired() keeps its value until the next arm
+        base.synchronize(s);
+        content[k] = threw ? read_set(base, view, s) : held_copy;
+      }
+    }
+    ex.disarm();
+    RC_ASSERT(off.released() == released);
+    RC_ASSERT(off.holds_copy() == held);
+    for (std::size_t j = 0; j < sets.size(); ++j) {
+      assert_same(content[j], read_set(base, sets[j].view(), s), "a set after a step");
+    }
+  }
+}
+
 /// The battery for one implementation type, named `implementation` in the results.
 template <class Impl>
 std::vector<check_case> arena_battery(const std::string& implementation) {
@@ -401,6 +489,7 @@ std::vector<check_case> arena_battery(const std::string& implementation) {
       make("fault_allocation", &prop_fault_allocation<Impl>, 15),
       make("fault_copy", &prop_fault_copy<Impl>, 15),
       make("concurrent", &prop_concurrent<Impl>, 15),
+      make("model_sequence", &prop_model_sequence<Impl>, 40),
   };
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/adaptors.hpp"
 #include "offloadkit/check.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/resources.hpp"
@@ -351,6 +352,61 @@ void prop_key_limits(executor& ex) {
   RC_ASSERT(check_conservation(st->snapshot(s), cfg, st->name() != "reference").empty());
 }
 
+/// Countdown fault injection (abseil style): fail the Nth allocation, copy, fill or launch the
+/// stash issues, for N = 0, 1, 2, ... until a whole step runs without a fault. Every injected
+/// fault surfaces as a typed exception; afterwards the pages are conserved and, after reset(), the
+/// same stash runs the whole step correctly.
+template <class Impl>
+void prop_injected_faults(executor& ex) {
+  const random_workload r = gen_workload(true);
+  RC_TAG(r.shape);
+  const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
+  const std::uint64_t dev = *rc::gen::inRange<std::uint64_t>(0, plan.peak_pages + 1);
+  const stash_config cfg = config_for(r, dev, plan.peak_pages - dev);
+  fault_injection_adaptor faulty(ex);
+  stream s(ex);
+  device_io io(ex, s, r.w.max_rows * r.w.row_bytes);
+  for (std::size_t n = 0; n < 10000; ++n) {
+    faulty.arm({op_kind::allocate_device, op_kind::allocate_pinned, op_kind::copy, op_kind::fill,
+                op_kind::launch},
+               n);
+    std::unique_ptr<stash_interface> st;
+    bool threw = false;
+    try {
+      st = Impl::make(faulty, cfg, s);
+      for (const schedule_step& step : r.w.sched.steps) {
+        if (step.kind == step_kind::stash) {
+          io.write_u64(io.rows.data(), rows_of(r.w, step.key));
+          st->stash(step.key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+        } else {
+          st->restore(step.key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+        }
+      }
+    } catch (const injected_fault&) {
+      threw = true;
+    } catch (const out_of_memory&) {
+      threw = true;
+    }
+    const bool fired = faulty.fired();
+    faulty.disarm();
+    if (threw != fired) {
+      RC_FAIL(detail::concat(
+          "fault number ", n,
+          threw ? " was not injected but a call threw" : " was injected but nothing threw"));
+    }
+    if (st) {
+      const std::string err = check_conservation(st->snapshot(s), cfg, st->name() != "reference");
+      if (!err.empty()) RC_FAIL(detail::concat("after fault number ", n, ": ", err));
+      st->reset(s);
+      run_workload(*st, io, r.w, {}, false, st->name() != "reference",
+                   static_cast<std::uint32_t>(n + 1));
+      RC_ASSERT(st->status(s).ok());
+    }
+    if (!fired) return;
+  }
+  RC_FAIL("the step never completed without a fault");
+}
+
 // ---- model-based ------------------------------------------------------------------------------
 
 struct model_state {
@@ -633,10 +689,11 @@ std::vector<check_case> stash_battery() {
     return c;
   };
   std::vector<check_case> out;
-  out.push_back(make("round_trip_and_conservation", testing::prop_round_trip<Impl>, 100));
-  out.push_back(make("capacity_sweep_first_overflow", testing::prop_capacity_sweep<Impl>, 40));
+  out.push_back(make("round_trip_and_conservation", testing::prop_round_trip<Impl>, 200));
+  out.push_back(make("capacity_sweep_first_overflow", testing::prop_capacity_sweep<Impl>, 80));
   out.push_back(make("key_limits", testing::prop_key_limits<Impl>, 30));
-  out.push_back(make("model_based", testing::prop_model<Impl>, 100));
+  out.push_back(make("injected_faults_countdown", testing::prop_injected_faults<Impl>, 15));
+  out.push_back(make("model_based", testing::prop_model<Impl>, 200));
   if constexpr (Impl::capturable) {
     out.push_back(make("graph_replay_row_counts", testing::prop_graph_replay<Impl>, 40));
   }
