@@ -51,7 +51,8 @@ const char* const usage_text =
     "check options:\n"
     "  --executor auto|host|cuda   where to run (default auto: cuda when a GPU is usable)\n"
     "  --seed N                    seed for every property (default: a fresh one, printed)\n"
-    "  --cases N                   run at most N cases per property (default: each property's own)\n"
+    "  --cases N                   run at most N cases per property (default: each property's "
+    "own)\n"
     "  --feature NAME              only this feature's properties (executor, stash, ...)\n"
     "  --implementation NAME       only this implementation's properties\n"
     "  --property NAME             only the properties with this name\n"
@@ -113,9 +114,9 @@ int parse_cases(const std::string& v) {
 }
 
 check_options parse_check_options(const std::vector<std::string>& args) {
-  const std::vector<std::string> valid = {"--executor",       "--seed",     "--cases",
-                                          "--feature",        "--implementation",
-                                          "--property",       "--no-shrink", "--list"};
+  const std::vector<std::string> valid = {
+      "--executor",       "--seed",     "--cases",     "--feature",
+      "--implementation", "--property", "--no-shrink", "--list"};
   check_options o;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
@@ -197,8 +198,8 @@ std::string indent(const std::string& text, const std::string& prefix) {
 }
 
 void print_table(const std::vector<offloadkit::check_outcome>& outcomes) {
-  const std::vector<std::string> header = {"feature", "implementation", "property",         "executor",
-                                           "cases",   "result",         "seed-to-reproduce"};
+  const std::vector<std::string> header = {
+      "feature", "implementation", "property", "executor", "cases", "result", "seed-to-reproduce"};
   constexpr std::size_t cases_column = 4;
   std::vector<std::vector<std::string>> rows;
   for (const auto& o : outcomes) {
@@ -257,14 +258,12 @@ int run_check_command(const std::vector<std::string>& args) {
   }
 
   std::vector<offloadkit::check_case> cases = offloadkit::tools::all_check_cases(executor_name);
-  expect_known("feature", "features", opt.feature, cases, [](const auto& c) -> const std::string& {
-    return c.feature;
-  });
+  expect_known("feature", "features", opt.feature, cases,
+               [](const auto& c) -> const std::string& { return c.feature; });
   expect_known("implementation", "implementations", opt.implementation, cases,
                [](const auto& c) -> const std::string& { return c.implementation; });
-  expect_known("property", "properties", opt.property, cases, [](const auto& c) -> const std::string& {
-    return c.name;
-  });
+  expect_known("property", "properties", opt.property, cases,
+               [](const auto& c) -> const std::string& { return c.name; });
   cases.erase(std::remove_if(cases.begin(), cases.end(),
                              [&opt](const offloadkit::check_case& c) {
                                return (!opt.feature.empty() && c.feature != opt.feature) ||
@@ -309,8 +308,8 @@ int run_check_command(const std::vector<std::string>& args) {
   }
   cfg.cases = opt.cases;
   cfg.shrink = opt.shrink;
-  std::cout << "seed " << cfg.seed << (opt.seed == 0 ? " (fresh; --seed replays it)" : "")
-            << ", " << cases.size() << " properties\n"
+  std::cout << "seed " << cfg.seed << (opt.seed == 0 ? " (fresh; --seed replays it)" : "") << ", "
+            << cases.size() << " properties\n"
             << std::flush;
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -333,7 +332,8 @@ int run_check_command(const std::vector<std::string>& args) {
       o.seed = cfg.seed;
       o.message = std::string("run_check threw: ") + e.what();
     }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (o.passed) {
       std::cout << "ok (" << o.cases_run << " cases, " << seconds(secs) << ")\n";
     } else {
@@ -351,8 +351,9 @@ int run_check_command(const std::vector<std::string>& args) {
   print_table(outcomes);
   const auto failed = static_cast<std::size_t>(
       std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return !o.passed; }));
-  std::cout << "\n" << outcomes.size() - failed << " passed, " << failed << " failed, "
-            << seconds(total) << "\n";
+  std::cout << "\n"
+            << outcomes.size() - failed << " passed, " << failed << " failed, " << seconds(total)
+            << "\n";
   if (failed > 0) {
     std::cout << "replay a failure with:\n";
     for (const auto& o : outcomes) {
@@ -365,8 +366,8 @@ int run_check_command(const std::vector<std::string>& args) {
 int run_version() {
   std::cout << "offloadkit " << OFFLOADKIT_VERSION << "\n";
   const std::string reason = offloadkit::cuda_unavailable_reason();
-  std::cout << "cuda back end: " << (reason.empty() ? std::string("usable") : "unavailable (" + reason + ")")
-            << "\n";
+  std::cout << "cuda back end: "
+            << (reason.empty() ? std::string("usable") : "unavailable (" + reason + ")") << "\n";
   return exit_passed;
 }
 
@@ -375,7 +376,8 @@ int run_version() {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if (args.empty()) throw usage_error("no command given: valid commands are check, version, help");
+    if (args.empty())
+      throw usage_error("no command given: valid commands are check, version, help");
     const std::string& command = args[0];
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (command == "check") return run_check_command(rest);

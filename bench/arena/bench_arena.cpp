@@ -39,6 +39,7 @@ struct options {
   double max_gib = 4;
   int reps = 5;
   std::string json;
+  std::string command;  ///< the command line, recorded with the figures
 };
 
 struct row {
@@ -175,9 +176,11 @@ void print(const row& r) {
               r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
 }
 
-void write_json(const std::string& path, const std::string& device, const std::vector<row>& rows) {
+void write_json(const std::string& path, const std::string& device, const std::string& command,
+                const std::vector<row>& rows) {
   std::ofstream f(path);
-  f << "{\n  \"benchmark\": \"bench_arena\",\n  \"device\": \"" << device << "\",\n  \"rows\": [\n";
+  f << "{\n  \"benchmark\": \"bench_arena\",\n  \"device\": \"" << device
+    << "\",\n  \"command\": \"" << command << "\",\n  \"rows\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     f << "    {\"set\": \"" << r.set << "\", \"method\": \"" << r.method
@@ -341,7 +344,7 @@ int run(const options& opt) {
   for (std::size_t bytes : sizes) {
     for (bool flat : {false, true}) bench_size(*ex, bytes, opt, flat, rows);
   }
-  if (!opt.json.empty()) write_json(opt.json, ex->name(), rows);
+  if (!opt.json.empty()) write_json(opt.json, ex->name(), opt.command, rows);
   long wrong = 0;
   for (const row& r : rows) wrong += std::max(0L, r.wrong);
   return wrong == 0 ? 0 : 1;
@@ -351,6 +354,7 @@ int run(const options& opt) {
 
 int main(int argc, char** argv) {
   options opt;
+  for (int i = 0; i < argc; ++i) opt.command += (i == 0 ? "" : " ") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> std::string {

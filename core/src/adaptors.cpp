@@ -10,69 +10,41 @@
 
 namespace offloadkit {
 
-backend executor_adaptor::do_kind() const noexcept {
-  return upstream().kind();
-}
-std::string executor_adaptor::do_name() const {
-  return upstream().name();
-}
-int executor_adaptor::do_device_count() const {
-  return upstream().device_count();
-}
+backend executor_adaptor::do_kind() const noexcept { return upstream().kind(); }
+std::string executor_adaptor::do_name() const { return upstream().name(); }
+int executor_adaptor::do_device_count() const { return upstream().device_count(); }
 void* executor_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
   return upstream().allocate(kind, bytes, device);
 }
 void executor_adaptor::do_deallocate(memory_kind kind, void* p, std::size_t bytes) noexcept {
   upstream().deallocate(kind, p, bytes);
 }
-pointer_info executor_adaptor::do_classify(const void* p) const {
-  return upstream().classify(p);
-}
+pointer_info executor_adaptor::do_classify(const void* p) const { return upstream().classify(p); }
 memory_info executor_adaptor::do_device_memory(int device) {
   return upstream().device_memory(device);
 }
 stream_ref executor_adaptor::do_create_stream(int device) {
   return upstream().create_stream(device);
 }
-void executor_adaptor::do_destroy_stream(stream_ref s) noexcept {
-  upstream().destroy_stream(s);
-}
-event_ref executor_adaptor::do_create_event(int device) {
-  return upstream().create_event(device);
-}
-void executor_adaptor::do_destroy_event(event_ref e) noexcept {
-  upstream().destroy_event(e);
-}
+void executor_adaptor::do_destroy_stream(stream_ref s) noexcept { upstream().destroy_stream(s); }
+event_ref executor_adaptor::do_create_event(int device) { return upstream().create_event(device); }
+void executor_adaptor::do_destroy_event(event_ref e) noexcept { upstream().destroy_event(e); }
 void executor_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
   upstream().copy(dst, src, bytes, s);
 }
 void executor_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
   upstream().fill(dst, value, bytes, s);
 }
-void executor_adaptor::do_launch(const launch_request& r, stream_ref s) {
-  upstream().launch(r, s);
-}
+void executor_adaptor::do_launch(const launch_request& r, stream_ref s) { upstream().launch(r, s); }
 void executor_adaptor::do_host_function(std::function<void()> fn, stream_ref s) {
   upstream().host_function(std::move(fn), s);
 }
-void executor_adaptor::do_record(event_ref e, stream_ref s) {
-  upstream().record(e, s);
-}
-void executor_adaptor::do_wait(event_ref e, stream_ref s) {
-  upstream().wait(e, s);
-}
-void executor_adaptor::do_synchronize_stream(stream_ref s) {
-  upstream().synchronize(s);
-}
-void executor_adaptor::do_synchronize_event(event_ref e) {
-  upstream().synchronize(e);
-}
-bool executor_adaptor::do_ready(event_ref e) {
-  return upstream().ready(e);
-}
-std::size_t executor_adaptor::do_granularity(int device) {
-  return upstream().granularity(device);
-}
+void executor_adaptor::do_record(event_ref e, stream_ref s) { upstream().record(e, s); }
+void executor_adaptor::do_wait(event_ref e, stream_ref s) { upstream().wait(e, s); }
+void executor_adaptor::do_synchronize_stream(stream_ref s) { upstream().synchronize(s); }
+void executor_adaptor::do_synchronize_event(event_ref e) { upstream().synchronize(e); }
+bool executor_adaptor::do_ready(event_ref e) { return upstream().ready(e); }
+std::size_t executor_adaptor::do_granularity(int device) { return upstream().granularity(device); }
 void* executor_adaptor::do_reserve(std::size_t bytes, int device) {
   return upstream().reserve(bytes, device);
 }
@@ -88,26 +60,17 @@ void executor_adaptor::do_release_physical(physical_handle h) noexcept {
 void executor_adaptor::do_map(void* va, std::size_t bytes, physical_handle h) {
   upstream().map(va, bytes, h);
 }
-void executor_adaptor::do_unmap(void* va, std::size_t bytes) {
-  upstream().unmap(va, bytes);
-}
+void executor_adaptor::do_unmap(void* va, std::size_t bytes) { upstream().unmap(va, bytes); }
 void executor_adaptor::do_set_access(void* va, std::size_t bytes, int device) {
   upstream().set_access(va, bytes, device);
 }
-void executor_adaptor::do_begin_capture(stream_ref s) {
-  upstream().begin_capture(s);
-}
-graph_ref executor_adaptor::do_end_capture(stream_ref s) {
-  return upstream().end_capture(s);
-}
-void executor_adaptor::do_replay(graph_ref g, stream_ref s) {
-  upstream().replay(g, s);
-}
-void executor_adaptor::do_destroy_graph(graph_ref g) noexcept {
-  upstream().destroy_graph(g);
-}
+void executor_adaptor::do_begin_capture(stream_ref s) { upstream().begin_capture(s); }
+graph_ref executor_adaptor::do_end_capture(stream_ref s) { return upstream().end_capture(s); }
+void executor_adaptor::do_replay(graph_ref g, stream_ref s) { upstream().replay(g, s); }
+void executor_adaptor::do_destroy_graph(graph_ref g) noexcept { upstream().destroy_graph(g); }
 
-// ---- fault_injection_adaptor ----------------------------------------------------------------------
+// ---- fault_injection_adaptor
+// ----------------------------------------------------------------------
 
 namespace {
 
@@ -123,8 +86,8 @@ bool is_allocation_kind(op_kind k) noexcept {
 void fault_injection_adaptor::arm(std::vector<op_kind> kinds, std::size_t n) {
   for (op_kind k : kinds) {
     OFFLOADKIT_EXPECTS(kind_index(k) < kind_index(op_kind::count_), out_of_range,
-                       "fault_injection_adaptor::arm: op kind ", kind_index(k),
-                       " is outside [0, ", kind_index(op_kind::count_), ")");
+                       "fault_injection_adaptor::arm: op kind ", kind_index(k), " is outside [0, ",
+                       kind_index(op_kind::count_), ")");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   armed_.fill(false);
@@ -163,8 +126,9 @@ void fault_injection_adaptor::maybe_fail(op_kind k) {
     active_ = false;
     fired_ = true;
   }
-  const std::string what = detail::concat("injected fault: ", to_string(k), " failed as armed call #",
-                                          call, " (0-based) among the armed op kinds");
+  const std::string what =
+      detail::concat("injected fault: ", to_string(k), " failed as armed call #", call,
+                     " (0-based) among the armed op kinds");
   if (is_allocation_kind(k)) throw out_of_memory(what);
   throw injected_fault(what);
 }
@@ -230,7 +194,8 @@ void fault_injection_adaptor::do_replay(graph_ref g, stream_ref s) {
   executor_adaptor::do_replay(g, s);
 }
 
-// ---- delay_adaptor ----------------------------------------------------------------------------------
+// ---- delay_adaptor
+// ----------------------------------------------------------------------------------
 
 namespace {
 
@@ -253,7 +218,8 @@ void delay_adaptor::delay_next(stream_ref s, std::chrono::microseconds d, std::s
   p.fixed_ops = ops;
 }
 
-void delay_adaptor::delay_randomly(stream_ref s, std::chrono::microseconds max, std::uint64_t seed) {
+void delay_adaptor::delay_randomly(stream_ref s, std::chrono::microseconds max,
+                                   std::uint64_t seed) {
   OFFLOADKIT_EXPECTS(max.count() >= 0, out_of_range, "delay_adaptor::delay_randomly: max ",
                      max.count(), " us is negative; valid maxima are >= 0");
   std::lock_guard<std::mutex> lock(mutex_);
@@ -309,7 +275,8 @@ void delay_adaptor::do_record(event_ref e, stream_ref s) {
   executor_adaptor::do_record(e, s);
 }
 
-// ---- counting_adaptor -------------------------------------------------------------------------------
+// ---- counting_adaptor
+// -------------------------------------------------------------------------------
 
 std::size_t counting_adaptor::counts::pageable_bytes() const noexcept {
   const auto pg = static_cast<std::size_t>(pointer_kind::pageable);

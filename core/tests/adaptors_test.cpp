@@ -1,6 +1,8 @@
 // Unit tests of the executor adaptors (adaptors.hpp) on the host back end: the fault-injection
 // countdown, delay injection on a stream, and the counting adaptor's figures, including under
 // concurrent use.
+#include "offloadkit/adaptors.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
@@ -31,7 +32,8 @@ using offloadkit::pointer_kind;
 using offloadkit::stream;
 using offloadkit::stream_ref;
 
-// ---- fault injection --------------------------------------------------------------------------------
+// ---- fault injection
+// --------------------------------------------------------------------------------
 
 TEST(FaultInjectionAdaptor, FailsTheNthArmedCallOnceAndNamesIt) {
   host_executor base;
@@ -128,7 +130,8 @@ TEST(FaultInjectionAdaptor, CountdownVisitsEveryCall) {
   EXPECT_EQ(ex.armed_calls(), 4u);
 }
 
-// ---- delay injection --------------------------------------------------------------------------------
+// ---- delay injection
+// --------------------------------------------------------------------------------
 
 /// Records the host functions it is asked to enqueue and forwards them.
 class host_function_recorder final : public executor_adaptor {
@@ -152,14 +155,12 @@ TEST(DelayAdaptor, HoldsTheStreamNotTheCaller) {
   ex.delay_next(s, delay);
   const auto issued = std::chrono::steady_clock::now();
   ex.host_function(
-      [ran_at] {
-        ran_at->store(std::chrono::steady_clock::now().time_since_epoch().count());
-      },
-      s);
+      [ran_at] { ran_at->store(std::chrono::steady_clock::now().time_since_epoch().count()); }, s);
   const auto returned = std::chrono::steady_clock::now();
   EXPECT_LT(returned - issued, delay) << "the delay blocked the issuing thread";
   s.synchronize();
-  const std::chrono::steady_clock::time_point ran{std::chrono::steady_clock::duration(ran_at->load())};
+  const std::chrono::steady_clock::time_point ran{
+      std::chrono::steady_clock::duration(ran_at->load())};
   EXPECT_GE(ran - issued, delay);
 }
 
@@ -218,7 +219,8 @@ TEST(DelayAdaptor, RejectsNegativeDelays) {
   EXPECT_THROW(ex.delay_randomly(s, std::chrono::microseconds(-1), 1), offloadkit::out_of_range);
 }
 
-// ---- counting ---------------------------------------------------------------------------------------
+// ---- counting
+// ---------------------------------------------------------------------------------------
 
 TEST(CountingAdaptor, CountsCallsAllocationsAndCopiedBytesByKind) {
   host_executor base;
@@ -228,9 +230,9 @@ TEST(CountingAdaptor, CountsCallsAllocationsAndCopiedBytesByKind) {
   buffer pin(ex, memory_kind::pinned, 200);
   buffer pag(ex, memory_kind::pageable, 300);
   buffer pag2(ex, memory_kind::pageable, 300);
-  ex.copy(dev.data(), pin.data(), 100, s);   // pinned -> device
-  ex.copy(pag.data(), dev.data(), 50, s);    // device -> pageable
-  ex.copy(pag2.data(), pag.data(), 30, s);   // pageable -> pageable
+  ex.copy(dev.data(), pin.data(), 100, s);  // pinned -> device
+  ex.copy(pag.data(), dev.data(), 50, s);   // device -> pageable
+  ex.copy(pag2.data(), pag.data(), 30, s);  // pageable -> pageable
   ex.fill(dev.data(), 0, 100, s);
   s.synchronize();
 

@@ -193,9 +193,12 @@ memory_kind gen_kind() {
 
 pointer_kind pointer_kind_of(memory_kind k) {
   switch (k) {
-    case memory_kind::device: return pointer_kind::device;
-    case memory_kind::pinned: return pointer_kind::pinned;
-    case memory_kind::pageable: return pointer_kind::pageable;
+    case memory_kind::device:
+      return pointer_kind::device;
+    case memory_kind::pinned:
+      return pointer_kind::pinned;
+    case memory_kind::pageable:
+      return pointer_kind::pageable;
   }
   return pointer_kind::pageable;
 }
@@ -218,7 +221,7 @@ std::vector<unsigned char> read_back(executor& ex, const void* src, std::size_t 
 void copy_round_trip(executor& ex) {
   // An Euler tour of the complete directed graph with loops on {pageable, pinned, device}.
   constexpr std::array<memory_kind, 10> tour = {
-      memory_kind::pageable, memory_kind::pageable, memory_kind::pinned, memory_kind::pinned,
+      memory_kind::pageable, memory_kind::pageable, memory_kind::pinned,   memory_kind::pinned,
       memory_kind::device,   memory_kind::device,   memory_kind::pageable, memory_kind::device,
       memory_kind::pinned,   memory_kind::pageable};
   const std::size_t bytes = gen_bytes(4 * mib);
@@ -337,8 +340,8 @@ void launch_count(executor& ex) {
     std::uint64_t v = 0;
     std::memcpy(&v, out_bytes.data() + i * sizeof(v), sizeof(v));
     if (v != index_value(i, salt)) {
-      RC_FAIL(detail::concat("launch over n = ", n, " with block ", block, ": index ", i,
-                             " holds ", v, ", expected ", index_value(i, salt)));
+      RC_FAIL(detail::concat("launch over n = ", n, " with block ", block, ": index ", i, " holds ",
+                             v, ", expected ", index_value(i, salt)));
     }
   }
 }
@@ -391,7 +394,8 @@ void stream_order(executor& base) {
       const std::size_t from = *rc::gen::inRange<std::size_t>(0, words - count + 1);
       ex.copy(at(bufs[dst], first * 4), at(bufs[src], from * 4), count * 4, s);
       std::memcpy(model[dst].data() + first * 4, model[src].data() + from * 4, count * 4);
-      trace << " copy(" << src << "->" << dst << "," << from << "->" << first << "," << count << ")";
+      trace << " copy(" << src << "->" << dst << "," << from << "->" << first << "," << count
+            << ")";
     } else {
       const std::size_t device_buf = dst % 2;
       const auto a = *rc::gen::arbitrary<std::uint32_t>();
@@ -418,7 +422,8 @@ void stream_order(executor& base) {
                detail::concat("pinned buffer 2 after", trace.str()));
 }
 
-// ---- events across streams ------------------------------------------------------------------------
+// ---- events across streams
+// ------------------------------------------------------------------------
 
 /// What the producer stream writes in the event properties, and the bytes it leaves behind.
 struct production {
@@ -549,7 +554,8 @@ void missing_wait_is_observable(executor& base) {
     // The producer did write in the end: the old bytes seen above were stale, not a lost write.
     const auto after = read_back(ex, shared.data(), words * 8, consumer);
     const auto expected = produced_bytes(p, words);
-    expect_bytes(after.data(), expected.data(), words * 8, "producer's bytes after its stream ended");
+    expect_bytes(after.data(), expected.data(), words * 8,
+                 "producer's bytes after its stream ended");
     return;
   }
   RC_FAIL(detail::concat("in 3 attempts (producer delays up to ", (delay / 4).count(),
@@ -557,7 +563,8 @@ void missing_wait_is_observable(executor& base) {
                          "work began: the two streams do not run independently"));
 }
 
-// ---- virtual memory -------------------------------------------------------------------------------
+// ---- virtual memory
+// -------------------------------------------------------------------------------
 
 /// Reserve, create, map, set access, write; then any number of cycles of copy out, unmap and
 /// release, create and map again at the same address, copy back: the data and the address survive,
@@ -686,11 +693,12 @@ void graph_replay_after_remap(executor& ex) {
   }
 }
 
-// ---- fault injection ------------------------------------------------------------------------------
+// ---- fault injection
+// ------------------------------------------------------------------------------
 
-/// One pass of an operation sequence that touches every armed kind: allocations of each memory kind,
-/// copies through pinned and device memory, and a VMM range (create, map, set access) that the
-/// data goes through. Returns normally only when the data came back intact.
+/// One pass of an operation sequence that touches every armed kind: allocations of each memory
+/// kind, copies through pinned and device memory, and a VMM range (create, map, set access) that
+/// the data goes through. Returns normally only when the data came back intact.
 void fault_sequence(executor& ex, std::size_t bytes, std::uint64_t seed) {
   stream s(ex);
   buffer host(ex, memory_kind::pageable, bytes);
@@ -738,7 +746,7 @@ void fault_injection_leaves_executor_usable(executor& base) {
   const std::size_t bytes = gen_bytes(1 * mib);
   const std::uint64_t seed = gen_seed();
   fault_injection_adaptor ex(base);
-  const std::vector<op_kind> kinds = {op_kind::allocate_device, op_kind::allocate_pinned,
+  const std::vector<op_kind> kinds = {op_kind::allocate_device,   op_kind::allocate_pinned,
                                       op_kind::allocate_pageable, op_kind::copy,
                                       op_kind::create_physical,   op_kind::map,
                                       op_kind::set_access};
@@ -777,7 +785,8 @@ void fault_injection_leaves_executor_usable(executor& base) {
   RC_ASSERT(n > 0);
 }
 
-// ---- counting adaptor -----------------------------------------------------------------------------
+// ---- counting adaptor
+// -----------------------------------------------------------------------------
 
 /// The counting adaptor's figures equal a model's for a random sequence of allocations, copies
 /// between every kind of memory, fills, launches, host functions and event waits.

@@ -1,9 +1,8 @@
 // Device bodies of the executor battery (see executor_kernels.hpp), written once as OFFLOADKIT_HD
 // functors: a kernel on the cuda back end, a loop over the same indices on the host back end.
-#include "executor_kernels.hpp"
-
 #include <cuda/atomic>
 
+#include "executor_kernels.hpp"
 #include "offloadkit/launch.hpp"
 
 namespace offloadkit::executor_checks {

@@ -1,6 +1,6 @@
 // Device bodies used by the executor battery. They are issued through offloadkit::launch() from
-// executor_kernels.cu, compiled by nvcc, so that the cuda back end runs them as kernels and the host
-// back end runs the same bodies; callers see plain C++ functions.
+// executor_kernels.cu, compiled by nvcc, so that the cuda back end runs them as kernels and the
+// host back end runs the same bodies; callers see plain C++ functions.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
-// run_check(): runs one check_case's property under rapidcheck with an explicit seed, case count and
-// size bound, and turns rapidcheck's result into a check_outcome. A failing property is a result,
-// never an exception, so one failure does not stop a battery.
+// run_check(): runs one check_case's property under rapidcheck with an explicit seed, case count
+// and size bound, and turns rapidcheck's result into a check_outcome. A failing property is a
+// result, never an exception, so one failure does not stop a battery.
 #include "offloadkit/check.hpp"
 
 #include <rapidcheck.h>
@@ -123,8 +123,8 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
       o.message = "gave up after " + std::to_string(gave_up.numSuccess) +
                   " successful case(s): " + gave_up.description;
     } else if (result.is<rc::detail::Error>()) {
-      o.message = "rapidcheck could not run the property: " +
-                  result.get<rc::detail::Error>().description;
+      o.message =
+          "rapidcheck could not run the property: " + result.get<rc::detail::Error>().description;
     } else {
       o.message = "rapidcheck returned an unknown result";
     }

@@ -25,8 +25,7 @@ void write_timeline() noexcept {
       if (const char* cmd = std::getenv("OFFLOADKIT_CAPTURE_COMMAND")) t.source = cmd;
       const std::string path = out != nullptr && *out != '\0' ? out : "offloadkit_timeline.json";
       offloadkit::traces::write_chrome_trace(t, path);
-      std::fprintf(stderr, "offloadkit: wrote %zu records to %s\n", t.records.size(),
-                   path.c_str());
+      std::fprintf(stderr, "offloadkit: wrote %zu records to %s\n", t.records.size(), path.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "offloadkit: could not write the timeline: %s\n", e.what());
     }

@@ -8,8 +8,7 @@
 namespace offloadkit::traces {
 
 std::vector<interval> interval_union(std::vector<interval> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](interval i) { return i.end <= i.begin; }),
-          v.end());
+  v.erase(std::remove_if(v.begin(), v.end(), [](interval i) { return i.end <= i.begin; }), v.end());
   std::sort(v.begin(), v.end(), [](interval a, interval b) { return a.begin < b.begin; });
   std::vector<interval> out;
   for (interval i : v) {
@@ -211,8 +210,7 @@ std::vector<const record*> host_syncs_in_steps(const timeline& t, const analysis
   return out;
 }
 
-std::vector<bandwidth_result> bandwidth_by_direction(const timeline& t,
-                                                     const analysis_options& o) {
+std::vector<bandwidth_result> bandwidth_by_direction(const timeline& t, const analysis_options& o) {
   const copy_direction order[] = {copy_direction::h2d, copy_direction::d2h, copy_direction::d2d,
                                   copy_direction::p2p, copy_direction::h2h};
   std::vector<bandwidth_result> out;
@@ -235,8 +233,7 @@ std::vector<bandwidth_result> bandwidth_by_direction(const timeline& t,
   return out;
 }
 
-check_report check_copy_overlap(const timeline& t, double min_fraction,
-                                const analysis_options& o) {
+check_report check_copy_overlap(const timeline& t, double min_fraction, const analysis_options& o) {
   check_report rep;
   rep.name = "copy_compute_overlap";
   const auto ov = copy_compute_overlap(t);
@@ -371,8 +368,8 @@ std::string summary(const timeline& t, const analysis_options& o, double h2d_lim
   const auto bw = bandwidth_by_direction(t, o);
   if (bw.empty()) os << " none";
   for (const auto& b : bw) {
-    std::snprintf(buf, sizeof buf, "\n  %-4s %10.2f GB/s  %6zu copies  %12s", to_string(b.direction),
-                  b.gb_per_s(), b.copies, fmt_bytes(b.bytes).c_str());
+    std::snprintf(buf, sizeof buf, "\n  %-4s %10.2f GB/s  %6zu copies  %12s",
+                  to_string(b.direction), b.gb_per_s(), b.copies, fmt_bytes(b.bytes).c_str());
     os << buf;
     const double limit = b.direction == copy_direction::h2d   ? h2d_limit
                          : b.direction == copy_direction::d2h ? d2h_limit

@@ -26,7 +26,7 @@ namespace {
 
 struct analysis_args {
   analysis_options options;
-  double h2d_limit = 0;   // GB/s; 0: no ratio printed
+  double h2d_limit = 0;  // GB/s; 0: no ratio printed
   double d2h_limit = 0;
   double min_overlap = -1;  // <0: reported, not checked
   bool strict = false;      // fail on pageable copies / steady-state pinned allocs / syncs
@@ -113,7 +113,8 @@ std::string dir_of_self() {
 /// The injection library: $OFFLOADKIT_INJECTION, the build tree's copy, or next to the binary.
 std::string find_injection(std::string& tried) {
   std::vector<std::string> c;
-  if (const char* e = std::getenv("OFFLOADKIT_INJECTION"); e != nullptr && *e != '\0') c.push_back(e);
+  if (const char* e = std::getenv("OFFLOADKIT_INJECTION"); e != nullptr && *e != '\0')
+    c.push_back(e);
 #ifdef OFFLOADKIT_INJECTION_PATH
   c.emplace_back(OFFLOADKIT_INJECTION_PATH);
 #endif
@@ -165,7 +166,9 @@ int capture_main(int argc, char** argv) {
     if (out.empty()) throw std::invalid_argument("missing -o out.json");
     if (command.empty()) throw std::invalid_argument("missing the command after --");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "offloadkit capture: %s\nusage: offloadkit capture -o out.json [options] -- <command...>\n%s",
+    std::fprintf(stderr,
+                 "offloadkit capture: %s\nusage: offloadkit capture -o out.json [options] -- "
+                 "<command...>\n%s",
                  e.what(), analysis_usage);
     return 2;
   }
@@ -177,8 +180,10 @@ int capture_main(int argc, char** argv) {
   std::string tried;
   const std::string injection = find_injection(tried);
   if (injection.empty()) {
-    std::fprintf(stderr, "offloadkit capture: the injection library %s was not found (tried %s; "
-                 "set OFFLOADKIT_INJECTION)\n", OFFLOADKIT_INJECTION_NAME, tried.c_str());
+    std::fprintf(stderr,
+                 "offloadkit capture: the injection library %s was not found (tried %s; "
+                 "set OFFLOADKIT_INJECTION)\n",
+                 OFFLOADKIT_INJECTION_NAME, tried.c_str());
     return 2;
   }
   out = absolute(out);
@@ -245,13 +250,15 @@ int analyze_main(int argc, char** argv) {
         return 0;
       }
       if (parse_analysis_option(argc, argv, i, a)) continue;
-      if (!arg.empty() && arg[0] == '-') throw std::invalid_argument("unknown option '" + arg + "'");
+      if (!arg.empty() && arg[0] == '-')
+        throw std::invalid_argument("unknown option '" + arg + "'");
       if (!path.empty()) throw std::invalid_argument("more than one timeline given");
       path = arg;
     }
     if (path.empty()) throw std::invalid_argument("missing the timeline file");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "offloadkit analyze: %s\nusage: offloadkit analyze TIMELINE.json [options]\n%s",
+    std::fprintf(stderr,
+                 "offloadkit analyze: %s\nusage: offloadkit analyze TIMELINE.json [options]\n%s",
                  e.what(), analysis_usage);
     return 2;
   }

@@ -36,7 +36,7 @@ struct cupti_api {
   decltype(&cuptiSubscribe) subscribe = nullptr;
   decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
   decltype(&cuptiEnableCallback) enable_callback = nullptr;
-  decltype(&cuptiGetResultString) result_string = nullptr;  // optional
+  decltype(&cuptiGetResultString) result_string = nullptr;       // optional
   decltype(&cuptiSetThreadIdType) set_thread_id_type = nullptr;  // optional
 };
 
@@ -121,12 +121,12 @@ std::string result_text(CUptiResult r) {
          std::to_string(static_cast<int>(r)) + ")";
 }
 
-#define OFFLOADKIT_CUPTI_TRY(call)                                                              \
-  do {                                                                                          \
-    const CUptiResult r_ = (call);                                                              \
-    if (r_ != CUPTI_SUCCESS) {                                                                  \
-      OFFLOADKIT_FAIL(::offloadkit::runtime_error, #call, " failed: ", result_text(r_));        \
-    }                                                                                           \
+#define OFFLOADKIT_CUPTI_TRY(call)                                                       \
+  do {                                                                                   \
+    const CUptiResult r_ = (call);                                                       \
+    if (r_ != CUPTI_SUCCESS) {                                                           \
+      OFFLOADKIT_FAIL(::offloadkit::runtime_error, #call, " failed: ", result_text(r_)); \
+    }                                                                                    \
   } while (0)
 
 // ---- process-wide recording state (CUPTI's callbacks are plain functions) --------------------
@@ -158,40 +158,56 @@ std::uint64_t this_thread_id() { return static_cast<std::uint64_t>(syscall(SYS_g
 
 memory_location location_of(std::uint8_t k) {
   switch (k) {
-    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return memory_location::pageable;
-    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return memory_location::pinned;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE:
+      return memory_location::pageable;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED:
+      return memory_location::pinned;
     case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
     case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC:
-    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return memory_location::device;
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY:
+      return memory_location::device;
     case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return memory_location::managed;
-    default: return memory_location::unknown;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC:
+      return memory_location::managed;
+    default:
+      return memory_location::unknown;
   }
 }
 
 copy_direction direction_of_kind(std::uint8_t k) {
   switch (k) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return copy_direction::h2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return copy_direction::h2d;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return copy_direction::d2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return copy_direction::d2h;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return copy_direction::d2d;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return copy_direction::h2h;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return copy_direction::p2p;
-    default: return copy_direction::unknown;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return copy_direction::d2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return copy_direction::h2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return copy_direction::p2p;
+    default:
+      return copy_direction::unknown;
   }
 }
 
 sync_kind sync_of(CUpti_ActivitySynchronizationType t) {
   switch (t) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return sync_kind::event;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return sync_kind::stream_wait_event;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return sync_kind::stream;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return sync_kind::context;
-    default: return sync_kind::unknown;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+      return sync_kind::event;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+      return sync_kind::stream_wait_event;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+      return sync_kind::stream;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+      return sync_kind::context;
+    default:
+      return sync_kind::unknown;
   }
 }
 
@@ -261,10 +277,10 @@ void convert(const CUpti_Activity* a, recording_state& s) {
     }
     case CUPTI_ACTIVITY_KIND_MARKER: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(a);
-      const std::uint64_t thread =
-          m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD || m->objectKind == CUPTI_ACTIVITY_OBJECT_PROCESS
-              ? m->objectId.pt.threadId
-              : 0;
+      const std::uint64_t thread = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ||
+                                           m->objectKind == CUPTI_ACTIVITY_OBJECT_PROCESS
+                                       ? m->objectId.pt.threadId
+                                       : 0;
       const auto ts = static_cast<std::int64_t>(m->timestamp);
       if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
         s.open_ranges[m->id] = {m->name != nullptr ? m->name : "", ts, thread};
@@ -290,7 +306,8 @@ void convert(const CUpti_Activity* a, recording_state& s) {
       }
       return;
     }
-    default: return;
+    default:
+      return;
   }
   s.records.push_back(std::move(r));
 }
@@ -371,7 +388,8 @@ std::uint64_t bytes_of(int domain, unsigned cbid, const void* params) {
       case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
       case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000:
         return static_cast<const ptr_size_params*>(params)->size;
-      default: return 0;
+      default:
+        return 0;
     }
   }
   switch (cbid) {
@@ -382,7 +400,8 @@ std::uint64_t bytes_of(int domain, unsigned cbid, const void* params) {
       return static_cast<const ptr_size_params*>(params)->size;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
       return static_cast<const ptr_size_params*>(params)->size;  // (ptr, size, offset, ...)
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -409,7 +428,8 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
   r.kind = record_kind::api;
   r.api = it->second.kind;
   r.name = it->second.name;
-  r.start_ns = static_cast<std::int64_t>(cb->correlationData != nullptr ? *cb->correlationData : end);
+  r.start_ns =
+      static_cast<std::int64_t>(cb->correlationData != nullptr ? *cb->correlationData : end);
   r.end_ns = std::max(r.start_ns, static_cast<std::int64_t>(end));
   r.bytes = bytes_of(static_cast<int>(domain), static_cast<unsigned>(cbid), cb->functionParams);
   r.thread = this_thread_id();
@@ -418,7 +438,8 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
 }
 
 constexpr CUpti_ActivityKind kernel_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
-constexpr CUpti_ActivityKind copy_kinds[] = {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2};
+constexpr CUpti_ActivityKind copy_kinds[] = {CUPTI_ACTIVITY_KIND_MEMCPY,
+                                             CUPTI_ACTIVITY_KIND_MEMCPY2};
 
 }  // namespace
 
@@ -480,7 +501,8 @@ void cupti_recorder::start(const options& o) {
 }
 
 void cupti_recorder::flush() {
-  if (api().flush_all != nullptr) OFFLOADKIT_CUPTI_TRY(api().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  if (api().flush_all != nullptr)
+    OFFLOADKIT_CUPTI_TRY(api().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 }
 
 void cupti_recorder::stop() noexcept {

@@ -38,9 +38,9 @@ constexpr memory_location all_locs[] = {memory_location::device, memory_location
                                         memory_location::unknown};
 constexpr sync_kind all_syncs[] = {sync_kind::context, sync_kind::stream, sync_kind::event,
                                    sync_kind::stream_wait_event, sync_kind::unknown};
-constexpr api_kind all_apis[] = {api_kind::pinned_alloc, api_kind::pinned_free,
+constexpr api_kind all_apis[] = {api_kind::pinned_alloc,    api_kind::pinned_free,
                                  api_kind::pinned_register, api_kind::mem_map,
-                                 api_kind::mem_unmap, api_kind::other};
+                                 api_kind::mem_unmap,       api_kind::other};
 
 // Chrome-trace lanes: pid 0 is the host (tid = thread), pid d+1 is device d (tid = stream).
 std::pair<std::int64_t, std::int64_t> lane_of(const record& r) {
@@ -65,12 +65,12 @@ std::string to_chrome_trace(const timeline& t) {
     processes[lane.first] = lane.first == 0 ? "host" : "GPU " + std::to_string(lane.first - 1);
     threads[lane] = lane.first == 0 ? "thread " + std::to_string(lane.second)
                                     : "stream " + std::to_string(lane.second);
-    json args = {{"kind", to_string(r.kind)},     {"start_ns", r.start_ns},
-                 {"end_ns", r.end_ns},            {"device", r.device},
-                 {"stream", r.stream},            {"thread", r.thread},
-                 {"bytes", r.bytes},              {"direction", to_string(r.direction)},
-                 {"src", to_string(r.src)},       {"dst", to_string(r.dst)},
-                 {"sync", to_string(r.sync)},     {"api", to_string(r.api)}};
+    json args = {{"kind", to_string(r.kind)}, {"start_ns", r.start_ns},
+                 {"end_ns", r.end_ns},        {"device", r.device},
+                 {"stream", r.stream},        {"thread", r.thread},
+                 {"bytes", r.bytes},          {"direction", to_string(r.direction)},
+                 {"src", to_string(r.src)},   {"dst", to_string(r.dst)},
+                 {"sync", to_string(r.sync)}, {"api", to_string(r.api)}};
     events.push_back({{"name", r.name},
                       {"cat", category(r)},
                       {"ph", "X"},
@@ -122,12 +122,13 @@ timeline parse_chrome_trace(const std::string& text) {
   if (auto m = doc.find("offloadkit"); m != doc.end()) {
     OFFLOADKIT_EXPECTS(m->is_object(), logic_error, "timeline: /offloadkit must be an object");
     if (auto v = m->find("version"); v != m->end()) {
-      OFFLOADKIT_EXPECTS(v->is_number_integer() && v->get<std::int64_t>() == timeline_format_version,
-                         logic_error, "timeline: /offloadkit/version = ", v->dump(),
-                         " is not supported (this reader reads version ", timeline_format_version,
-                         ")");
+      OFFLOADKIT_EXPECTS(
+          v->is_number_integer() && v->get<std::int64_t>() == timeline_format_version, logic_error,
+          "timeline: /offloadkit/version = ", v->dump(),
+          " is not supported (this reader reads version ", timeline_format_version, ")");
     }
-    if (auto s = m->find("source"); s != m->end() && s->is_string()) t.source = s->get<std::string>();
+    if (auto s = m->find("source"); s != m->end() && s->is_string())
+      t.source = s->get<std::string>();
     if (auto d = m->find("dropped"); d != m->end() && d->is_number_unsigned()) {
       t.dropped = d->get<std::uint64_t>();
     }
@@ -173,8 +174,8 @@ timeline parse_chrome_trace(const std::string& text) {
     OFFLOADKIT_EXPECTS(r.end_ns >= r.start_ns, logic_error, "timeline: traceEvents[", i,
                        "]: end_ns = ", r.end_ns, " is before start_ns = ", r.start_ns);
     const std::int64_t device = get_int("device");
-    OFFLOADKIT_EXPECTS(device >= -1 && device < (1 << 20), logic_error, "timeline: traceEvents[",
-                       i, "].args.device = ", device, " is outside [-1, ", (1 << 20), ")");
+    OFFLOADKIT_EXPECTS(device >= -1 && device < (1 << 20), logic_error, "timeline: traceEvents[", i,
+                       "].args.device = ", device, " is outside [-1, ", (1 << 20), ")");
     r.device = static_cast<int>(device);
     r.stream = get_int("stream");
     r.thread = get_uint("thread");
@@ -206,10 +207,18 @@ std::string xml_escape(const std::string& s) {
   out.reserve(s.size());
   for (unsigned char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
       default:
         // Control characters are not allowed in XML 1.0 text.
         if (c < 0x20 && c != '\t') {
@@ -230,26 +239,35 @@ struct style {
 // Colour by what the record is; pageable copies get a warning colour of their own.
 style style_of(const record& r) {
   switch (r.kind) {
-    case record_kind::kernel: return {"kernel", "#4878d0"};
-    case record_kind::memset: return {"memset", "#8c8c8c"};
-    case record_kind::sync: return {"host sync", "#d65f5f"};
-    case record_kind::range: return {"NVTX range", "#f3e79b"};
+    case record_kind::kernel:
+      return {"kernel", "#4878d0"};
+    case record_kind::memset:
+      return {"memset", "#8c8c8c"};
+    case record_kind::sync:
+      return {"host sync", "#d65f5f"};
+    case record_kind::range:
+      return {"NVTX range", "#f3e79b"};
     case record_kind::api:
       if (r.api == api_kind::pinned_alloc || r.api == api_kind::pinned_register) {
         return {"pinned alloc", "#b04fc2"};
       }
       if (r.api == api_kind::pinned_free) return {"pinned free", "#dcb0e4"};
-      if (r.api == api_kind::mem_map || r.api == api_kind::mem_unmap) return {"map/unmap", "#2a9d8f"};
+      if (r.api == api_kind::mem_map || r.api == api_kind::mem_unmap)
+        return {"map/unmap", "#2a9d8f"};
       return {"api", "#bbbbbb"};
     case record_kind::memcpy:
       if (r.src == memory_location::pageable || r.dst == memory_location::pageable) {
         return {"pageable copy", "#e41a1c"};
       }
       switch (r.direction) {
-        case copy_direction::h2d: return {"copy H2D", "#6acc64"};
-        case copy_direction::d2h: return {"copy D2H", "#ee854a"};
-        case copy_direction::d2d: return {"copy D2D", "#956cb4"};
-        default: return {"copy other", "#82c6e2"};
+        case copy_direction::h2d:
+          return {"copy H2D", "#6acc64"};
+        case copy_direction::d2h:
+          return {"copy D2H", "#ee854a"};
+        case copy_direction::d2d:
+          return {"copy D2D", "#956cb4"};
+        default:
+          return {"copy other", "#82c6e2"};
       }
   }
   return {"?", "#000000"};
@@ -295,8 +313,8 @@ std::string to_svg(const timeline& t, const svg_options& o) {
      << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   os << "<text x=\"10\" y=\"20\" font-size=\"14\">"
-     << xml_escape(o.title.empty() ? "offloadkit timeline" : o.title) << " — "
-     << t.records.size() << " records</text>\n";
+     << xml_escape(o.title.empty() ? "offloadkit timeline" : o.title) << " — " << t.records.size()
+     << " records</text>\n";
   for (const auto& [k, i] : lanes) {
     const int y = top + i * o.lane_height;
     std::string label;
@@ -328,10 +346,10 @@ std::string to_svg(const timeline& t, const svg_options& o) {
       y += 6;
       h -= 6;
     }
-    std::snprintf(buf, sizeof buf, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"",
-                  x, y, w, h);
-    os << buf << " fill=\"" << s.colour << "\"><title>" << xml_escape(r.name) << " ("
-       << s.label << ", " << (r.duration_ns() / 1000.0) << " us";
+    std::snprintf(buf, sizeof buf, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"", x,
+                  y, w, h);
+    os << buf << " fill=\"" << s.colour << "\"><title>" << xml_escape(r.name) << " (" << s.label
+       << ", " << (r.duration_ns() / 1000.0) << " us";
     if (r.bytes != 0) os << ", " << r.bytes << " B";
     os << ")</title></rect>\n";
   }
@@ -343,8 +361,9 @@ std::string to_svg(const timeline& t, const svg_options& o) {
   const double step = nice_step(span_us);
   for (double u = 0; u <= span_us + 1e-9; u += step) {
     const double x = label_w + u / span_us * o.width;
-    std::snprintf(buf, sizeof buf, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>",
-                  x, axis_y, x, axis_y + 5);
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>", x, axis_y,
+                  x, axis_y + 5);
     os << buf;
     if (span_us >= 1e4) {
       std::snprintf(buf, sizeof buf, "%g ms", u / 1e3);

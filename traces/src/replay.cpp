@@ -163,7 +163,8 @@ const char* replay_usage =
     "usage: offloadkit replay FILE [--impl model|reference|optimized] [--executor host|cuda]\n"
     "                         [--pool-pages DEVICE,PINNED] [--data-row-bytes N] [--plan-only]\n"
     "                         [--quiet]\n"
-    "exit: 0 ok, 1 restored bytes differ or the file is invalid, 3 the pool overflows, 77 skipped\n";
+    "exit: 0 ok, 1 restored bytes differ or the file is invalid, 3 the pool overflows, 77 "
+    "skipped\n";
 
 }  // namespace
 
@@ -188,8 +189,10 @@ int replay_main(int argc, char** argv) {
       } else if (a == "--pool-pages") {
         const std::string v = value();
         const auto comma = v.find(',');
-        if (comma == std::string::npos) throw std::invalid_argument("--pool-pages takes DEVICE,PINNED");
-        ro.pools = schedule_pools{std::stoull(v.substr(0, comma)), std::stoull(v.substr(comma + 1))};
+        if (comma == std::string::npos)
+          throw std::invalid_argument("--pool-pages takes DEVICE,PINNED");
+        ro.pools =
+            schedule_pools{std::stoull(v.substr(0, comma)), std::stoull(v.substr(comma + 1))};
       } else if (a == "--data-row-bytes") {
         ro.data_row_bytes = std::stoull(value());
       } else if (a == "--plan-only") {
@@ -206,7 +209,8 @@ int replay_main(int argc, char** argv) {
     }
     if (path.empty()) throw std::invalid_argument("missing the schedule FILE");
     if (impl != "model" && impl != "reference" && impl != "optimized") {
-      throw std::invalid_argument("--impl '" + impl + "' is not one of: model, reference, optimized");
+      throw std::invalid_argument("--impl '" + impl +
+                                  "' is not one of: model, reference, optimized");
     }
     if (exec_name != "host" && exec_name != "cuda") {
       throw std::invalid_argument("--executor '" + exec_name + "' is not one of: host, cuda");
@@ -226,10 +230,11 @@ int replay_main(int argc, char** argv) {
     std::printf("invalid schedule %s: %s\n", path.c_str(), e.what());
     return 1;
   }
-  std::printf("schedule: %s%s%s\n  %zu steps, %zu keys, %d virtual stages x %d layers x %d "
-              "microbatches, page = %u rows\n",
-              path.c_str(), s.name.empty() ? "" : " — ", s.name.c_str(), s.steps.size(),
-              s.key_count(), s.virtual_stages, s.layers, s.microbatches, s.page_rows);
+  std::printf(
+      "schedule: %s%s%s\n  %zu steps, %zu keys, %d virtual stages x %d layers x %d "
+      "microbatches, page = %u rows\n",
+      path.c_str(), s.name.empty() ? "" : " — ", s.name.c_str(), s.steps.size(), s.key_count(),
+      s.virtual_stages, s.layers, s.microbatches, s.page_rows);
   const std::optional<schedule_pools> pools = ro.pools ? ro.pools : s.pools;
   const replay_result p = plan(s, pools);
   const replay_result unbounded = plan(s, schedule_pools{~std::uint64_t{0} / 2, 0});
@@ -241,14 +246,15 @@ int replay_main(int argc, char** argv) {
     // them), so the pinned tier needs whatever the peak exceeds the device tier by.
     const std::uint64_t pinned_needed =
         unbounded.peak_pages > pools->device_pages ? unbounded.peak_pages - pools->device_pages : 0;
-    std::printf("pool: %llu device + %llu pinned pages; peak use %llu device, %llu pinned; with "
-                "%llu device pages the pinned tier needs %llu\n",
-                static_cast<unsigned long long>(pools->device_pages),
-                static_cast<unsigned long long>(pools->pinned_pages),
-                static_cast<unsigned long long>(p.peak_device_pages),
-                static_cast<unsigned long long>(p.peak_pinned_pages),
-                static_cast<unsigned long long>(pools->device_pages),
-                static_cast<unsigned long long>(pinned_needed));
+    std::printf(
+        "pool: %llu device + %llu pinned pages; peak use %llu device, %llu pinned; with "
+        "%llu device pages the pinned tier needs %llu\n",
+        static_cast<unsigned long long>(pools->device_pages),
+        static_cast<unsigned long long>(pools->pinned_pages),
+        static_cast<unsigned long long>(p.peak_device_pages),
+        static_cast<unsigned long long>(p.peak_pinned_pages),
+        static_cast<unsigned long long>(pools->device_pages),
+        static_cast<unsigned long long>(pinned_needed));
   }
   std::printf("peak bytes: %s stashed rows, %s in pages, %s as oversized static buffers (%.2fx)\n",
               human(unbounded.peak_stashed_bytes).c_str(),
@@ -260,12 +266,13 @@ int replay_main(int argc, char** argv) {
                         static_cast<double>(unbounded.peak_stashed_bytes));
   if (p.overflow) {
     const auto& ov = *p.overflow;
-    std::printf("OVERFLOW at /steps/%zu (step %zu): key %s needs %llu pages; %llu device and %llu "
-                "pinned pages free\n",
-                ov.source_index, ov.step, key_text(ov.key).c_str(),
-                static_cast<unsigned long long>(ov.pages_needed),
-                static_cast<unsigned long long>(ov.device_free),
-                static_cast<unsigned long long>(ov.pinned_free));
+    std::printf(
+        "OVERFLOW at /steps/%zu (step %zu): key %s needs %llu pages; %llu device and %llu "
+        "pinned pages free\n",
+        ov.source_index, ov.step, key_text(ov.key).c_str(),
+        static_cast<unsigned long long>(ov.pages_needed),
+        static_cast<unsigned long long>(ov.device_free),
+        static_cast<unsigned long long>(ov.pinned_free));
   } else if (pools) {
     std::printf("overflow: none\n");
   }
@@ -326,12 +333,12 @@ int replay_main(int argc, char** argv) {
     std::printf("replay failed: %s\n", e.what());
     return 1;
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("data check (%s on %s executor): %zu keys, %s restored and compared, %llu "
-              "mismatching bytes, %.2f s\n",
-              impl.c_str(), exec_name.c_str(), r.keys_checked, human(r.bytes_checked).c_str(),
-              static_cast<unsigned long long>(r.mismatches), secs);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "data check (%s on %s executor): %zu keys, %s restored and compared, %llu "
+      "mismatching bytes, %.2f s\n",
+      impl.c_str(), exec_name.c_str(), r.keys_checked, human(r.bytes_checked).c_str(),
+      static_cast<unsigned long long>(r.mismatches), secs);
   if (r.mismatches != 0) {
     std::printf("MISMATCH: %s\n", r.first_mismatch.c_str());
     return 1;

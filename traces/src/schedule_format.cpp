@@ -21,8 +21,9 @@ std::string show(const json& j) {
 }
 
 std::int64_t get_int(const json& j, const std::string& where, std::int64_t lo, std::int64_t hi) {
-  if (!j.is_number_integer()) fail(where, "expected an integer in [" + std::to_string(lo) + ", " +
-                                              std::to_string(hi) + "], found " + show(j));
+  if (!j.is_number_integer())
+    fail(where, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], found " + show(j));
   if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) {
     fail(where, show(j) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
@@ -81,8 +82,8 @@ void validate(const schedule& s) {
                           " exceeds " + std::to_string(max_keys) + " keys");
   }
   if (s.row_bytes.size() != static_cast<std::size_t>(s.layers)) {
-    fail("/row_bytes", "has " + std::to_string(s.row_bytes.size()) + " entries; expected one per layer (" +
-                           std::to_string(s.layers) + ")");
+    fail("/row_bytes", "has " + std::to_string(s.row_bytes.size()) +
+                           " entries; expected one per layer (" + std::to_string(s.layers) + ")");
   }
   for (std::size_t i = 0; i < s.row_bytes.size(); ++i) {
     if (s.row_bytes[i] < 1 || s.row_bytes[i] > max_row_bytes) {
@@ -95,13 +96,14 @@ void validate(const schedule& s) {
          std::to_string(s.page_rows) + " is outside [1, " + std::to_string(max_page_rows) + "]");
   }
   if (s.rows.size() != s.key_count()) {
-    fail("/rows", "has " + std::to_string(s.rows.size()) + " entries; expected virtual_stages x layers x microbatches = " +
+    fail("/rows", "has " + std::to_string(s.rows.size()) +
+                      " entries; expected virtual_stages x layers x microbatches = " +
                       std::to_string(s.key_count()));
   }
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     if (s.rows[i] > s.max_rows) {
-      fail("/rows/" + std::to_string(i), std::to_string(s.rows[i]) + " rows exceed max_rows = " +
-                                             std::to_string(s.max_rows));
+      fail("/rows/" + std::to_string(i),
+           std::to_string(s.rows[i]) + " rows exceed max_rows = " + std::to_string(s.max_rows));
     }
   }
   // 0: not stashed yet, 1: stashed, 2: restored.
@@ -180,8 +182,9 @@ schedule parse_schedule(const std::string& text) {
     fail("byte 0", std::string("not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) fail("", "the document must be a JSON object, found " + show(doc));
-  only_keys(doc, "", {"format", "version", "name", "pipeline", "row_bytes", "max_rows",
-                      "page_rows", "pools", "rows", "steps"});
+  only_keys(doc, "",
+            {"format", "version", "name", "pipeline", "row_bytes", "max_rows", "page_rows", "pools",
+             "rows", "steps"});
   const json& format = member(doc, "format", "");
   if (!format.is_string() || format.get<std::string>() != "offloadkit.schedule") {
     fail("/format", "expected \"offloadkit.schedule\", found " + show(format));
@@ -222,9 +225,8 @@ schedule parse_schedule(const std::string& text) {
                              std::to_string(s.layers) + ") or a single integer");
     }
     for (std::size_t i = 0; i < rb.size(); ++i) {
-      s.row_bytes.push_back(static_cast<std::uint64_t>(
-          get_int(rb[i], "/row_bytes/" + std::to_string(i), 1,
-                  static_cast<std::int64_t>(max_row_bytes))));
+      s.row_bytes.push_back(static_cast<std::uint64_t>(get_int(
+          rb[i], "/row_bytes/" + std::to_string(i), 1, static_cast<std::int64_t>(max_row_bytes))));
     }
   } else {
     s.row_bytes.assign(static_cast<std::size_t>(s.layers),
@@ -240,12 +242,12 @@ schedule parse_schedule(const std::string& text) {
     only_keys(*it, "/pools", {"device_pages", "pinned_pages"});
     schedule_pools pools;
     if (auto d = it->find("device_pages"); d != it->end()) {
-      pools.device_pages = static_cast<std::uint64_t>(
-          get_int(*d, "/pools/device_pages", 0, std::int64_t{1} << 40));
+      pools.device_pages =
+          static_cast<std::uint64_t>(get_int(*d, "/pools/device_pages", 0, std::int64_t{1} << 40));
     }
     if (auto d = it->find("pinned_pages"); d != it->end()) {
-      pools.pinned_pages = static_cast<std::uint64_t>(
-          get_int(*d, "/pools/pinned_pages", 0, std::int64_t{1} << 40));
+      pools.pinned_pages =
+          static_cast<std::uint64_t>(get_int(*d, "/pools/pinned_pages", 0, std::int64_t{1} << 40));
     }
     s.pools = pools;
   }
@@ -258,8 +260,8 @@ schedule parse_schedule(const std::string& text) {
   }
   s.rows.reserve(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    s.rows.push_back(static_cast<std::uint32_t>(
-        get_int(rows[i], "/rows/" + std::to_string(i), 0, s.max_rows)));
+    s.rows.push_back(
+        static_cast<std::uint32_t>(get_int(rows[i], "/rows/" + std::to_string(i), 0, s.max_rows)));
   }
   const json& steps = member(doc, "steps", "");
   if (!steps.is_array()) fail("/steps", "expected an array, found " + show(steps));
@@ -270,8 +272,10 @@ schedule parse_schedule(const std::string& text) {
     const std::string where = "/steps/" + std::to_string(i);
     const json& e = steps[i];
     if (!e.is_array() || e.empty() || !e[0].is_string()) {
-      fail(where, "expected [\"F\"|\"B\", vp, microbatch] or [\"S\"|\"R\", vp, layer, "
-                  "microbatch], found " + show(e));
+      fail(where,
+           "expected [\"F\"|\"B\", vp, microbatch] or [\"S\"|\"R\", vp, layer, "
+           "microbatch], found " +
+               show(e));
     }
     const std::string op = e[0].get<std::string>();
     const bool chunk = op == "F" || op == "B";
@@ -287,9 +291,8 @@ schedule parse_schedule(const std::string& text) {
     st.source_index = i;
     st.key.vp = static_cast<int>(get_int(e[1], where + "/1", 0, s.virtual_stages - 1));
     const std::size_t mb_pos = chunk ? 2 : 3;
-    st.key.microbatch =
-        static_cast<int>(get_int(e[mb_pos], where + "/" + std::to_string(mb_pos), 0,
-                                 s.microbatches - 1));
+    st.key.microbatch = static_cast<int>(
+        get_int(e[mb_pos], where + "/" + std::to_string(mb_pos), 0, s.microbatches - 1));
     const std::size_t add = chunk ? static_cast<std::size_t>(s.layers) : 1;
     if (s.steps.size() + add > limit) {
       fail(where, "more stash/restore steps than 2 x keys (" + std::to_string(limit) +
@@ -343,8 +346,10 @@ std::string to_json(const schedule& s) {
   }
   os << "  \"rows\": [";
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
-    if (i % static_cast<std::size_t>(s.microbatches) == 0) os << (i == 0 ? "\n    " : ",\n    ");
-    else os << ",";
+    if (i % static_cast<std::size_t>(s.microbatches) == 0)
+      os << (i == 0 ? "\n    " : ",\n    ");
+    else
+      os << ",";
     os << s.rows[i];
   }
   os << "\n  ],\n  \"steps\": [";

@@ -67,12 +67,12 @@ schedule generate_schedule(const generate_options& o) {
          "'" + o.kind + "' is not one of: 1f1b, interleaved");
   expect(o.pipeline_size >= 1 && o.pipeline_size <= 1024, "pipeline_size",
          std::to_string(o.pipeline_size) + " is outside [1, 1024]");
-  expect(o.pipeline_rank >= 0 && o.pipeline_rank < o.pipeline_size, "pipeline_rank",
-         std::to_string(o.pipeline_rank) + " is outside [0, " + std::to_string(o.pipeline_size) +
-             ")");
-  expect(o.kind == "interleaved" || o.virtual_stages == 1, "virtual_stages",
-         "1f1b has one virtual stage; use kind interleaved for " +
-             std::to_string(o.virtual_stages));
+  expect(
+      o.pipeline_rank >= 0 && o.pipeline_rank < o.pipeline_size, "pipeline_rank",
+      std::to_string(o.pipeline_rank) + " is outside [0, " + std::to_string(o.pipeline_size) + ")");
+  expect(
+      o.kind == "interleaved" || o.virtual_stages == 1, "virtual_stages",
+      "1f1b has one virtual stage; use kind interleaved for " + std::to_string(o.virtual_stages));
   expect(o.virtual_stages >= 1 && o.virtual_stages <= max_virtual_stages, "virtual_stages",
          std::to_string(o.virtual_stages) + " is outside [1, " +
              std::to_string(max_virtual_stages) + "]");
@@ -88,8 +88,8 @@ schedule generate_schedule(const generate_options& o) {
   expect(o.skew >= 0 && o.skew <= 4, "skew", std::to_string(o.skew) + " is outside [0, 4]");
 
   schedule s;
-  s.name = o.kind + " pp=" + std::to_string(o.pipeline_size) + " rank=" +
-           std::to_string(o.pipeline_rank) + " vp=" + std::to_string(o.virtual_stages) +
+  s.name = o.kind + " pp=" + std::to_string(o.pipeline_size) +
+           " rank=" + std::to_string(o.pipeline_rank) + " vp=" + std::to_string(o.virtual_stages) +
            " mb=" + std::to_string(o.microbatches) + " layers=" + std::to_string(o.layers) +
            " skew=" + std::to_string(o.skew).substr(0, 4) + " seed=" + std::to_string(o.seed);
   s.pipeline_size = o.pipeline_size;
@@ -133,35 +133,50 @@ int schedule_gen_main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--kind") o.kind = value();
-      else if (a == "--pp") o.pipeline_size = std::stoi(value());
-      else if (a == "--rank") o.pipeline_rank = std::stoi(value());
-      else if (a == "--vp") o.virtual_stages = std::stoi(value());
-      else if (a == "--mb") o.microbatches = std::stoi(value());
-      else if (a == "--layers") o.layers = std::stoi(value());
-      else if (a == "--row-bytes") o.row_bytes = std::stoull(value());
-      else if (a == "--max-rows") o.max_rows = static_cast<std::uint32_t>(std::stoul(value()));
-      else if (a == "--mean-rows") o.mean_rows = static_cast<std::uint32_t>(std::stoul(value()));
-      else if (a == "--page-rows") o.page_rows = static_cast<std::uint32_t>(std::stoul(value()));
-      else if (a == "--skew") o.skew = std::stod(value());
-      else if (a == "--seed") o.seed = std::stoull(value());
-      else if (a == "-o") out = value();
-      else throw std::invalid_argument("unknown option '" + a + "'");
+      if (a == "--kind")
+        o.kind = value();
+      else if (a == "--pp")
+        o.pipeline_size = std::stoi(value());
+      else if (a == "--rank")
+        o.pipeline_rank = std::stoi(value());
+      else if (a == "--vp")
+        o.virtual_stages = std::stoi(value());
+      else if (a == "--mb")
+        o.microbatches = std::stoi(value());
+      else if (a == "--layers")
+        o.layers = std::stoi(value());
+      else if (a == "--row-bytes")
+        o.row_bytes = std::stoull(value());
+      else if (a == "--max-rows")
+        o.max_rows = static_cast<std::uint32_t>(std::stoul(value()));
+      else if (a == "--mean-rows")
+        o.mean_rows = static_cast<std::uint32_t>(std::stoul(value()));
+      else if (a == "--page-rows")
+        o.page_rows = static_cast<std::uint32_t>(std::stoul(value()));
+      else if (a == "--skew")
+        o.skew = std::stod(value());
+      else if (a == "--seed")
+        o.seed = std::stoull(value());
+      else if (a == "-o")
+        out = value();
+      else
+        throw std::invalid_argument("unknown option '" + a + "'");
     }
     if (out.empty()) throw std::invalid_argument("missing -o FILE");
   } catch (const std::exception& e) {
-    std::fprintf(stderr,
-                 "offloadkit schedule-gen: %s\nusage: offloadkit schedule-gen --kind 1f1b|interleaved "
-                 "--pp P --rank R --vp V --mb M --layers L [--row-bytes B] [--max-rows N] "
-                 "[--mean-rows N] [--page-rows N] [--skew S] [--seed N] -o FILE\n",
-                 e.what());
+    std::fprintf(
+        stderr,
+        "offloadkit schedule-gen: %s\nusage: offloadkit schedule-gen --kind 1f1b|interleaved "
+        "--pp P --rank R --vp V --mb M --layers L [--row-bytes B] [--max-rows N] "
+        "[--mean-rows N] [--page-rows N] [--skew S] [--seed N] -o FILE\n",
+        e.what());
     return 2;
   }
   try {
     const schedule s = generate_schedule(o);
     write_schedule(s, out);
-    std::printf("wrote %s: %s, %zu steps, %zu keys\n", out.c_str(), s.name.c_str(),
-                s.steps.size(), s.key_count());
+    std::printf("wrote %s: %s, %zu steps, %zu keys\n", out.c_str(), s.name.c_str(), s.steps.size(),
+                s.key_count());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "offloadkit schedule-gen: %s\n", e.what());

@@ -57,8 +57,8 @@ void schedule_recorder::record_restore(schedule_key k) {
 void schedule_recorder::set_rows(schedule_key k, std::uint32_t rows) {
   std::lock_guard<std::mutex> lock(mu_);
   check_key(k);
-  OFFLOADKIT_EXPECTS(rows <= s_.max_rows, out_of_range, "rows = ", rows, " exceeds max_rows = ",
-                     s_.max_rows);
+  OFFLOADKIT_EXPECTS(rows <= s_.max_rows, out_of_range, "rows = ", rows,
+                     " exceeds max_rows = ", s_.max_rows);
   s_.rows[s_.key_index(k)] = rows;
 }
 

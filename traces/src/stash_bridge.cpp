@@ -48,9 +48,9 @@ stash::workload to_workload(const schedule& s) {
   w.sched.microbatches = static_cast<std::uint32_t>(s.microbatches);
   w.sched.steps.reserve(s.steps.size());
   for (const auto& st : s.steps) {
-    w.sched.steps.push_back({st.op == schedule_op::stash ? stash::step_kind::stash
-                                                         : stash::step_kind::restore,
-                             key_of(st.key)});
+    w.sched.steps.push_back(
+        {st.op == schedule_op::stash ? stash::step_kind::stash : stash::step_kind::restore,
+         key_of(st.key)});
   }
   for (int vp = 0; vp < s.virtual_stages; ++vp) {
     for (int l = 0; l < s.layers; ++l) {
@@ -83,18 +83,18 @@ schedule from_workload(const stash::workload& w, std::uint32_t page_rows, std::s
   }
   for (std::size_t i = 0; i < w.sched.steps.size(); ++i) {
     const auto& st = w.sched.steps[i];
-    s.steps.push_back({st.kind == stash::step_kind::stash ? schedule_op::stash
-                                                          : schedule_op::restore,
-                       {static_cast<int>(st.key.vp), static_cast<int>(st.key.layer),
-                        static_cast<int>(st.key.microbatch)},
-                       i});
+    s.steps.push_back(
+        {st.kind == stash::step_kind::stash ? schedule_op::stash : schedule_op::restore,
+         {static_cast<int>(st.key.vp), static_cast<int>(st.key.layer),
+          static_cast<int>(st.key.microbatch)},
+         i});
   }
   validate(s);
   return s;
 }
 
 std::unique_ptr<stash::stash_interface> make_stash(const std::string& impl, executor& ex,
-                                                  const stash::stash_config& cfg, stream_ref s) {
+                                                   const stash::stash_config& cfg, stream_ref s) {
   if (impl == "reference") return std::make_unique<stash::eager_stash>(ex, cfg, s);
   if (impl == "optimized") return std::make_unique<stash::paged_stash>(ex, cfg, s);
   throw std::invalid_argument("implementation '" + impl + "' is not one of: reference, optimized");
@@ -103,8 +103,7 @@ std::unique_ptr<stash::stash_interface> make_stash(const std::string& impl, exec
 replay_result replay_stash(const schedule& s, stash::stash_interface& impl, executor& ex,
                            const replay_options& o) {
   const stash::stash_config& cfg = impl.config();
-  const std::optional<schedule_pools> pools =
-      schedule_pools{cfg.device_pages, cfg.pinned_pages};
+  const std::optional<schedule_pools> pools = schedule_pools{cfg.device_pages, cfg.pinned_pages};
   replay_result r = plan(s, pools);
   const std::uint64_t row = cfg.row_bytes;
   const std::uint64_t full = std::uint64_t{s.max_rows} * row;

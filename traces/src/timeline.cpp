@@ -8,58 +8,86 @@ namespace offloadkit::traces {
 
 const char* to_string(record_kind k) noexcept {
   switch (k) {
-    case record_kind::kernel: return "kernel";
-    case record_kind::memcpy: return "memcpy";
-    case record_kind::memset: return "memset";
-    case record_kind::sync: return "sync";
-    case record_kind::range: return "range";
-    case record_kind::api: return "api";
+    case record_kind::kernel:
+      return "kernel";
+    case record_kind::memcpy:
+      return "memcpy";
+    case record_kind::memset:
+      return "memset";
+    case record_kind::sync:
+      return "sync";
+    case record_kind::range:
+      return "range";
+    case record_kind::api:
+      return "api";
   }
   return "?";
 }
 
 const char* to_string(copy_direction d) noexcept {
   switch (d) {
-    case copy_direction::h2d: return "h2d";
-    case copy_direction::d2h: return "d2h";
-    case copy_direction::d2d: return "d2d";
-    case copy_direction::h2h: return "h2h";
-    case copy_direction::p2p: return "p2p";
-    case copy_direction::unknown: return "unknown";
+    case copy_direction::h2d:
+      return "h2d";
+    case copy_direction::d2h:
+      return "d2h";
+    case copy_direction::d2d:
+      return "d2d";
+    case copy_direction::h2h:
+      return "h2h";
+    case copy_direction::p2p:
+      return "p2p";
+    case copy_direction::unknown:
+      return "unknown";
   }
   return "?";
 }
 
 const char* to_string(memory_location m) noexcept {
   switch (m) {
-    case memory_location::device: return "device";
-    case memory_location::pinned: return "pinned";
-    case memory_location::pageable: return "pageable";
-    case memory_location::managed: return "managed";
-    case memory_location::unknown: return "unknown";
+    case memory_location::device:
+      return "device";
+    case memory_location::pinned:
+      return "pinned";
+    case memory_location::pageable:
+      return "pageable";
+    case memory_location::managed:
+      return "managed";
+    case memory_location::unknown:
+      return "unknown";
   }
   return "?";
 }
 
 const char* to_string(sync_kind s) noexcept {
   switch (s) {
-    case sync_kind::context: return "context";
-    case sync_kind::stream: return "stream";
-    case sync_kind::event: return "event";
-    case sync_kind::stream_wait_event: return "stream_wait_event";
-    case sync_kind::unknown: return "unknown";
+    case sync_kind::context:
+      return "context";
+    case sync_kind::stream:
+      return "stream";
+    case sync_kind::event:
+      return "event";
+    case sync_kind::stream_wait_event:
+      return "stream_wait_event";
+    case sync_kind::unknown:
+      return "unknown";
   }
   return "?";
 }
 
 const char* to_string(api_kind a) noexcept {
   switch (a) {
-    case api_kind::pinned_alloc: return "pinned_alloc";
-    case api_kind::pinned_free: return "pinned_free";
-    case api_kind::pinned_register: return "pinned_register";
-    case api_kind::mem_map: return "mem_map";
-    case api_kind::mem_unmap: return "mem_unmap";
-    case api_kind::other: return "other";
+    case api_kind::pinned_alloc:
+      return "pinned_alloc";
+    case api_kind::pinned_free:
+      return "pinned_free";
+    case api_kind::pinned_register:
+      return "pinned_register";
+    case api_kind::mem_map:
+      return "mem_map";
+    case api_kind::mem_unmap:
+      return "mem_unmap";
+    case api_kind::other:
+      return "other";
   }
   return "?";
 }
@@ -92,8 +120,7 @@ record& timeline::add_kernel(std::string name, std::int64_t start, std::int64_t 
 }
 
 record& timeline::add_copy(memory_location src, memory_location dst, std::uint64_t bytes,
-                           std::int64_t start, std::int64_t end, std::int64_t stream,
-                           int device) {
+                           std::int64_t start, std::int64_t end, std::int64_t stream, int device) {
   record r;
   r.kind = record_kind::memcpy;
   r.src = src;

@@ -30,8 +30,8 @@ struct spin_body {
 };
 
 std::size_t count(const ot::timeline& t, ot::record_kind k) {
-  return static_cast<std::size_t>(std::count_if(
-      t.records.begin(), t.records.end(), [k](const ot::record& r) { return r.kind == k; }));
+  return static_cast<std::size_t>(std::count_if(t.records.begin(), t.records.end(),
+                                                [k](const ot::record& r) { return r.kind == k; }));
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ TEST(CudaCuptiRecorder, RecordsKernelsCopiesSyncsRangesAndPinnedAllocations) {
     std::vector<float> pageable(n, 1.0f);
     ex.fill(dev.data(), 0, bytes, compute);
     offloadkit::launch(ex, n, spin_body{dev.as<float>(), 2000}, compute, "spin");
-    ex.copy(pinned.data(), dev2.data(), bytes, copy);  // D2H from pinned, beside the kernel
+    ex.copy(pinned.data(), dev2.data(), bytes, copy);    // D2H from pinned, beside the kernel
     ex.copy(dev2.data(), pageable.data(), bytes, copy);  // H2D from pageable
     compute.synchronize();
     copy.synchronize();

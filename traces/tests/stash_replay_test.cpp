@@ -28,7 +28,8 @@ ot::schedule random_file_schedule() {
   for (std::uint32_t v = 0; v < vp; ++v)
     for (std::uint32_t l = 0; l < layers; ++l)
       for (std::uint32_t m = 0; m < mb; ++m)
-        w.rows.push_back({os::make_key(v, l, m), *rc::gen::inRange<std::uint64_t>(0, w.max_rows + 1)});
+        w.rows.push_back(
+            {os::make_key(v, l, m), *rc::gen::inRange<std::uint64_t>(0, w.max_rows + 1)});
   return ot::from_workload(w, *rc::gen::inRange<std::uint32_t>(1, 40));
 }
 

@@ -85,9 +85,9 @@ TEST(Analysis, GoodProgramPassesEveryCheck) {
   const auto ov = ot::copy_compute_overlap(t);
   EXPECT_EQ(ov.copies, 21u);
   EXPECT_DOUBLE_EQ(ov.fraction(), 1.0);
-  for (const auto& rep : {ot::check_copy_overlap(t, 0.9), ot::check_no_pageable_copies(t),
-                          ot::check_no_steady_state_pinned_allocations(t),
-                          ot::check_no_host_syncs_in_steps(t)}) {
+  for (const auto& rep :
+       {ot::check_copy_overlap(t, 0.9), ot::check_no_pageable_copies(t),
+        ot::check_no_steady_state_pinned_allocations(t), ot::check_no_host_syncs_in_steps(t)}) {
     EXPECT_TRUE(rep.passed) << rep.name << ": " << rep.text;
   }
   EXPECT_EQ(ot::steps(t).size(), 3u);
@@ -101,8 +101,8 @@ TEST(Analysis, SuiteCatchesSerializedCopies) {
   t.add_kernel("k", 15 * ms, 16 * ms, 7);
   t.add_copy(memory_location::pinned, memory_location::device, 64 * MiB, 14 * ms, 17 * ms, 13);
   const auto ov = ot::copy_compute_overlap(t);
-  EXPECT_EQ(ov.copy_ns, 7 * ms);           // [10, 17) ms
-  EXPECT_EQ(ov.overlapped_ns, 1 * ms);     // [15, 16) ms
+  EXPECT_EQ(ov.copy_ns, 7 * ms);        // [10, 17) ms
+  EXPECT_EQ(ov.overlapped_ns, 1 * ms);  // [15, 16) ms
   const auto rep = ot::check_copy_overlap(t, 0.9);
   EXPECT_FALSE(rep.passed);
   EXPECT_NE(rep.text.find("14.3 %"), std::string::npos) << rep.text;
@@ -199,7 +199,8 @@ TEST(Analysis, BandwidthPerDirectionAgainstLimit) {
 
 TEST(Analysis, SummaryMentionsEveryAnalysis) {
   const auto s = ot::summary(good_program(), {}, 54.5, 55.0);
-  for (const char* w : {"overlap: 100.0 %", "pageable copies: 0", "steps: 3", "d2h", "of 55.0 GB/s"}) {
+  for (const char* w :
+       {"overlap: 100.0 %", "pageable copies: 0", "steps: 3", "d2h", "of 55.0 GB/s"}) {
     EXPECT_NE(s.find(w), std::string::npos) << w << "\n" << s;
   }
 }
@@ -269,9 +270,8 @@ TEST(ChromeTrace, RejectsBadInputWithPosition) {
   expect_error("[]", "must be an object");
   expect_error("{}", "/traceEvents must be an array");
   expect_error("{\"traceEvents\": [1]}", "traceEvents[0] must be an object");
-  expect_error(
-      "{\"traceEvents\": [{\"args\": {\"kind\": \"kernel\", \"start_ns\": \"x\"}}]}",
-      "traceEvents[0].args.start_ns must be an integer");
+  expect_error("{\"traceEvents\": [{\"args\": {\"kind\": \"kernel\", \"start_ns\": \"x\"}}]}",
+               "traceEvents[0].args.start_ns must be an integer");
   expect_error("{\"traceEvents\": [{}, {\"args\": {\"kind\": \"warp\"}}]}",
                "traceEvents[1].args.kind = 'warp' is not one of");
   expect_error("{\"offloadkit\": {\"version\": 99}, \"traceEvents\": []}", "version = 99");
@@ -284,8 +284,8 @@ TEST(Svg, DrawsLanesLegendAndAxis) {
   const auto svg = ot::to_svg(t, {800, 20, "good <program>"});
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  for (const char* w : {"GPU 0 stream 7", "GPU 0 stream 13", "host thread 1", "copy D2H",
-                        "kernel", "pageable copy", "pinned alloc", "NVTX range", " ms</text>",
+  for (const char* w : {"GPU 0 stream 7", "GPU 0 stream 13", "host thread 1", "copy D2H", "kernel",
+                        "pageable copy", "pinned alloc", "NVTX range", " ms</text>",
                         "template&lt;a&amp;b&gt;", "good &lt;program&gt;"}) {
     EXPECT_NE(svg.find(w), std::string::npos) << w;
   }

@@ -2,6 +2,8 @@
 // ExecutorBattery runs each property and expects it to hold; ExecutorBatteryCatches plants one bug
 // per property behind the executor interface (an adaptor) and expects that property to fail, so a
 // property that cannot fail is noticed.
+#include "offloadkit/executor_battery.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/check.hpp"
-#include "offloadkit/executor_battery.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -77,14 +78,15 @@ void expect_caught(const std::string& property, const std::string& symptom) {
     cfg.shrink = false;  // the verdict is what matters here, not the smallest counterexample
     o = offloadkit::run_check(*c, planted, cfg);
   }
-  EXPECT_FALSE(o.passed) << property << " did not catch the planted bug in "
-                         << o.cases_run << " cases (seed " << o.seed << ")";
+  EXPECT_FALSE(o.passed) << property << " did not catch the planted bug in " << o.cases_run
+                         << " cases (seed " << o.seed << ")";
   EXPECT_NE(o.message.find(symptom), std::string::npos)
       << property << " failed, but not with \"" << symptom << "\": " << o.message;
   EXPECT_NE(o.seed, 0u);
 }
 
-// ---- planted bugs ---------------------------------------------------------------------------------
+// ---- planted bugs
+// ---------------------------------------------------------------------------------
 
 /// Copies one byte too few.
 class short_copy final : public executor_adaptor {
@@ -264,12 +266,14 @@ class misclassified_pinned final : public executor_adaptor {
  private:
   [[nodiscard]] offloadkit::pointer_info do_classify(const void* p) const override {
     offloadkit::pointer_info info = executor_adaptor::do_classify(p);
-    if (info.kind == offloadkit::pointer_kind::pinned) info.kind = offloadkit::pointer_kind::pageable;
+    if (info.kind == offloadkit::pointer_kind::pinned)
+      info.kind = offloadkit::pointer_kind::pageable;
     return info;
   }
 };
 
-// ---- every property holds ---------------------------------------------------------------------------
+// ---- every property holds
+// ---------------------------------------------------------------------------
 
 template <class Backend>
 class ExecutorBattery : public ::testing::Test {};
@@ -295,13 +299,13 @@ TYPED_TEST_P(ExecutorBattery, CountingAdaptorCounts) {
 }
 
 REGISTER_TYPED_TEST_SUITE_P(ExecutorBattery, CopyRoundTrip, Fill, LaunchCount, StreamOrder,
-                            EventOrdering, MissingWaitIsObservable, VmmRemap,
-                            GraphReplayAfterRemap, FaultInjectionLeavesExecutorUsable,
-                            CountingAdaptorCounts);
+                            EventOrdering, MissingWaitIsObservable, VmmRemap, GraphReplayAfterRemap,
+                            FaultInjectionLeavesExecutorUsable, CountingAdaptorCounts);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBattery, offloadkit::testing::cuda_backend);
 
-// ---- the battery catches planted bugs -----------------------------------------------------------------
+// ---- the battery catches planted bugs
+// -----------------------------------------------------------------
 
 template <class Backend>
 class ExecutorBatteryCatches : public ::testing::Test {};
@@ -310,7 +314,9 @@ TYPED_TEST_SUITE_P(ExecutorBatteryCatches);
 TYPED_TEST_P(ExecutorBatteryCatches, ShortCopy) {
   expect_caught<short_copy, TypeParam>("copy_round_trip", "copy_round_trip hop");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, ShortFill) { expect_caught<short_fill, TypeParam>("fill", "fill of"); }
+TYPED_TEST_P(ExecutorBatteryCatches, ShortFill) {
+  expect_caught<short_fill, TypeParam>("fill", "fill of");
+}
 TYPED_TEST_P(ExecutorBatteryCatches, ShortLaunch) {
   expect_caught<short_launch, TypeParam>("launch_count", "count == ");
 }
@@ -322,7 +328,7 @@ TYPED_TEST_P(ExecutorBatteryCatches, IgnoredWait) {
 }
 TYPED_TEST_P(ExecutorBatteryCatches, SerializedStreams) {
   expect_caught<serialized_streams, TypeParam>("missing_wait_is_observable",
-                                                  "do not run independently");
+                                               "do not run independently");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, KeptPhysicalMemory) {
   expect_caught<kept_physical, TypeParam>("vmm_remap", "free_released");
@@ -332,7 +338,7 @@ TYPED_TEST_P(ExecutorBatteryCatches, SkippedReplay) {
 }
 TYPED_TEST_P(ExecutorBatteryCatches, LeakedDeviceMemory) {
   expect_caught<leaked_device_memory, TypeParam>("fault_injection_leaves_executor_usable",
-                                                    "device memory");
+                                                 "device memory");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, MisclassifiedPinned) {
   expect_caught<misclassified_pinned, TypeParam>("counting_adaptor_counts", "bytes copied");
@@ -344,7 +350,8 @@ REGISTER_TYPED_TEST_SUITE_P(ExecutorBatteryCatches, ShortCopy, ShortFill, ShortL
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBatteryCatches, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBatteryCatches, offloadkit::testing::cuda_backend);
 
-// ---- the suites above cover the whole battery -----------------------------------------------------------
+// ---- the suites above cover the whole battery
+// -----------------------------------------------------------
 
 /// A property added to the battery without a typed test above would go unchecked by ctest; this
 /// keeps the two lists equal.

@@ -30,7 +30,8 @@ struct offload_promises {
 /// kept (cached) across offload/reload cycles until release() frees it; after release() every
 /// call but release() throws state_error. Failures throw typed exceptions that say which step and
 /// which tensor failed; the device tensors are never written by offload(), and a failed reload()
-/// keeps the host copy, so a retry succeeds.
+/// keeps the host copy, so a retry succeeds. One offloader is used by one host thread at a time;
+/// two offloaders may run at once on two streams.
 class offloader {
  public:
   offloader() = default;

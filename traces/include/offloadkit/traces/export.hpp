@@ -24,7 +24,7 @@ timeline parse_chrome_trace(const std::string& text);
 timeline read_chrome_trace(const std::string& path);
 
 struct svg_options {
-  int width = 1600;     ///< pixels of the drawing area (lanes are labelled to its left)
+  int width = 1600;  ///< pixels of the drawing area (lanes are labelled to its left)
   int lane_height = 22;
   std::string title;
 };

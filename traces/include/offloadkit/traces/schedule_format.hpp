@@ -42,8 +42,8 @@ class schedule_error : public logic_error {
 };
 
 struct schedule_key {
-  int vp = 0;          ///< virtual pipeline stage (model chunk) on this rank
-  int layer = 0;       ///< layer within the virtual stage
+  int vp = 0;     ///< virtual pipeline stage (model chunk) on this rank
+  int layer = 0;  ///< layer within the virtual stage
   int microbatch = 0;
   friend bool operator==(schedule_key a, schedule_key b) {
     return a.vp == b.vp && a.layer == b.layer && a.microbatch == b.microbatch;
@@ -68,13 +68,13 @@ struct schedule_pools {
 /// One pipeline rank's schedule with its per-key row counts.
 struct schedule {
   std::string name;
-  int pipeline_size = 1;        ///< informational: ranks in the pipeline
-  int pipeline_rank = 0;        ///< informational: which rank this is
+  int pipeline_size = 1;  ///< informational: ranks in the pipeline
+  int pipeline_rank = 0;  ///< informational: which rank this is
   int virtual_stages = 1;
-  int layers = 1;               ///< layers per virtual stage
+  int layers = 1;  ///< layers per virtual stage
   int microbatches = 1;
   std::vector<std::uint64_t> row_bytes;  ///< per layer (size `layers`)
-  std::uint32_t max_rows = 0;   ///< rows of the oversized static buffer each key would need
+  std::uint32_t max_rows = 0;  ///< rows of the oversized static buffer each key would need
   std::uint32_t page_rows = 64;
   std::optional<schedule_pools> pools;
   std::vector<schedule_step> steps;

@@ -11,16 +11,16 @@
 namespace offloadkit::traces {
 
 struct generate_options {
-  std::string kind = "1f1b";   ///< "1f1b" (virtual_stages must be 1) or "interleaved"
+  std::string kind = "1f1b";  ///< "1f1b" (virtual_stages must be 1) or "interleaved"
   int pipeline_size = 4;
   int pipeline_rank = 0;
   int virtual_stages = 1;
-  int microbatches = 32;       ///< interleaved: a multiple of pipeline_size, as in Megatron-LM
-  int layers = 2;              ///< layers per virtual stage
+  int microbatches = 32;           ///< interleaved: a multiple of pipeline_size, as in Megatron-LM
+  int layers = 2;                  ///< layers per virtual stage
   std::uint64_t row_bytes = 8192;  ///< hidden 4096 in bf16
   std::uint32_t max_rows = 4096;
   std::uint32_t mean_rows = 1024;
-  double skew = 0.8;           ///< sigma of the log-normal spread of row counts
+  double skew = 0.8;  ///< sigma of the log-normal spread of row counts
   std::uint32_t page_rows = 64;
   std::uint64_t seed = 1;
 };

@@ -24,7 +24,7 @@ schedule from_workload(const stash::workload& w, std::uint32_t page_rows, std::s
 /// Builds the named implementation ("reference" or "optimized") for `cfg` on `ex`; invalid_argument
 /// for another name.
 std::unique_ptr<stash::stash_interface> make_stash(const std::string& impl, executor& ex,
-                                                  const stash::stash_config& cfg, stream_ref s);
+                                                   const stash::stash_config& cfg, stream_ref s);
 
 /// Runs every step through `impl` (built by the caller for this schedule's shape and pools, with
 /// the stream its constructor used synchronized, since replay issues on a stream of its own):

@@ -33,13 +33,13 @@ const char* to_string(api_kind a) noexcept;
 /// One interval on the timeline. Fields that do not apply to a kind keep their defaults.
 struct record {
   record_kind kind = record_kind::kernel;
-  std::string name;             ///< kernel name, NVTX range text, API function name
+  std::string name;  ///< kernel name, NVTX range text, API function name
   std::int64_t start_ns = 0;
-  std::int64_t end_ns = 0;      ///< end_ns >= start_ns; equal for instantaneous markers
-  int device = -1;              ///< -1 for host-side records
-  std::int64_t stream = -1;     ///< CUDA stream id for device work, -1 otherwise
-  std::uint64_t thread = 0;     ///< host thread id for ranges, API calls and syncs
-  std::uint64_t bytes = 0;      ///< copies, memsets, pinned allocations, maps
+  std::int64_t end_ns = 0;   ///< end_ns >= start_ns; equal for instantaneous markers
+  int device = -1;           ///< -1 for host-side records
+  std::int64_t stream = -1;  ///< CUDA stream id for device work, -1 otherwise
+  std::uint64_t thread = 0;  ///< host thread id for ranges, API calls and syncs
+  std::uint64_t bytes = 0;   ///< copies, memsets, pinned allocations, maps
   copy_direction direction = copy_direction::unknown;
   memory_location src = memory_location::unknown;
   memory_location dst = memory_location::unknown;  ///< also a memset's target
@@ -59,16 +59,16 @@ copy_direction direction_of(memory_location src, memory_location dst) noexcept;
 /// A recorded timeline: records in any order plus where they came from.
 struct timeline {
   std::vector<record> records;
-  std::string source;          ///< "cupti", "synthetic", a command line...
-  std::uint64_t dropped = 0;   ///< records the recorder had to drop (CUPTI buffer overflow)
+  std::string source;         ///< "cupti", "synthetic", a command line...
+  std::uint64_t dropped = 0;  ///< records the recorder had to drop (CUPTI buffer overflow)
 
   // Builders, mostly for tests and synthetic timelines; each returns the record added.
   record& add_kernel(std::string name, std::int64_t start, std::int64_t end, std::int64_t stream,
                      int device = 0);
   record& add_copy(memory_location src, memory_location dst, std::uint64_t bytes,
                    std::int64_t start, std::int64_t end, std::int64_t stream, int device = 0);
-  record& add_memset(std::uint64_t bytes, std::int64_t start, std::int64_t end,
-                     std::int64_t stream, int device = 0);
+  record& add_memset(std::uint64_t bytes, std::int64_t start, std::int64_t end, std::int64_t stream,
+                     int device = 0);
   record& add_sync(sync_kind kind, std::int64_t start, std::int64_t end, std::uint64_t thread = 0);
   record& add_range(std::string name, std::int64_t start, std::int64_t end,
                     std::uint64_t thread = 0);
