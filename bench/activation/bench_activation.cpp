@@ -8,6 +8,7 @@
 //                    [--json FILE]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -106,7 +106,9 @@ bench_set make_set(executor& ex, std::size_t target, std::size_t lo, std::size_t
   return s;
 }
 
-int pattern(std::size_t i, int salt) { return static_cast<int>((i * 37 + salt * 101 + 1) & 0xff); }
+int pattern(std::size_t i, int salt) {
+  return static_cast<int>((i * 37 + static_cast<std::size_t>(salt) * 101 + 1) & 0xff);
+}
 
 void fill(executor& ex, const bench_set& s, int salt, stream_ref st) {
   for (std::size_t i = 0; i < s.tensors.size(); ++i) {
@@ -201,30 +203,32 @@ void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
   bench_set a = make_set(ex, target, lo, hi, flat, 1);
   bench_set b = make_set(ex, target, lo, hi, flat, 2);
   b.name = a.name;
-  const std::size_t T = a.bytes;
+  const std::size_t total = a.bytes;
+  const auto total_d = static_cast<double>(total);
   const int reps = opt.reps;
 
-  // Limits: one plain pinned copy of T bytes each way, and both ways at once on two streams.
-  buffer dev_x(ex, memory_kind::device, T), host_x(ex, memory_kind::pinned, T);
-  buffer dev_y(ex, memory_kind::device, T), host_y(ex, memory_kind::pinned, T);
-  ex.fill(dev_x.data(), 1, T, s1);
-  ex.fill(host_y.data(), 2, T, s1);
+  // Limits: one plain pinned copy of total bytes each way, and both ways at once on two streams.
+  buffer dev_x(ex, memory_kind::device, total), host_x(ex, memory_kind::pinned, total);
+  buffer dev_y(ex, memory_kind::device, total), host_y(ex, memory_kind::pinned, total);
+  ex.fill(dev_x.data(), 1, total, s1);
+  ex.fill(host_y.data(), 2, total, s1);
   ex.synchronize(s1);
   const double d2h = best_of(reps, [&] {
-    ex.copy(host_x.data(), dev_x.data(), T, s1);
+    ex.copy(host_x.data(), dev_x.data(), total, s1);
     ex.synchronize(s1);
   });
   const double h2d = best_of(reps, [&] {
-    ex.copy(dev_y.data(), host_y.data(), T, s1);
+    ex.copy(dev_y.data(), host_y.data(), total, s1);
     ex.synchronize(s1);
   });
   const double both = best_of(reps, [&] {
-    ex.copy(host_x.data(), dev_x.data(), T, s1);
-    ex.copy(dev_y.data(), host_y.data(), T, s2);
+    ex.copy(host_x.data(), dev_x.data(), total, s1);
+    ex.copy(dev_y.data(), host_y.data(), total, s2);
     ex.synchronize(s1);
     ex.synchronize(s2);
   });
-  const double d2h_gbps = T / d2h / 1e9, h2d_gbps = T / h2d / 1e9, both_gbps = 2.0 * T / both / 1e9;
+  const double d2h_gbps = total_d / d2h / 1e9, h2d_gbps = total_d / h2d / 1e9;
+  const double both_gbps = 2.0 * total_d / both / 1e9;
   dev_x.reset();
   host_x.reset();
   dev_y.reset();
@@ -252,7 +256,7 @@ void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
   rows.push_back(make_row(a, "optimized reload (steady)", opt_re, "pinned H2D", h2d_gbps));
   rows.back().wrong = count_wrong(ex, a, 1, s1);
   print(rows.back());
-  const double opt_off_gbps = T / opt_off / 1e9, opt_re_gbps = T / opt_re / 1e9;
+  const double opt_off_gbps = total_d / opt_off / 1e9, opt_re_gbps = total_d / opt_re / 1e9;
 
   // Offload of A and reload of B at once, on two streams.
   {

@@ -6,6 +6,7 @@
 //                [--reps N] [--baseline-max-mib N] [--json FILE]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

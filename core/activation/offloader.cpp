@@ -1,6 +1,8 @@
 // Helpers shared by every activation offloader: dtype sizes and the checks pack() makes.
 #include "offloadkit/activation/offloader.hpp"
 
+#include <cstdint>
+
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::activation {

@@ -4,6 +4,7 @@
 // same bodies.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cuda/atomic>
 #include <sstream>
 

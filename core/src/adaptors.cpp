@@ -2,6 +2,7 @@
 // injection (sleeps enqueued on a stream) and counting (calls, allocations, copied bytes by kind).
 #include "offloadkit/adaptors.hpp"
 
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <utility>

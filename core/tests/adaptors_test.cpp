@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -172,8 +173,9 @@ TEST(DelayAdaptor, DelaysTheRequestedNumberOfOperations) {
   stream other(ex);
   buffer a(ex, memory_kind::pinned, 8);
   buffer b(ex, memory_kind::pinned, 8);
+  buffer c(ex, memory_kind::pinned, 8);
   ex.delay_next(s, 1ms, 2);
-  ex.copy(b.data(), a.data(), 8, other);  // another stream: not delayed
+  ex.copy(c.data(), a.data(), 8, other);  // another stream: not delayed
   ex.copy(b.data(), a.data(), 8, s);
   ex.fill(b.data(), 0, 8, s);
   ex.copy(b.data(), a.data(), 8, s);  // the plan is used up

@@ -2,6 +2,7 @@
 #include "offloadkit/arena/battery_support.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "offloadkit/error.hpp"

@@ -7,13 +7,15 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <iomanip>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -511,14 +513,51 @@ void event_ordering(executor& base) {
                               production_name(p), " delayed by ", delay.count(), " us)"));
 }
 
+/// Holds a stream at a host function until the check opens the gate (or `limit` passes), and says
+/// whether the stream had to give up waiting.
+class stream_gate {
+ public:
+  explicit stream_gate(std::chrono::milliseconds limit) : limit_(limit) {}
+
+  /// Runs on the held stream (from a host function that shares ownership of the gate).
+  void hold() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, limit_, [this] { return open_; })) timed_out_ = true;
+  }
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  [[nodiscard]] bool timed_out() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return timed_out_;
+  }
+
+ private:
+  std::chrono::milliseconds limit_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  bool timed_out_ = false;
+};
+
 /// Without the wait, nothing orders the consumer after the producer: while the producer is held
-/// back by a long injected delay, the consumer reads the old bytes. This is what makes a missing
-/// wait observable, and it fails if the executor serializes its streams.
+/// back (an injected delay, then a gate the check opens only after the consumer finished), the
+/// consumer reads the old bytes. This is what makes a missing wait observable; it fails if the
+/// executor serializes its streams. The gate makes the verdict independent of timing, and orders
+/// the consumer's read before the producer's write for race detectors.
 void missing_wait_is_observable(executor& base) {
   delay_adaptor ex(base);
   const std::size_t words = *rc::gen::inRange<std::size_t>(1, 16 * kib);
   const std::uint64_t old_seed = gen_seed();
   const production p = gen_production();
+  const auto delay = milliseconds(*rc::gen::inRange(0, 40));
+  // Long enough for the consumer on a loaded machine; it bounds the wait where streams are
+  // serialized and the consumer queues behind the gate.
+  const auto gate_limit = milliseconds(2000);
 
   stream producer(ex);
   stream consumer(ex);
@@ -527,40 +566,41 @@ void missing_wait_is_observable(executor& base) {
   buffer old_data(ex, memory_kind::pinned, words * 8);
   buffer out(ex, memory_kind::pinned, words * 8);
   buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
+  const auto gate = std::make_shared<stream_gate>(gate_limit);
   const sync_on_exit guard(ex, {producer, consumer});
+  // Declared after the guard: on the way out the gate opens first, then the streams drain.
+  struct open_on_exit {
+    std::shared_ptr<stream_gate> g;
+    ~open_on_exit() { g->open(); }
+  };
+  const open_on_exit opener{gate};
+
   write_pattern(old_data.data(), words * 8, old_seed);
+  ex.copy(shared.data(), old_data.data(), words * 8, producer);
+  ex.synchronize(producer);
 
-  // The verdict needs the consumer to finish while the producer still sleeps; a stalled machine can
-  // miss that, so a case is retried with a longer delay before it counts as serialized streams.
-  auto delay = milliseconds(40);
-  for (int attempt = 0; attempt < 3; ++attempt, delay *= 4) {
-    ex.copy(shared.data(), old_data.data(), words * 8, producer);
-    ex.synchronize(producer);
+  ex.delay_next(producer, delay);
+  ex.host_function([gate] { gate->hold(); }, producer);
+  produce(ex, p, shared, source, counter, words, producer);
+  ex.copy(out.data(), shared.data(), words * 8, consumer);
+  ex.synchronize(consumer);
+  const bool serialized = gate->timed_out();
+  gate->open();
+  ex.synchronize(producer);
 
-    // The flag is set on the producer stream right after the delay, before the producer writes.
-    auto started = std::make_shared<std::atomic<bool>>(false);
-    ex.delay_next(producer, delay);
-    ex.host_function([started] { started->store(true); }, producer);
-    produce(ex, p, shared, source, counter, words, producer);
-    ex.copy(out.data(), shared.data(), words * 8, consumer);
-    ex.synchronize(consumer);
-    const bool producer_started = started->load();
-    ex.synchronize(producer);
-    if (producer_started) continue;
-
-    expect_bytes(out.data(), old_data.data(), words * 8,
-                 detail::concat("consumer's copy without a wait, while the producer's ",
-                                production_name(p), " was held back by ", delay.count(), " ms"));
-    // The producer did write in the end: the old bytes seen above were stale, not a lost write.
-    const auto after = read_back(ex, shared.data(), words * 8, consumer);
-    const auto expected = produced_bytes(p, words);
-    expect_bytes(after.data(), expected.data(), words * 8,
-                 "producer's bytes after its stream ended");
-    return;
+  if (serialized) {
+    RC_FAIL(detail::concat("the consumer's copy, issued with no wait, finished only after the ",
+                           "producer's held work gave up waiting (", gate_limit.count(),
+                           " ms): the two streams do not run independently"));
   }
-  RC_FAIL(detail::concat("in 3 attempts (producer delays up to ", (delay / 4).count(),
-                         " ms) the consumer's copy never completed before the producer's delayed "
-                         "work began: the two streams do not run independently"));
+  expect_bytes(
+      out.data(), old_data.data(), words * 8,
+      detail::concat("consumer's copy without a wait, while the producer's ", production_name(p),
+                     " was held back (delay ", delay.count(), " ms, then a gate)"));
+  // The producer did write in the end: the old bytes seen above were stale, not a lost write.
+  const auto after = read_back(ex, shared.data(), words * 8, consumer);
+  const auto expected = produced_bytes(p, words);
+  expect_bytes(after.data(), expected.data(), words * 8, "producer's bytes after its stream ended");
 }
 
 // ---- virtual memory

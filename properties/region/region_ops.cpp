@@ -3,6 +3,7 @@
 // pause-discard / resume / replay / read / armed-fault ops, each checked against a plain model.
 #include "offloadkit/region/region_ops.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 

@@ -6,6 +6,7 @@
 #include <rapidcheck.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <random>
 #include <sstream>

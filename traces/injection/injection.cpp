@@ -1,6 +1,8 @@
 // The injection library for CUDA_INJECTION64_PATH: the CUDA driver calls InitializeInjection()
 // at cuInit in any CUDA process (PyTorch included); it starts the CUPTI recorder and writes the
 // timeline (Chrome-trace JSON) to $OFFLOADKIT_CAPTURE_OUT when the process exits.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,7 +25,12 @@ void write_timeline() noexcept {
       recorder->stop();
       auto t = recorder->take();
       if (const char* cmd = std::getenv("OFFLOADKIT_CAPTURE_COMMAND")) t.source = cmd;
-      const std::string path = out != nullptr && *out != '\0' ? out : "offloadkit_timeline.json";
+      std::string path = out != nullptr && *out != '\0' ? out : "offloadkit_timeline.json";
+      // Child processes that use CUDA as well (workers) get files of their own, not the same one.
+      const char* main_pid = std::getenv("OFFLOADKIT_CAPTURE_PID");
+      if (main_pid != nullptr && std::to_string(getpid()) != main_pid) {
+        path += "." + std::to_string(getpid()) + ".json";
+      }
       offloadkit::traces::write_chrome_trace(t, path);
       std::fprintf(stderr, "offloadkit: wrote %zu records to %s\n", t.records.size(), path.c_str());
     } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 #include "offloadkit/traces/analysis.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 

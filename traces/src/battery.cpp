@@ -1,6 +1,8 @@
 // The traces battery: rapidcheck properties over random schedules, pools and timelines.
 #include "offloadkit/traces/battery.hpp"
 
+#include <cstdint>
+
 #include <rapidcheck.h>
 
 #include "offloadkit/resources.hpp"

@@ -201,6 +201,7 @@ int capture_main(int argc, char** argv) {
     setenv("CUDA_INJECTION64_PATH", injection.c_str(), 1);
     setenv("OFFLOADKIT_CAPTURE_OUT", out.c_str(), 1);
     setenv("OFFLOADKIT_CAPTURE_COMMAND", cmdline.c_str(), 1);
+    setenv("OFFLOADKIT_CAPTURE_PID", std::to_string(getpid()).c_str(), 1);
     // NVTX ranges reach CUPTI only through NVTX's own injection variable.
     setenv("NVTX_INJECTION64_PATH", cupti_recorder::library_path().c_str(), 0);
     execvp(command[0], command.data());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -116,6 +117,9 @@ timeline parse_chrome_trace(const std::string& text) {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     OFFLOADKIT_FAIL(logic_error, "timeline: not valid JSON at byte ", e.byte, ": ", e.what());
+  } catch (const json::exception& e) {
+    // Numbers out of range (1e999) are reported as out_of_range, not parse_error.
+    OFFLOADKIT_FAIL(logic_error, "timeline: not valid JSON: ", e.what());
   }
   OFFLOADKIT_EXPECTS(doc.is_object(), logic_error, "timeline: the document must be an object");
   timeline t;

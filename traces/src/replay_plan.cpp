@@ -1,5 +1,8 @@
 // The page planner: pages needed per tier, peak bytes and the first overflow of a pool.
 #include "offloadkit/traces/replay.hpp"
+
+#include <cstdint>
+
 #include "tier_accounting.hpp"
 
 namespace offloadkit::traces {

@@ -1,6 +1,7 @@
 // Schedule files: JSON parsing with positions in every error, validation, serialization.
 #include "offloadkit/traces/schedule_format.hpp"
 
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>

@@ -1,6 +1,8 @@
 // The schedule recorder: collects steps and row counts reported during a run.
 #include "offloadkit/traces/schedule_recorder.hpp"
 
+#include <cstdint>
+
 namespace offloadkit::traces {
 
 schedule_recorder::schedule_recorder(schedule_shape shape) {

@@ -2,6 +2,7 @@
 #include "offloadkit/traces/stash_bridge.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <vector>

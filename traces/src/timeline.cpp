@@ -2,6 +2,7 @@
 #include "offloadkit/traces/timeline.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace offloadkit::traces {

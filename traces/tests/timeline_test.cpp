@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -268,6 +269,7 @@ TEST(ChromeTrace, RejectsBadInputWithPosition) {
   };
   expect_error("{\"traceEvents\": [", "byte");
   expect_error("[]", "must be an object");
+  expect_error("{\"traceEvents\": [], \"x\": 2e8435456}", "number overflow");  // found by fuzzing
   expect_error("{}", "/traceEvents must be an array");
   expect_error("{\"traceEvents\": [1]}", "traceEvents[0] must be an object");
   expect_error("{\"traceEvents\": [{\"args\": {\"kind\": \"kernel\", \"start_ns\": \"x\"}}]}",

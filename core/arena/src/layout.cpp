@@ -1,6 +1,7 @@
 // Layout planning and the plan cache.
 #include "offloadkit/arena/layout.hpp"
 
+#include <cstdint>
 #include <limits>
 
 #include "offloadkit/error.hpp"

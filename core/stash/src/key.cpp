@@ -1,6 +1,8 @@
 // Key codecs: the checked fixed-width codec and the seed's legacy decimal one.
 #include "offloadkit/stash/key.hpp"
 
+#include <cstdint>
+
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::stash {

@@ -2,6 +2,7 @@
 #include "offloadkit/stash/schedule.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "offloadkit/error.hpp"

@@ -1,6 +1,7 @@
 // Interface helpers shared by every implementation: config checks and status messages.
 #include "offloadkit/stash/stash.hpp"
 
+#include <cstdint>
 #include <vector>
 
 namespace offloadkit::stash {

@@ -1,6 +1,7 @@
 // Host side of the optimized paged stash: pool allocation, key slots, launch parameters and
 // snapshots. The device work is in paged_kernels.cuh.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

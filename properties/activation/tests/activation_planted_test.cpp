@@ -30,7 +30,7 @@ using offloadkit::activation::testing::run_named;
 #endif
 
 template <bug B>
-check_outcome run_planted(const char* property, int cases = 40) {
+check_outcome run_planted(const char* property, int cases = 200) {
   host_executor ex;  // two simulated devices
   return run_named(activation_battery<planted_offloader<B>>("planted"), property, ex, cases);
 }

@@ -3,6 +3,7 @@
 // pinned or device allocation once a repeated training step has warmed the pools.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>

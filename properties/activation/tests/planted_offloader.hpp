@@ -3,6 +3,7 @@
 // compact offloader without a bug, the control that must pass.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <utility>
 #include <vector>

@@ -3,6 +3,7 @@
 // reference's re-capture, and the errors' wording.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>

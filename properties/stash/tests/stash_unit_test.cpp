@@ -3,6 +3,7 @@
 // the capacity planner, and the status messages.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <string>

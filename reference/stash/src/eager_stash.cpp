@@ -2,6 +2,7 @@
 #include "offloadkit/stash/eager_stash.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace offloadkit::stash {
 

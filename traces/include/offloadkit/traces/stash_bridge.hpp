@@ -3,6 +3,7 @@
 // stash_interface implementation (reference, optimized, a plugin) on an executor.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -182,8 +182,8 @@ void prop_steady_state(executor& base) {
   ex.synchronize(off.offload(a.view(), s).ref());
   ex.synchronize(off.reload(a.view(), s).ref());
   ex.reset();
-  const int cycles = 3;
-  for (int c = 0; c < cycles; ++c) {
+  const std::size_t cycles = 3;
+  for (std::size_t c = 0; c < cycles; ++c) {
     ex.synchronize(off.offload(a.view(), s).ref());
     ex.synchronize(off.reload(a.view(), s).ref());
   }
@@ -191,7 +191,7 @@ void prop_steady_state(executor& base) {
   RC_ASSERT(n.allocations_of(memory_kind::pinned) == 0u);
   RC_ASSERT(n.allocations_of(memory_kind::pageable) == 0u);
   RC_ASSERT(n.pageable_bytes() == 0u);
-  RC_ASSERT(n.calls_of(op_kind::copy) <= 2u * cycles * contiguous_runs(a.view()));
+  RC_ASSERT(n.calls_of(op_kind::copy) <= std::size_t{2} * cycles * contiguous_runs(a.view()));
   assert_same(expected, read_set(base, a.view(), s), "steady-state cycles");
 }
 

@@ -33,7 +33,7 @@ struct set_spec {
 };
 
 /// How rapidcheck prints a counterexample: sizes, and '+' for a tensor that joins the previous.
-void showValue(const set_spec& spec, std::ostream& os);
+void showValue(const set_spec& spec, std::ostream& os);  // NOLINT(readability-identifier-naming)
 
 /// Device tensors and the allocations they were carved from.
 struct device_set {

@@ -5,6 +5,7 @@
 // compared call for call, but it synchronizes the host on every call and cannot be captured.
 #pragma once
 
+#include <cstdint>
 #include <map>
 
 #include "offloadkit/executor.hpp"
