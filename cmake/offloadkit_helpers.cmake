@@ -36,7 +36,9 @@ endfunction()
 #   <target>.host : every test except the cuda ones, labels cpu + LABELS
 #   <target>.cuda : (only with GPU) the tests whose suite or instantiation name holds "Cuda",
 #                   labels gpu + LABELS; reported as skipped (return code 77, with the reason)
-#                   on a machine without a usable GPU.
+#                   on a machine without a usable GPU. GPU entries hold the resource lock `gpu`
+#                   so that no two run at once: several checks compare the driver's free device
+#                   memory before and after, which another process's allocations would disturb.
 function(offloadkit_add_gtest target)
   cmake_parse_arguments(arg "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT arg_TIMEOUT)
@@ -50,6 +52,6 @@ function(offloadkit_add_gtest target)
   if(arg_GPU)
     add_test(NAME ${target}.cuda COMMAND ${target} --gtest_filter=*Cuda* --offloadkit-require-gpu)
     set_tests_properties(${target}.cuda PROPERTIES LABELS "gpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                         SKIP_RETURN_CODE 77)
+                         SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
   endif()
 endfunction()

@@ -21,6 +21,9 @@ void executor_adaptor::do_deallocate(memory_kind kind, void* p, std::size_t byte
   upstream().deallocate(kind, p, bytes);
 }
 pointer_info executor_adaptor::do_classify(const void* p) const { return upstream().classify(p); }
+allocation_extent executor_adaptor::do_extent_of(const void* p) const {
+  return upstream().extent_of(p);
+}
 memory_info executor_adaptor::do_device_memory(int device) {
   return upstream().device_memory(device);
 }

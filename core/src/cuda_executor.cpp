@@ -45,6 +45,7 @@ struct driver_api {
   PFN_cuMemMap_v10020 map = nullptr;
   PFN_cuMemUnmap_v10020 unmap = nullptr;
   PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuMemGetAddressRange_v3020 address_range = nullptr;
   std::string missing;  ///< why an entry point could not be resolved; empty when all were
 };
 
@@ -82,6 +83,7 @@ const driver_api& driver() {
     resolve("cuMemMap", a.map, a.missing);
     resolve("cuMemUnmap", a.unmap, a.missing);
     resolve("cuMemSetAccess", a.set_access, a.missing);
+    resolve("cuMemGetAddressRange", a.address_range, a.missing);
     return a;
   }();
   return api;
@@ -435,6 +437,21 @@ pointer_info cuda_executor::do_classify(const void* p) const {
       break;
   }
   return info;
+}
+
+allocation_extent cuda_executor::do_extent_of(const void* p) const {
+  const pointer_info info = do_classify(p);
+  const detail::driver_api& d = detail::driver();
+  if (info.kind == pointer_kind::pageable || d.address_range == nullptr) return {};
+  // The driver answers for the current context: make the owner's (for host memory, the current
+  // device's) primary context current first.
+  int device = info.device;
+  if (device < 0) OFFLOADKIT_CUDA_TRY(cudaGetDevice(&device));
+  device_guard guard(device);
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  if (d.address_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return {};
+  return allocation_extent{reinterpret_cast<const void*>(base), bytes};
 }
 
 memory_info cuda_executor::do_device_memory(int device) {

@@ -709,6 +709,16 @@ pointer_info host_executor::do_classify(const void* p) const {
   return info;
 }
 
+allocation_extent host_executor::do_extent_of(const void* p) const {
+  const impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.mem_mu);
+  const char* base = nullptr;
+  std::size_t size = 0;
+  pointer_info info;
+  if (!m.find_extent(p, base, size, info)) return {};
+  return allocation_extent{base, size};
+}
+
 memory_info host_executor::do_device_memory(int device) {
   impl& m = *impl_;
   m.check_device(device, "device_memory");

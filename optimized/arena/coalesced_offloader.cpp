@@ -9,6 +9,7 @@ namespace offloadkit::arena {
 
 coalesced_offloader::coalesced_offloader(executor& ex, coalesced_options options)
     : ex_(&ex),
+      extent_of_([ex = &ex](const void* p) { return ex->extent_of(p); }),
       options_(options),
       plans_(options.alignment),
       last_use_(ex, options.device),
@@ -62,7 +63,7 @@ void coalesced_offloader::issue(const std::vector<copy_run>& runs, tensor_set_vi
 }
 
 event coalesced_offloader::do_offload(tensor_set_view set, stream_ref s) {
-  std::shared_ptr<const layout_plan> plan = plans_.get(set);
+  std::shared_ptr<const layout_plan> plan = plans_.get(set, extent_of_);
   // From here the arena's contents are being replaced: no complete copy until this succeeds.
   held_.reset();
   if (!lease_) lease_ = arena_.acquire();
@@ -86,10 +87,10 @@ event coalesced_offloader::do_reload(tensor_set_view set, stream_ref s) {
   detail::expect_sizes(held_->key.sizes, set, "coalesced reload");
   // The same addresses (the usual case) reuse the plan's runs; other addresses get runs merged
   // only where both sides are contiguous.
-  const layout_key key = make_key(set);
+  const layout_key key = make_key(set, extent_of_);
   std::vector<copy_run> other;
   const bool same = key == held_->key;
-  if (!same) other = coalesce(*held_, set);
+  if (!same) other = coalesce(*held_, set, extent_of_);
   // The offload that filled the arena may still be running on another stream.
   if (pending_) ex_->wait(last_use_, s);
   issue(same ? held_->runs : other, set, false, s);

@@ -21,6 +21,23 @@ bool device_contiguous(const device_tensor& prev, const device_tensor& next) {
          static_cast<const std::byte*>(next.data);
 }
 
+/// Decides whether a tensor joins the previous one, asking for each allocation's extent once
+/// (consecutive tensors of one allocation are answered from the extent already known).
+class joiner {
+ public:
+  explicit joiner(const extent_lookup& extent_of) : extent_of_(extent_of) {}
+  bool joins(const device_tensor& prev, const device_tensor& next) {
+    if (!device_contiguous(prev, next)) return false;
+    if (!extent_of_) return true;
+    if (!known_.contains(next.data)) known_ = extent_of_(next.data);
+    return known_.contains(next.data) && known_.contains(prev.data);
+  }
+
+ private:
+  const extent_lookup& extent_of_;
+  allocation_extent known_;
+};
+
 }  // namespace
 
 std::size_t layout_key_hash::operator()(const layout_key& k) const noexcept {
@@ -38,15 +55,16 @@ std::size_t layout_key_hash::operator()(const layout_key& k) const noexcept {
   return static_cast<std::size_t>(h);
 }
 
-layout_key make_key(tensor_set_view set) {
+layout_key make_key(tensor_set_view set, const extent_lookup& extent_of) {
   layout_key k;
   k.sizes.resize(set.size());
   k.continues.assign(set.size(), false);
+  joiner join(extent_of);
   const device_tensor* prev = nullptr;
   for (std::size_t i = 0; i < set.size(); ++i) {
     k.sizes[i] = set[i].bytes;
     if (set[i].bytes == 0) continue;
-    k.continues[i] = prev != nullptr && device_contiguous(*prev, set[i]);
+    k.continues[i] = prev != nullptr && join.joins(*prev, set[i]);
     prev = &set[i];
   }
   return k;
@@ -87,10 +105,12 @@ layout_plan plan_layout(const layout_key& key, std::size_t alignment) {
   return p;
 }
 
-std::vector<copy_run> coalesce(const layout_plan& plan, tensor_set_view set) {
+std::vector<copy_run> coalesce(const layout_plan& plan, tensor_set_view set,
+                               const extent_lookup& extent_of) {
   OFFLOADKIT_EXPECTS(set.size() == plan.offsets.size(), out_of_range, "layout: set of ", set.size(),
                      " tensors does not match a plan of ", plan.offsets.size());
   std::vector<copy_run> runs;
+  joiner join(extent_of);
   const device_tensor* prev = nullptr;
   std::size_t prev_index = 0;
   for (std::size_t i = 0; i < set.size(); ++i) {
@@ -98,7 +118,7 @@ std::vector<copy_run> coalesce(const layout_plan& plan, tensor_set_view set) {
     if (bytes == 0) continue;
     const bool host_next =
         prev != nullptr && plan.offsets[prev_index] + prev->bytes == plan.offsets[i];
-    if (host_next && device_contiguous(*prev, set[i])) {
+    if (host_next && join.joins(*prev, set[i])) {
       runs.back().count = i + 1 - runs.back().first;
       runs.back().bytes += bytes;
     } else {
@@ -116,8 +136,9 @@ layout_cache::layout_cache(std::size_t alignment, std::size_t capacity)
                      "layout_cache: alignment = ", alignment, " is not a power of two >= 1");
 }
 
-std::shared_ptr<const layout_plan> layout_cache::get(tensor_set_view set) {
-  layout_key key = make_key(set);
+std::shared_ptr<const layout_plan> layout_cache::get(tensor_set_view set,
+                                                    const extent_lookup& extent_of) {
+  layout_key key = make_key(set, extent_of);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   auto plan = std::make_shared<const layout_plan>(plan_layout(key, alignment_));

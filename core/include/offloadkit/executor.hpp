@@ -31,6 +31,19 @@ struct pointer_info {
   int device = -1;  ///< owning device for device/managed memory, -1 for host memory
 };
 
+/// The allocation that holds an address, as [base, base + bytes). One copy may not span two
+/// allocations even where their addresses happen to touch (a GPU rejects it), so whoever merges
+/// neighbouring buffers into one copy asks for this first. bytes == 0: the platform does not know.
+struct allocation_extent {
+  const void* base = nullptr;
+  std::size_t bytes = 0;
+  [[nodiscard]] bool contains(const void* p) const noexcept {
+    const auto* b = static_cast<const unsigned char*>(base);
+    const auto* q = static_cast<const unsigned char*>(p);
+    return bytes != 0 && q >= b && static_cast<std::size_t>(q - b) < bytes;
+  }
+};
+
 /// A non-owning stream handle. `native` is cudaStream_t on the cuda back end.
 struct stream_ref {
   void* native = nullptr;
@@ -129,6 +142,8 @@ class executor {
     do_deallocate(kind, p, bytes);
   }
   [[nodiscard]] pointer_info classify(const void* p) const { return do_classify(p); }
+  /// The allocation (or mapped virtual range) that holds `p`; {nullptr, 0} where none is known.
+  [[nodiscard]] allocation_extent extent_of(const void* p) const { return do_extent_of(p); }
   /// Free and total device memory as the platform reports it (the driver on cuda).
   [[nodiscard]] memory_info device_memory(int device = 0) { return do_device_memory(device); }
 
@@ -187,6 +202,7 @@ class executor {
   virtual void* do_allocate(memory_kind kind, std::size_t bytes, int device) = 0;
   virtual void do_deallocate(memory_kind kind, void* p, std::size_t bytes) noexcept = 0;
   [[nodiscard]] virtual pointer_info do_classify(const void* p) const = 0;
+  [[nodiscard]] virtual allocation_extent do_extent_of(const void* p) const = 0;
   virtual memory_info do_device_memory(int device) = 0;
   virtual stream_ref do_create_stream(int device) = 0;
   virtual void do_destroy_stream(stream_ref s) noexcept = 0;

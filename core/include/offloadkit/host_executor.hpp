@@ -41,6 +41,7 @@ class host_executor final : public executor {
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
   void do_deallocate(memory_kind kind, void* p, std::size_t bytes) noexcept override;
   [[nodiscard]] pointer_info do_classify(const void* p) const override;
+  [[nodiscard]] allocation_extent do_extent_of(const void* p) const override;
   memory_info do_device_memory(int device) override;
   stream_ref do_create_stream(int device) override;
   void do_destroy_stream(stream_ref s) noexcept override;

@@ -70,6 +70,33 @@ TEST(ArenaLayout, CoalesceMergesOnlyWhereBothSidesAreContiguous) {
   EXPECT_EQ(coalesce(q, apart).size(), 3u);  // the device side has gaps
 }
 
+TEST(ArenaLayout, TouchingTensorsOfTwoAllocationsAreNotMerged) {
+  // Separately allocated buffers can touch (cudaMalloc hands out neighbours), and a GPU rejects a
+  // copy that spans two allocations: the lookup splits the run where the second allocation starts.
+  auto set = fake_set({4, 4, 4, 4}, {false, true, true, true});
+  const auto* split = static_cast<const unsigned char*>(set[2].data);
+  int lookups = 0;
+  const extent_lookup two_allocations = [&](const void* p) {
+    ++lookups;
+    const auto* q = static_cast<const unsigned char*>(p);
+    const auto* first = static_cast<const unsigned char*>(set[0].data);
+    return q < split ? allocation_extent{first, static_cast<std::size_t>(split - first)}
+                     : allocation_extent{split, 8};
+  };
+  const layout_key key = make_key(set, two_allocations);
+  EXPECT_EQ(key.continues, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(lookups, 2);  // once per allocation, not once per tensor
+  layout_plan p = plan_layout(key, 64);
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[0].bytes, 8u);
+  EXPECT_EQ(p.runs[1].first, 2u);
+  EXPECT_EQ(coalesce(p, set, two_allocations).size(), 2u);
+  EXPECT_EQ(coalesce(plan_layout(make_key(set), 64), set, two_allocations).size(), 2u);
+  // An address the platform does not know is never merged into its neighbour.
+  const extent_lookup unknown = [](const void*) { return allocation_extent{}; };
+  EXPECT_EQ(plan_layout(make_key(set, unknown), 64).runs.size(), 4u);
+}
+
 TEST(ArenaLayout, RejectsBadAlignment) {
   EXPECT_THROW(plan_layout(layout_key{}, 3), out_of_range);
   EXPECT_THROW(layout_cache(0), out_of_range);

@@ -297,10 +297,14 @@ TYPED_TEST_P(ExecutorBattery, FaultInjectionLeavesExecutorUsable) {
 TYPED_TEST_P(ExecutorBattery, CountingAdaptorCounts) {
   expect_holds<TypeParam>("counting_adaptor_counts");
 }
+TYPED_TEST_P(ExecutorBattery, ExtentOfNamesTheAllocation) {
+  expect_holds<TypeParam>("extent_of_names_the_allocation");
+}
 
 REGISTER_TYPED_TEST_SUITE_P(ExecutorBattery, CopyRoundTrip, Fill, LaunchCount, StreamOrder,
                             EventOrdering, MissingWaitIsObservable, VmmRemap, GraphReplayAfterRemap,
-                            FaultInjectionLeavesExecutorUsable, CountingAdaptorCounts);
+                            FaultInjectionLeavesExecutorUsable, CountingAdaptorCounts,
+                            ExtentOfNamesTheAllocation);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBattery, offloadkit::testing::cuda_backend);
 
@@ -365,7 +369,8 @@ TEST(ExecutorBatteryRegistry, EveryPropertyHasATypedTest) {
                                         "vmm_remap",
                                         "graph_replay_after_remap",
                                         "fault_injection_leaves_executor_usable",
-                                        "counting_adaptor_counts"};
+                                        "counting_adaptor_counts",
+                                        "extent_of_names_the_allocation"};
   std::set<std::string> in_battery;
   for (const auto& c : offloadkit::executor_battery("host")) {
     EXPECT_TRUE(in_battery.insert(c.name).second) << "duplicate property name " << c.name;

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "offloadkit/arena/tensor_set.hpp"
+#include "offloadkit/executor.hpp"
 
 namespace offloadkit::arena {
 
@@ -23,8 +25,14 @@ struct copy_run {
   std::size_t bytes = 0;
 };
 
+/// Where a device address's allocation lies (executor::extent_of). Two tensors join into one copy
+/// only when their addresses touch *and* they share an allocation: separately allocated buffers
+/// may touch, and a GPU rejects a copy that spans two allocations. An empty lookup trusts
+/// touching addresses alone (for callers that carve every tensor from one allocation).
+using extent_lookup = std::function<allocation_extent(const void*)>;
+
 /// The shape a plan is keyed by. continues[i] is true when tensor i is non-empty and starts
-/// exactly where the previous non-empty tensor ends in device memory.
+/// exactly where the previous non-empty tensor ends in device memory, in the same allocation.
 struct layout_key {
   std::vector<std::size_t> sizes;
   std::vector<bool> continues;
@@ -48,7 +56,7 @@ struct layout_plan {
   std::size_t total_bytes = 0;
 };
 
-layout_key make_key(tensor_set_view set);
+layout_key make_key(tensor_set_view set, const extent_lookup& extent_of = {});
 
 /// Lays out a shape: device-contiguous tensors stay contiguous (so they copy as one range), every
 /// other tensor starts at the next multiple of `alignment` (a power of two).
@@ -56,7 +64,8 @@ layout_plan plan_layout(const layout_key& key, std::size_t alignment = default_a
 
 /// The runs for copying `set` against `plan`'s offsets when `set` has the plan's sizes but maybe
 /// other addresses: tensors are merged only where both device and host sides are contiguous.
-std::vector<copy_run> coalesce(const layout_plan& plan, tensor_set_view set);
+std::vector<copy_run> coalesce(const layout_plan& plan, tensor_set_view set,
+                               const extent_lookup& extent_of = {});
 
 /// Plans keyed by shape. A bounded cache: beyond `capacity` shapes it starts over.
 class layout_cache {
@@ -64,7 +73,7 @@ class layout_cache {
   explicit layout_cache(std::size_t alignment = default_alignment, std::size_t capacity = 16);
 
   /// The plan for `set`'s shape, built on first sight of the shape.
-  std::shared_ptr<const layout_plan> get(tensor_set_view set);
+  std::shared_ptr<const layout_plan> get(tensor_set_view set, const extent_lookup& extent_of = {});
   /// Plans built so far (a steady workload builds one per shape, once).
   [[nodiscard]] std::size_t plans_built() const noexcept { return built_; }
   [[nodiscard]] std::size_t size() const noexcept { return plans_.size(); }

@@ -54,6 +54,7 @@ class coalesced_offloader final : public offloader {
   event completion(stream_ref s);
 
   executor* ex_;
+  extent_lookup extent_of_;  ///< tensors merge into one copy only within one allocation
   coalesced_options options_;
   layout_cache plans_;
   // Declared before the lease: the lease waits on this event when it frees, so it must outlive it.
