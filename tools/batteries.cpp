@@ -7,7 +7,12 @@
 #include <iterator>
 #include <utility>
 
+#include "offloadkit/activation/battery.hpp"
+#include "offloadkit/arena/arena_checks.hpp"
 #include "offloadkit/executor_battery.hpp"
+#include "offloadkit/region/battery.hpp"
+#include "offloadkit/stash/battery.hpp"
+#include "offloadkit/traces/battery.hpp"
 
 namespace offloadkit::tools {
 
@@ -19,6 +24,11 @@ std::vector<check_case> all_check_cases(const std::string& executor_name) {
   };
 
   add(executor_battery(executor_name));
+  add(stash::stash_checks());
+  add(region::region_checks());
+  add(arena::arena_checks());
+  add(activation::activation_checks());
+  add(traces::traces_checks());
 
   return all;
 }

@@ -22,6 +22,7 @@
 #include "offloadkit/check.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/traces/cli.hpp"
 
 #ifndef OFFLOADKIT_VERSION
 #define OFFLOADKIT_VERSION "unknown"
@@ -44,9 +45,15 @@ const char* const usage_text =
     "usage: offloadkit <command> [options]\n"
     "\n"
     "commands:\n"
-    "  check      run every registered property battery and print a table of the results\n"
-    "  version    print the version and whether the cuda back end is usable here\n"
-    "  help       print this text\n"
+    "  check         run every registered property battery and print a table of the results\n"
+    "  capture       run a CUDA program under the CUPTI recorder and report its timeline\n"
+    "  analyze       report on a captured timeline (overlap, pageable copies, pinned allocations)\n"
+    "  replay        validate a schedule file and replay it through a stash implementation\n"
+    "  schedule-gen  write a generated 1F1B or interleaved schedule file\n"
+    "  version       print the version and whether the cuda back end is usable here\n"
+    "  help          print this text\n"
+    "\n"
+    "capture, analyze, replay and schedule-gen print their own options with --help.\n"
     "\n"
     "check options:\n"
     "  --executor auto|host|cuda   where to run (default auto: cuda when a GPU is usable)\n"
@@ -59,7 +66,8 @@ const char* const usage_text =
     "  --no-shrink                 report a failing case as found, without shrinking it\n"
     "  --list                      list the selected properties instead of running them\n"
     "\n"
-    "exit status: 0 all passed, 1 a property failed, 2 bad usage, 3 the executor cannot run here\n";
+    "exit status of check: 0 all passed, 1 a property failed, 2 bad usage, 3 the executor cannot "
+    "run here\n";
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -377,10 +385,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (args.empty())
-      throw usage_error("no command given: valid commands are check, version, help");
+      throw usage_error("no command given: valid commands are check, capture, analyze, replay, schedule-gen, version, help");
     const std::string& command = args[0];
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (command == "check") return run_check_command(rest);
+    // The trace subcommands parse their own arguments; argv[0] becomes the subcommand's name.
+    namespace ot = offloadkit::traces;
+    if (command == "capture") return ot::capture_main(argc - 1, argv + 1);
+    if (command == "analyze") return ot::analyze_main(argc - 1, argv + 1);
+    if (command == "replay") return ot::replay_main(argc - 1, argv + 1);
+    if (command == "schedule-gen") return ot::schedule_gen_main(argc - 1, argv + 1);
     if (command == "version" || command == "--version") {
       if (!rest.empty()) throw usage_error("version takes no arguments, got '" + rest[0] + "'");
       return run_version();
@@ -389,7 +403,7 @@ int main(int argc, char** argv) {
       std::cout << usage_text;
       return exit_passed;
     }
-    throw usage_error("unknown command '" + command + "': valid commands are check, version, help");
+    throw usage_error("unknown command '" + command + "': valid commands are check, capture, analyze, replay, schedule-gen, version, help");
   } catch (const usage_error& e) {
     std::cerr << "offloadkit: " << e.what() << "\n(offloadkit help shows the usage)\n";
     return exit_usage;

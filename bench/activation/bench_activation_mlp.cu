@@ -415,9 +415,10 @@ int main(int argc, char** argv) {
                 "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
                 "between them; limit = max(no offload, copy floor) per phase\n",
                 blocks, bw_d2h / 1e9, bw_h2d / 1e9);
-    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s\n", "h", "tokens",
-                "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster", "fw ms",
-                "fw/limit", "bw ms", "bw/limit", "on-dev", "#wrong");
+    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s\n", "h",
+                "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster",
+                "fw ms", "fw/limit", "bw ms", "bw/limit", "on-dev", "demand", "d-allc", "p-allc",
+                "#wrong");
     std::ofstream js;
     if (!json.empty()) {
       js.open(json);
@@ -439,12 +440,16 @@ int main(int argc, char** argv) {
       (void)model.step(&off, false);
       std::vector<double> none, opt, fwn, bwn, fwo, bwo;
       int wrong = 0;
-      std::size_t from_source = 0;
+      std::size_t from_source = 0, demand = 0, dev_allocs = 0, pin_allocs = 0;
       for (int r = 0; r < reps; ++r) {
         const auto rn = model.step(nullptr, false);
         const auto before = off.stats();
         const auto ro = model.step(&off, false);
-        from_source = off.stats().served_from_source - before.served_from_source;
+        const auto after = off.stats();
+        from_source = after.served_from_source - before.served_from_source;
+        demand = after.demand_uploads - before.demand_uploads;
+        dev_allocs = after.device_allocations - before.device_allocations;
+        pin_allocs = after.pinned_allocations - before.pinned_allocations;
         none.push_back(rn.total);
         opt.push_back(ro.total);
         if (rn.hash[0] != ro.hash[0] || rn.hash[1] != ro.hash[1]) ++wrong;
@@ -461,12 +466,14 @@ int main(int argc, char** argv) {
       const double fw_limit = std::max(median(fwn), saved / bw_d2h);
       const double bw_limit = std::max(median(bwn), saved / bw_h2d);
       const double t_none = median(none), t_opt = median(opt);
-      std::printf("%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6d\n",
+      std::printf(
+          "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
+          "%6zu %6d\n",
                   static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
                   t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
                   sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
                   median(fwo) * 1e3, median(fwo) / fw_limit, median(bwo) * 1e3,
-                  median(bwo) / bw_limit, from_source, wrong);
+                  median(bwo) / bw_limit, from_source, demand, dev_allocs, pin_allocs, wrong);
       std::fflush(stdout);
       if (js.is_open()) {
         js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
@@ -480,7 +487,9 @@ int main(int argc, char** argv) {
     }
     if (js.is_open()) js << "]}\n";
     std::printf("# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step / "
-                "offload step; on-dev: tensors of the last block served from their resident source\n");
+                "offload step; on-dev: tensors of the last block served from their resident source;\n"
+                "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
+                "unpack() (not prefetched), device and pinned allocations\n");
     return wrong_total == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_activation_mlp: %s\n", e.what());

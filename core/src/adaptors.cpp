@@ -4,9 +4,9 @@
 
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "hold.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit {
@@ -253,9 +253,9 @@ void delay_adaptor::maybe_delay(stream_ref s) {
     }
   }
   if (d.count() <= 0) return;
-  // The sleep runs on the stream, not on the caller: the stream's later work starts late while
+  // The hold runs on the stream, not on the caller: the stream's later work starts late while
   // the host and the other streams run on.
-  executor_adaptor::do_host_function([d] { std::this_thread::sleep_for(d); }, s);
+  executor_adaptor::do_launch(detail::hold_request(d), s);
 }
 
 void delay_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {

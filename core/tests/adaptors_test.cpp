@@ -134,16 +134,16 @@ TEST(FaultInjectionAdaptor, CountdownVisitsEveryCall) {
 // ---- delay injection
 // --------------------------------------------------------------------------------
 
-/// Records the host functions it is asked to enqueue and forwards them.
-class host_function_recorder final : public executor_adaptor {
+/// Counts the holds (launches) it is asked to enqueue and forwards them.
+class hold_recorder final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
-  std::atomic<int> host_functions{0};
+  std::atomic<int> holds{0};
 
  private:
-  void do_host_function(std::function<void()> fn, stream_ref s) override {
-    ++host_functions;
-    executor_adaptor::do_host_function(std::move(fn), s);
+  void do_launch(const offloadkit::launch_request& r, stream_ref s) override {
+    ++holds;
+    executor_adaptor::do_launch(r, s);
   }
 };
 
@@ -167,7 +167,7 @@ TEST(DelayAdaptor, HoldsTheStreamNotTheCaller) {
 
 TEST(DelayAdaptor, DelaysTheRequestedNumberOfOperations) {
   host_executor base;
-  host_function_recorder recorder(base);
+  hold_recorder recorder(base);
   delay_adaptor ex(recorder);
   stream s(ex);
   stream other(ex);
@@ -181,13 +181,13 @@ TEST(DelayAdaptor, DelaysTheRequestedNumberOfOperations) {
   ex.copy(b.data(), a.data(), 8, s);  // the plan is used up
   s.synchronize();
   other.synchronize();
-  EXPECT_EQ(recorder.host_functions.load(), 2);
+  EXPECT_EQ(recorder.holds.load(), 2);
 }
 
 TEST(DelayAdaptor, RandomDelaysAreDeterministicPerSeedAndClearStopsThem) {
   host_executor base;
   auto pattern = [&base](std::uint64_t seed) {
-    host_function_recorder recorder(base);
+    hold_recorder recorder(base);
     delay_adaptor ex(recorder);
     stream s(ex);
     buffer a(ex, memory_kind::pinned, 8);
@@ -195,14 +195,14 @@ TEST(DelayAdaptor, RandomDelaysAreDeterministicPerSeedAndClearStopsThem) {
     ex.delay_randomly(s, 1us, seed);
     std::string which;
     for (int i = 0; i < 64; ++i) {
-      const int before = recorder.host_functions.load();
+      const int before = recorder.holds.load();
       ex.fill(a.data(), i, 8, s);
-      which += recorder.host_functions.load() > before ? '1' : '0';
+      which += recorder.holds.load() > before ? '1' : '0';
     }
     ex.clear();
-    const int before = recorder.host_functions.load();
+    const int before = recorder.holds.load();
     ex.fill(a.data(), 0, 8, s);
-    EXPECT_EQ(recorder.host_functions.load(), before) << "clear() left a delay in place";
+    EXPECT_EQ(recorder.holds.load(), before) << "clear() left a delay in place";
     s.synchronize();
     return which;
   };

@@ -101,8 +101,8 @@ class fault_injection_adaptor final : public executor_adaptor {
 };
 
 /// Holds a stream's work to widen race windows: before a forwarded stream operation it enqueues a
-/// host function that sleeps on that stream, so the operation starts late while the host and
-/// other streams run on.
+/// one-index launch that waits on that stream (a timer-spinning kernel on a GPU, a sleep on the
+/// host back end), so the operation starts late while the host and other streams run on.
 class delay_adaptor final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;

@@ -71,7 +71,8 @@ struct pool_view {
   std::uint64_t row_bytes;
   std::uint64_t max_rows;
   std::uint64_t max_pages;  ///< page-table width: pages of max_rows rows
-  std::uint64_t workers;    ///< the fixed index space of stash and restore
+  std::uint64_t workers;    ///< the fixed index space of stash and restore (groups * group)
+  std::uint64_t group;      ///< workers per group (copy_rows); a thread block on a GPU
 };
 
 /// Loads one copy unit (16, 8, 4, 2 or 1 bytes, aligned to its size) into a register.
@@ -213,52 +214,52 @@ OFFLOADKIT_HD inline std::uint64_t ring_pos(std::uint64_t head_mod, std::uint64_
   return pos >= capacity ? pos - capacity : pos;
 }
 
-/// Walks the units of a key's bytes that worker `i` owns: unit u = i, i + workers, ...; page j
-/// and offset advance by precomputed steps, so the loop has no division.
+/// How the workers split a key's bytes. Workers form groups of `group` consecutive indices (one
+/// thread block on a GPU, so a group's accesses coalesce); the bytes are cut into work items of at
+/// most `chunk_units` copy units, none crossing a page, and group g takes items g, g + groups, ...
+/// A group looks its page up once per item and its lanes copy consecutive units, so the copy runs
+/// like a plain one with one page-table read per item.
 struct unit_walk {
-  std::uint64_t unit;        ///< bytes per copy (16, 8, 4, 2 or 1)
-  std::uint64_t step_pages;  ///< (workers * unit) / page_bytes
-  std::uint64_t step_off;    ///< (workers * unit) % page_bytes
+  std::uint64_t unit;             ///< bytes per copy unit (16, 8, 4, 2 or 1)
+  std::uint64_t page_units;       ///< units per page
+  std::uint64_t chunk_units;      ///< units per work item
+  std::uint64_t chunks_per_page;  ///< work items per page
 };
 
-/// Copies worker i's units between a linear buffer (the first rows of an oversized buffer) and a
-/// key's pages: units i, i + workers, ...; `page_addr(j)` gives the key's j-th page. Four units
-/// are loaded before any is stored so that each worker keeps several loads in flight.
+/// Copies worker i's share of a key's `units` units between a linear buffer (the first rows of an
+/// oversized buffer) and its pages; `page_addr(j)` gives the key's j-th page. Each lane loads up
+/// to four units before it stores any, so that several loads are in flight.
 template <bool ToPages, class PageAddr>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
                                     std::uint64_t units, unsigned char* linear,
                                     const PageAddr& page_addr) {
-  constexpr int batch = 4;
-  std::uint64_t u = i;
-  if (u >= units) return;
+  constexpr std::uint64_t batch = 4;
+  const std::uint64_t group = v.group;
+  const std::uint64_t groups = v.workers / group;
+  const std::uint64_t g = i / group, lane = i - g * group;
   const auto unit = static_cast<unsigned>(w.unit);
-  std::uint64_t j = u * w.unit / v.page_bytes, off = u * w.unit % v.page_bytes;
-  std::uint64_t cur_j = ~std::uint64_t{0};
-  unsigned char* base = nullptr;
-  while (u < units) {
-    uint4 tmp[batch];
-    unsigned char* to[batch];
-    const unsigned char* from[batch];
-    int n = 0;
-    for (; n < batch && u < units; ++n) {
-      if (j != cur_j) {
-        cur_j = j;
-        base = page_addr(j);
+  const std::uint64_t pages = (units + w.page_units - 1) / w.page_units;
+  const std::uint64_t items = pages * w.chunks_per_page;
+  for (std::uint64_t item = g; item < items; item += groups) {
+    const std::uint64_t j = item / w.chunks_per_page;
+    const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
+    const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
+    std::uint64_t end = begin + w.chunk_units;
+    if (end > w.page_units) end = w.page_units;
+    if (end > units - first) end = units - first;
+    unsigned char* const paged = page_addr(j);
+    unsigned char* const lin = linear + first * w.unit;
+    for (std::uint64_t u0 = begin + lane; u0 < end; u0 += batch * group) {
+      uint4 tmp[batch];
+      std::uint64_t n = 0;
+      for (std::uint64_t u = u0; n < batch && u < end; ++n, u += group) {
+        tmp[n] = load_unit((ToPages ? lin : paged) + u * w.unit, unit);
       }
-      unsigned char* paged = base + off;
-      unsigned char* lin = linear + u * w.unit;
-      from[n] = ToPages ? lin : paged;
-      to[n] = ToPages ? paged : lin;
-      u += v.workers;
-      off += w.step_off;
-      j += w.step_pages;
-      if (off >= v.page_bytes) {
-        off -= v.page_bytes;
-        ++j;
+      std::uint64_t k = 0;
+      for (std::uint64_t u = u0; k < n; ++k, u += group) {
+        store_unit((ToPages ? paged : lin) + u * w.unit, tmp[k], unit);
       }
     }
-    for (int k = 0; k < n; ++k) tmp[k] = load_unit(from[k], unit);
-    for (int k = 0; k < n; ++k) store_unit(to[k], tmp[k], unit);
   }
 }
 

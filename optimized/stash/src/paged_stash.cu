@@ -41,8 +41,10 @@ struct paged_stash::impl {
     while (unit > 1 && (cfg.row_bytes % unit != 0 || addr % unit != 0 || pools % unit != 0)) {
       unit /= 2;
     }
-    const std::uint64_t step = view.workers * unit;
-    return dk::unit_walk{unit, step / view.page_bytes, step % view.page_bytes};
+    const std::uint64_t page_units = view.page_bytes / unit;
+    // On a GPU an item is one load batch per lane; on host threads a whole page.
+    const std::uint64_t chunk = view.group == 1 ? page_units : std::min(page_units, 4 * view.group);
+    return dk::unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
   }
 };
 
@@ -82,11 +84,15 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   v.row_bytes = config.row_bytes;
   v.max_rows = config.max_rows;
   v.max_pages = mp;
-  // A fixed index space: one worker per 16 bytes of a full buffer, capped so that a worker walks
-  // several units (a GPU-filling grid on cuda, a few per host thread on host).
-  const std::uint64_t cap = ex.kind() == backend::cuda ? (std::uint64_t{1} << 16) : 32;
-  const std::uint64_t full_units = config.max_rows * config.row_bytes / 16;
-  v.workers = std::clamp<std::uint64_t>(full_units, 1, cap);
+  // A fixed index space, whatever the row count: on a GPU groups of 256 (a block each), as many
+  // as a full buffer has work items of 16-byte units, capped at a grid that fills the GPU; on host
+  // single-worker groups, a few per host thread.
+  const bool gpu = ex.kind() == backend::cuda;
+  v.group = gpu ? 256 : 1;
+  const std::uint64_t item_bytes = gpu ? 16 * 4 * v.group : std::max<std::uint64_t>(v.page_bytes, 1);
+  const std::uint64_t full_items =
+      std::max<std::uint64_t>(mp, (config.max_rows * config.row_bytes + item_bytes - 1) / item_bytes);
+  v.workers = std::clamp<std::uint64_t>(full_items, 1, gpu ? 1024 : 32) * v.group;
   do_reset(s);
 }
 
