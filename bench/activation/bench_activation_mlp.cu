@@ -14,6 +14,7 @@
 #include <cublas_api.h>
 #include <cuda_bf16.h>
 #include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -137,8 +139,34 @@ struct hash_body {
 
 struct shape_case {
   std::int64_t h, tokens;
-  double pytorch_offload_ms, pytorch_none_ms;  // DESIGN.md, H100, same shapes (0: not measured)
+  double pytorch_offload_ms = 0, pytorch_none_ms = 0;  // from --pytorch (0: not measured)
 };
+
+/// Reads the step times that traces/pytorch_save_on_cpu.py printed in this run (lines
+/// "save_on_cpu=on|off blocks=B hidden=H tokens=T: median X ms/step ...") into the shapes they
+/// match; throws naming the file and line when one cannot be read.
+void read_pytorch_times(const std::string& path, int blocks, std::vector<shape_case>& shapes) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--pytorch " + path + ": cannot open the file");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.rfind("save_on_cpu=", 0) != 0) continue;
+    char mode[8] = {};
+    int b = 0;
+    long long h = 0, t = 0;
+    double ms = 0;
+    if (std::sscanf(line.c_str(), "save_on_cpu=%7[a-z] blocks=%d hidden=%lld tokens=%lld: median %lf",
+                    mode, &b, &h, &t, &ms) != 5) {
+      throw std::runtime_error("--pytorch " + path + " line " + std::to_string(n) +
+                               ": not a save_on_cpu result line: '" + line + "'");
+    }
+    if (b != blocks) continue;
+    for (auto& sc : shapes) {
+      if (sc.h != h || sc.tokens != t) continue;
+      (std::string(mode) == "on" ? sc.pytorch_offload_ms : sc.pytorch_none_ms) = ms;
+    }
+  }
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -191,6 +219,10 @@ class mlp {
   result step(offloader* off, bool phase_sync) {
     result r;
     const stream_ref s = compute_.ref();
+    // Offload steps are NVTX ranges "step ..." so that `offloadkit capture` measures overlap in
+    // them alone (not in warm-ups, bandwidth probes or no-offload steps, named "baseline ...").
+    // The range covers the host's issue and its final synchronization, i.e. the whole step.
+    nvtxRangePushA(off != nullptr ? "step offload" : "baseline step");
     const double t0 = now_s();
     std::vector<std::vector<handle>> handles(blocks_);
     std::vector<std::vector<tensor>> kept(blocks_);
@@ -268,6 +300,7 @@ class mlp {
     if (off != nullptr) off->synchronize();
     compute_.synchronize();
     const double t1 = now_s();
+    nvtxRangePop();
     r.total = t1 - t0;
     if (phase_sync) r.bw = t1 - tb;
     r.hash[0] = hash_host_.as<unsigned long long>()[0];
@@ -355,7 +388,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string executor_name = "cuda", json;
+  std::string executor_name = "cuda", json, pytorch;
+  long long only_h = 0, only_tokens = 0;
   bool quick = false;
   int blocks = 8;
   for (int i = 1; i < argc; ++i) {
@@ -368,11 +402,25 @@ int main(int argc, char** argv) {
       blocks = std::atoi(argv[++i]);
     } else if (k == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (k == "--pytorch" && i + 1 < argc) {
+      pytorch = argv[++i];
+    } else if (k == "--shape" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%lldx%lld%c", &only_h, &only_tokens, &tail) != 2 || only_h < 64 ||
+          only_tokens < 1 || only_h % 64 != 0) {
+        std::fprintf(stderr,
+                     "bench_activation_mlp: --shape '%s': expected HIDDENxTOKENS with HIDDEN a "
+                     "multiple of 64 and TOKENS >= 1, e.g. 4096x4096\n",
+                     v.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "bench_activation_mlp: unknown or incomplete argument '%s'\nusage: "
                    "bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N (1..64)] "
-                   "[--json FILE]\n",
+                   "[--json FILE] [--shape HIDDENxTOKENS] [--pytorch FILE (output of "
+                   "traces/pytorch_save_on_cpu.py)]\n",
                    k.c_str());
       return 2;
     }
@@ -402,10 +450,11 @@ int main(int argc, char** argv) {
   }
   try {
     cuda_executor ex;
-    const std::vector<shape_case> shapes =
-        quick ? std::vector<shape_case>{{1024, 2048, 0, 0}}
-              : std::vector<shape_case>{{4096, 4096, 219, 42}, {4096, 16384, 611, 155},
-                                        {8192, 8192, 1017, 318}};
+    std::vector<shape_case> shapes =
+        quick ? std::vector<shape_case>{{1024, 2048}}
+              : std::vector<shape_case>{{4096, 4096}, {4096, 16384}, {8192, 8192}};
+    if (only_h != 0) shapes = {{only_h, only_tokens}};
+    if (!pytorch.empty()) read_pytorch_times(pytorch, blocks, shapes);
     const int reps = quick ? 2 : 3;
     const std::size_t probe = std::size_t{256} << 20;
     const double bw_d2h = pinned_bandwidth(ex, probe, true);
@@ -479,6 +528,7 @@ int main(int argc, char** argv) {
         js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
            << ",\"saved_bytes\":" << saved << ",\"none_s\":" << t_none << ",\"offload_s\":" << t_opt
            << ",\"pytorch_save_on_cpu_ms\":" << sc.pytorch_offload_ms
+           << ",\"pytorch_no_offload_ms\":" << sc.pytorch_none_ms
            << ",\"forward\":{\"none_s\":" << median(fwn) << ",\"offload_s\":" << median(fwo)
            << ",\"floor_s\":" << saved / bw_d2h << "},\"backward\":{\"none_s\":" << median(bwn)
            << ",\"offload_s\":" << median(bwo) << ",\"floor_s\":" << saved / bw_h2d
@@ -486,8 +536,8 @@ int main(int argc, char** argv) {
       }
     }
     if (js.is_open()) js << "]}\n";
-    std::printf("# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step / "
-                "offload step; on-dev: tensors of the last block served from their resident source;\n"
+    std::printf("# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
+                "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last block served from their resident source;\n"
                 "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
                 "unpack() (not prefetched), device and pinned allocations\n");
     return wrong_total == 0 ? 0 : 1;

@@ -303,6 +303,17 @@ struct stash_body {
                              v.capacity[1] ? h1 % v.capacity[1] : 0};
       copy_rows<true>(v, walk, i, d.rows * v.row_bytes / walk.unit, const_cast<unsigned char*>(src),
                       pages);
+      // The key's page-table row, shared out among the workers (a serial loop in the commit
+      // would be one thread's chain of dependent loads per page). Only this key's row is written,
+      // and only when the stash succeeds; the entry becomes valid at the commit.
+      std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
+      for (std::uint64_t j = i; j < d.need; j += v.workers) {
+        row[j] = j < d.device_take
+                     ? pages.v->ids[0][ring_pos(pages.h0m, j, v.capacity[0])]
+                     : static_cast<std::uint32_t>(
+                           v.capacity[0] +
+                           v.ids[1][ring_pos(pages.h1m, j - d.device_take, v.capacity[1])]);
+      }
     }
     if (!last_to_finish(v)) return;
     if (d.code != code_ok) {
@@ -310,14 +321,6 @@ struct stash_body {
       return;
     }
     ring_state* ring = v.control->ring;
-    std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-    for (std::uint64_t j = 0; j < d.need; ++j) {
-      row[j] =
-          j < d.device_take
-              ? v.ids[0][(ring[0].head + j) % v.capacity[0]]
-              : static_cast<std::uint32_t>(
-                    v.capacity[0] + v.ids[1][(ring[1].head + j - d.device_take) % v.capacity[1]]);
-    }
     page_entry& e = v.entries[slot];
     e.key = key;
     e.rows = d.rows;
@@ -341,8 +344,23 @@ struct restore_body {
     const page_entry& e = v.entries[slot];
     const bool ok = e.state == entry_stashed;
     if (ok) {
-      const held_page pages{&v, v.table + std::uint64_t{slot} * v.max_pages};
+      const std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
+      const held_page pages{&v, row};
       copy_rows<false>(v, walk, i, e.rows * v.row_bytes / walk.unit, dst, pages);
+      // The pages go back into the free slots past each ring's tail, shared out among the
+      // workers; nothing pops before the commit moves the tails (stream order).
+      const ring_state* ring = v.control->ring;
+      const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
+      const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
+      for (std::uint64_t j = i; j < e.pages; j += v.workers) {
+        const std::uint32_t id = row[j];
+        if (j < e.device_pages) {
+          v.ids[0][ring_pos(t0, j, v.capacity[0])] = id;
+        } else {
+          v.ids[1][ring_pos(t1, j - e.device_pages, v.capacity[1])] =
+              static_cast<std::uint32_t>(id - v.capacity[0]);
+        }
+      }
     }
     if (!last_to_finish(v)) return;
     if (!ok) {
@@ -354,17 +372,8 @@ struct restore_body {
     }
     page_entry& me = v.entries[slot];
     ring_state* ring = v.control->ring;
-    const std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-    for (std::uint64_t j = 0; j < me.pages; ++j) {
-      const std::uint32_t id = row[j];
-      if (id < v.capacity[0]) {
-        v.ids[0][ring[0].tail % v.capacity[0]] = id;
-        ++ring[0].tail;
-      } else {
-        v.ids[1][ring[1].tail % v.capacity[1]] = static_cast<std::uint32_t>(id - v.capacity[0]);
-        ++ring[1].tail;
-      }
-    }
+    ring[0].tail += me.device_pages;
+    ring[1].tail += me.pages - me.device_pages;
     if (rows_out != nullptr) *rows_out = me.rows;
     me.state = entry_empty;
   }

@@ -56,6 +56,9 @@ struct overlap_result {
 /// Fraction of host<->device copy time during which some kernel runs, optionally inside `window`.
 /// Copies and kernels are merged over all streams and devices first (interval union).
 overlap_result copy_compute_overlap(const timeline& t, const interval* window = nullptr);
+/// The same, summed over the steps (the whole timeline where there are none): set-up outside the
+/// steps (warm-up, bandwidth probes, no-offload runs) does not count.
+overlap_result copy_compute_overlap_in_steps(const timeline& t, const analysis_options& o = {});
 
 /// Copies with a pageable side (synchronous staging through a bounce buffer).
 std::vector<const record*> pageable_copies(const timeline& t);
