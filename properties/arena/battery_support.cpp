@@ -116,16 +116,28 @@ std::string first_difference(const snapshot& expected, const snapshot& actual) {
   return {};
 }
 
-std::size_t contiguous_runs(tensor_set_view set) {
+std::size_t contiguous_runs(const device_set& set) {
+  auto allocation_of = [&set](const device_tensor& t) {
+    const auto* p = static_cast<const unsigned char*>(t.data);
+    for (std::size_t a = 0; a < set.allocations.size(); ++a) {
+      const auto* base = set.allocations[a].as<unsigned char>();
+      if (p >= base && p < base + set.allocations[a].size()) return a;
+    }
+    return set.allocations.size();  // not carved from the set's allocations
+  };
   std::size_t runs = 0;
   const device_tensor* prev = nullptr;
-  for (const device_tensor& t : set) {
+  std::size_t prev_allocation = 0;
+  for (const device_tensor& t : set.tensors) {
     if (t.bytes == 0) continue;
-    if (prev == nullptr || static_cast<const unsigned char*>(prev->data) + prev->bytes !=
-                               static_cast<const unsigned char*>(t.data)) {
+    const std::size_t allocation = allocation_of(t);
+    if (prev == nullptr || allocation != prev_allocation ||
+        static_cast<const unsigned char*>(prev->data) + prev->bytes !=
+            static_cast<const unsigned char*>(t.data)) {
       ++runs;
     }
     prev = &t;
+    prev_allocation = allocation;
   }
   return runs;
 }

@@ -191,7 +191,7 @@ void prop_steady_state(executor& base) {
   RC_ASSERT(n.allocations_of(memory_kind::pinned) == 0u);
   RC_ASSERT(n.allocations_of(memory_kind::pageable) == 0u);
   RC_ASSERT(n.pageable_bytes() == 0u);
-  RC_ASSERT(n.calls_of(op_kind::copy) <= std::size_t{2} * cycles * contiguous_runs(a.view()));
+  RC_ASSERT(n.calls_of(op_kind::copy) <= std::size_t{2} * cycles * contiguous_runs(a));
   assert_same(expected, read_set(base, a.view(), s), "steady-state cycles");
 }
 

@@ -52,8 +52,9 @@ using snapshot = std::vector<std::vector<unsigned char>>;
 snapshot read_set(executor& ex, tensor_set_view set, stream_ref s);
 /// An empty string when equal, else where the first difference is.
 std::string first_difference(const snapshot& expected, const snapshot& actual);
-/// Runs of device-contiguous non-empty tensors: the fewest copies one direction can take.
-std::size_t contiguous_runs(tensor_set_view set);
+/// Runs of non-empty tensors that touch in device memory within one of the set's allocations: the
+/// fewest copies one direction can take (one copy may not span two allocations, even touching).
+std::size_t contiguous_runs(const device_set& set);
 
 /// Tracks host allocations (pinned and pageable) that are live now and at most at once.
 class host_memory_tracker final : public executor_adaptor {
