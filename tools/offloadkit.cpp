@@ -385,7 +385,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (args.empty())
-      throw usage_error("no command given: valid commands are check, capture, analyze, replay, schedule-gen, version, help");
+      throw usage_error(
+          "no command given: valid commands are check, capture, analyze, replay, schedule-gen, "
+          "version, help");
     const std::string& command = args[0];
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (command == "check") return run_check_command(rest);
@@ -403,7 +405,9 @@ int main(int argc, char** argv) {
       std::cout << usage_text;
       return exit_passed;
     }
-    throw usage_error("unknown command '" + command + "': valid commands are check, capture, analyze, replay, schedule-gen, version, help");
+    throw usage_error(
+        "unknown command '" + command +
+        "': valid commands are check, capture, analyze, replay, schedule-gen, version, help");
   } catch (const usage_error& e) {
     std::cerr << "offloadkit: " << e.what() << "\n(offloadkit help shows the usage)\n";
     return exit_usage;

@@ -66,7 +66,8 @@ struct cublas_api {
     destroy = reinterpret_cast<decltype(destroy)>(dlsym(lib, "cublasDestroy_v2"));
     set_stream = reinterpret_cast<decltype(set_stream)>(dlsym(lib, "cublasSetStream_v2"));
     gemm_ex = reinterpret_cast<decltype(gemm_ex)>(dlsym(lib, "cublasGemmEx"));
-    if (!create || !destroy || !set_stream || !gemm_ex) return "libcublas lacks a needed entry point";
+    if (!create || !destroy || !set_stream || !gemm_ex)
+      return "libcublas lacks a needed entry point";
     return {};
   }
 };
@@ -76,7 +77,8 @@ void check_cublas(cublasStatus_t st, const char* what) {
                      static_cast<int>(st));
 }
 
-// ---- device bodies --------------------------------------------------------------------------------
+// ---- device bodies
+// --------------------------------------------------------------------------------
 
 OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -135,7 +137,8 @@ struct hash_body {
   }
 };
 
-// ---- the model ------------------------------------------------------------------------------------
+// ---- the model
+// ------------------------------------------------------------------------------------
 
 struct shape_case {
   std::int64_t h, tokens;
@@ -155,8 +158,9 @@ void read_pytorch_times(const std::string& path, int blocks, std::vector<shape_c
     int b = 0;
     long long h = 0, t = 0;
     double ms = 0;
-    if (std::sscanf(line.c_str(), "save_on_cpu=%7[a-z] blocks=%d hidden=%lld tokens=%lld: median %lf",
-                    mode, &b, &h, &t, &ms) != 5) {
+    if (std::sscanf(line.c_str(),
+                    "save_on_cpu=%7[a-z] blocks=%d hidden=%lld tokens=%lld: median %lf", mode, &b,
+                    &h, &t, &ms) != 5) {
       throw std::runtime_error("--pytorch " + path + " line " + std::to_string(n) +
                                ": not a save_on_cpu result line: '" + line + "'");
     }
@@ -320,12 +324,13 @@ class mlp {
   void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bf16* a,
             const bf16* b, bf16* c) {
     const float one = 1.0f, zero = 0.0f;
-    check_cublas(api_.gemm_ex(handle_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one,
-                              b, CUDA_R_16BF, static_cast<int>(tb ? k : n), a, CUDA_R_16BF,
-                              static_cast<int>(ta ? m : k), &zero, c, CUDA_R_16BF,
-                              static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    check_cublas(
+        api_.gemm_ex(handle_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b,
+                     CUDA_R_16BF, static_cast<int>(tb ? k : n), a, CUDA_R_16BF,
+                     static_cast<int>(ta ? m : k), &zero, c, CUDA_R_16BF, static_cast<int>(n),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
   }
 
   bf16* take(std::int64_t elems) {
@@ -459,11 +464,12 @@ int main(int argc, char** argv) {
     const std::size_t probe = std::size_t{256} << 20;
     const double bw_d2h = pinned_bandwidth(ex, probe, true);
     const double bw_h2d = pinned_bandwidth(ex, probe, false);
-    std::printf("# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
-                "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
-                "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
-                "between them; limit = max(no offload, copy floor) per phase\n",
-                blocks, bw_d2h / 1e9, bw_h2d / 1e9);
+    std::printf(
+        "# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
+        "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
+        "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
+        "between them; limit = max(no offload, copy floor) per phase\n",
+        blocks, bw_d2h / 1e9, bw_h2d / 1e9);
     std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s\n", "h",
                 "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster",
                 "fw ms", "fw/limit", "bw ms", "bw/limit", "on-dev", "demand", "d-allc", "p-allc",
@@ -518,11 +524,11 @@ int main(int argc, char** argv) {
       std::printf(
           "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
           "%6zu %6d\n",
-                  static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
-                  t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
-                  sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
-                  median(fwo) * 1e3, median(fwo) / fw_limit, median(bwo) * 1e3,
-                  median(bwo) / bw_limit, from_source, demand, dev_allocs, pin_allocs, wrong);
+          static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
+          t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
+          sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
+          median(fwo) * 1e3, median(fwo) / fw_limit, median(bwo) * 1e3, median(bwo) / bw_limit,
+          from_source, demand, dev_allocs, pin_allocs, wrong);
       std::fflush(stdout);
       if (js.is_open()) {
         js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
@@ -536,10 +542,12 @@ int main(int argc, char** argv) {
       }
     }
     if (js.is_open()) js << "]}\n";
-    std::printf("# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
-                "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last block served from their resident source;\n"
-                "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
-                "unpack() (not prefetched), device and pinned allocations\n");
+    std::printf(
+        "# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
+        "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last "
+        "block served from their resident source;\n"
+        "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
+        "unpack() (not prefetched), device and pinned allocations\n");
     return wrong_total == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_activation_mlp: %s\n", e.what());

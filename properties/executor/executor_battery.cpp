@@ -757,9 +757,9 @@ void extent_of_names_the_allocation(executor& ex) {
       continue;
     }
     if (e.base != b.data() || e.bytes < b.size() || !e.contains(p)) {
-      RC_FAIL(detail::concat("extent_of(", p, ") = [", e.base, ", +", e.bytes, ") for byte ", inside,
-                             " of a ", kind_name(b.kind()), " allocation [", b.data(), ", +",
-                             b.size(), ")"));
+      RC_FAIL(detail::concat("extent_of(", p, ") = [", e.base, ", +", e.bytes, ") for byte ",
+                             inside, " of a ", kind_name(b.kind()), " allocation [", b.data(),
+                             ", +", b.size(), ")"));
     }
   }
   // A mapped virtual range is device memory too; its extent lies within the reservation.

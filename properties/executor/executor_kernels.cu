@@ -1,7 +1,6 @@
 // Device bodies of the executor battery (see executor_kernels.hpp), written once as OFFLOADKIT_HD
 // functors: a kernel on the cuda back end, a loop over the same indices on the host back end.
 #include <cstdint>
-
 #include <cuda/atomic>
 
 #include "executor_kernels.hpp"

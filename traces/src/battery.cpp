@@ -1,9 +1,9 @@
 // The traces battery: rapidcheck properties over random schedules, pools and timelines.
 #include "offloadkit/traces/battery.hpp"
 
-#include <cstdint>
-
 #include <rapidcheck.h>
+
+#include <cstdint>
 
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/export.hpp"

@@ -1,8 +1,7 @@
 // The page planner: pages needed per tier, peak bytes and the first overflow of a pool.
-#include "offloadkit/traces/replay.hpp"
-
 #include <cstdint>
 
+#include "offloadkit/traces/replay.hpp"
 #include "tier_accounting.hpp"
 
 namespace offloadkit::traces {

@@ -137,7 +137,7 @@ layout_cache::layout_cache(std::size_t alignment, std::size_t capacity)
 }
 
 std::shared_ptr<const layout_plan> layout_cache::get(tensor_set_view set,
-                                                    const extent_lookup& extent_of) {
+                                                     const extent_lookup& extent_of) {
   layout_key key = make_key(set, extent_of);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;

@@ -146,7 +146,9 @@ class counting_adaptor final : public executor_adaptor {
     /// copied_bytes[source pointer_kind][destination pointer_kind]
     std::array<std::array<std::size_t, 4>, 4> copied_bytes{};
 
-    [[nodiscard]] std::size_t calls_of(op_kind k) const noexcept { return calls[static_cast<std::size_t>(k)]; }
+    [[nodiscard]] std::size_t calls_of(op_kind k) const noexcept {
+      return calls[static_cast<std::size_t>(k)];
+    }
     [[nodiscard]] std::size_t allocations_of(memory_kind k) const noexcept {
       return allocations[static_cast<std::size_t>(k)];
     }

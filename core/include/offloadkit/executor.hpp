@@ -48,7 +48,9 @@ struct allocation_extent {
 struct stream_ref {
   void* native = nullptr;
   int device = 0;
-  friend bool operator==(stream_ref a, stream_ref b) { return a.native == b.native && a.device == b.device; }
+  friend bool operator==(stream_ref a, stream_ref b) {
+    return a.native == b.native && a.device == b.device;
+  }
   friend bool operator!=(stream_ref a, stream_ref b) { return !(a == b); }
 };
 
@@ -84,7 +86,8 @@ struct launch_request {
   std::shared_ptr<const void> body;
   /// Launches the functor as a kernel on a cudaStream_t; null when the caller was not compiled
   /// by nvcc (the cuda back end then refuses the launch).
-  void (*device_launch)(const void* body, std::size_t n, unsigned block, void* cuda_stream) = nullptr;
+  void (*device_launch)(const void* body, std::size_t n, unsigned block,
+                        void* cuda_stream) = nullptr;
   /// Runs the functor for indices [begin, end) on the calling thread.
   void (*host_run)(const void* body, std::size_t begin, std::size_t end) = nullptr;
   const char* name = "kernel";
@@ -154,9 +157,13 @@ class executor {
   void destroy_event(event_ref e) noexcept { do_destroy_event(e); }
 
   /// Copies `bytes` from `src` to `dst` in stream order; direction is inferred from the pointers.
-  void copy(void* dst, const void* src, std::size_t bytes, stream_ref s) { do_copy(dst, src, bytes, s); }
+  void copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
+    do_copy(dst, src, bytes, s);
+  }
   /// Sets `bytes` at `dst` to the byte `value` in stream order.
-  void fill(void* dst, int value, std::size_t bytes, stream_ref s) { do_fill(dst, value, bytes, s); }
+  void fill(void* dst, int value, std::size_t bytes, stream_ref s) {
+    do_fill(dst, value, bytes, s);
+  }
   /// Runs a body over an index space in stream order (see launch.hpp).
   void launch(const launch_request& r, stream_ref s) { do_launch(r, s); }
   /// Runs `fn` on a host thread in stream order; the stream's later work waits for it.
@@ -170,7 +177,8 @@ class executor {
   void synchronize(event_ref e) { do_synchronize_event(e); }
   [[nodiscard]] bool ready(event_ref e) { return do_ready(e); }
 
-  // ---- virtual memory -----------------------------------------------------------------------------
+  // ---- virtual memory
+  // -----------------------------------------------------------------------------
   /// Allocation granularity of physical memory on `device`; every size and offset below is a
   /// multiple of it.
   [[nodiscard]] std::size_t granularity(int device = 0) { return do_granularity(device); }

@@ -1,7 +1,6 @@
 // The pattern bodies of patterns.hpp, compiled by nvcc so that the cuda back end launches them as
 // kernels and the host back end runs the same functors.
 #include <cstdint>
-
 #include <cuda/atomic>
 
 #include "offloadkit/launch.hpp"

@@ -89,9 +89,10 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   // single-worker groups, a few per host thread.
   const bool gpu = ex.kind() == backend::cuda;
   v.group = gpu ? 256 : 1;
-  const std::uint64_t item_bytes = gpu ? 16 * 4 * v.group : std::max<std::uint64_t>(v.page_bytes, 1);
-  const std::uint64_t full_items =
-      std::max<std::uint64_t>(mp, (config.max_rows * config.row_bytes + item_bytes - 1) / item_bytes);
+  const std::uint64_t item_bytes =
+      gpu ? 16 * 4 * v.group : std::max<std::uint64_t>(v.page_bytes, 1);
+  const std::uint64_t full_items = std::max<std::uint64_t>(
+      mp, (config.max_rows * config.row_bytes + item_bytes - 1) / item_bytes);
   v.workers = std::clamp<std::uint64_t>(full_items, 1, gpu ? 1024 : 32) * v.group;
   do_reset(s);
 }
