@@ -332,6 +332,21 @@ struct host_executor::impl {
     return false;
   }
 
+  /// What the registry knows of an address: its allocation or reservation and what kind it is
+  /// (pageable host memory of no known extent where it knows nothing).
+  struct registry_entry {
+    allocation_extent extent;
+    pointer_info info{pointer_kind::pageable, -1};
+  };
+  registry_entry look_up(const void* p) const {
+    std::lock_guard<std::mutex> lk(mem_mu);
+    const char* base = nullptr;
+    std::size_t size = 0;
+    registry_entry e;
+    if (find_extent(p, base, size, e.info)) e.extent = allocation_extent{base, size};
+    return e;
+  }
+
   /// Rejects a stream operation that runs past the end of a known allocation or reservation, which
   /// a GPU reports as an invalid argument or an illegal address.
   void check_extent(const void* p, std::size_t bytes, const char* what) const {
@@ -699,24 +714,10 @@ void host_executor::do_deallocate(memory_kind kind, void* p, std::size_t bytes) 
   std::free(p);
 }
 
-pointer_info host_executor::do_classify(const void* p) const {
-  const impl& m = *impl_;
-  std::lock_guard<std::mutex> lk(m.mem_mu);
-  const char* base = nullptr;
-  std::size_t size = 0;
-  pointer_info info;
-  if (!m.find_extent(p, base, size, info)) return pointer_info{pointer_kind::pageable, -1};
-  return info;
-}
+pointer_info host_executor::do_classify(const void* p) const { return impl_->look_up(p).info; }
 
 allocation_extent host_executor::do_extent_of(const void* p) const {
-  const impl& m = *impl_;
-  std::lock_guard<std::mutex> lk(m.mem_mu);
-  const char* base = nullptr;
-  std::size_t size = 0;
-  pointer_info info;
-  if (!m.find_extent(p, base, size, info)) return {};
-  return allocation_extent{base, size};
+  return impl_->look_up(p).extent;
 }
 
 memory_info host_executor::do_device_memory(int device) {
