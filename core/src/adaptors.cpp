@@ -1,5 +1,5 @@
 // Forwarding base of every adaptor, and the adaptors: fault injection (countdown), delay
-// injection (sleeps enqueued on a stream) and counting (calls, allocations, copied bytes by kind).
+// injection (holds enqueued on a stream) and counting (calls, allocations, copied bytes by kind).
 #include "offloadkit/adaptors.hpp"
 
 #include <cstdint>
