@@ -268,14 +268,14 @@ OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std:
 struct fresh_page {
   const pool_view* v;
   std::uint64_t device_take, h0m, h1m;
-  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const {
+  /// The global page id (device tier 0..D-1, pinned tier D..) of the j-th page.
+  OFFLOADKIT_HD std::uint32_t id(std::uint64_t j) const {
     return j < device_take
-               ? v->pool[0] +
-                     std::uint64_t{v->ids[0][ring_pos(h0m, j, v->capacity[0])]} * v->page_bytes
-               : v->pool[1] +
-                     std::uint64_t{v->ids[1][ring_pos(h1m, j - device_take, v->capacity[1])]} *
-                         v->page_bytes;
+               ? v->ids[0][ring_pos(h0m, j, v->capacity[0])]
+               : static_cast<std::uint32_t>(
+                     v->capacity[0] + v->ids[1][ring_pos(h1m, j - device_take, v->capacity[1])]);
   }
+  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const { return page_address(*v, id(j)); }
 };
 
 /// The j-th page of a stashed key, from its page-table row.
@@ -307,13 +307,7 @@ struct stash_body {
       // would be one thread's chain of dependent loads per page). Only this key's row is written,
       // and only when the stash succeeds; the entry becomes valid at the commit.
       std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-      for (std::uint64_t j = i; j < d.need; j += v.workers) {
-        row[j] = j < d.device_take
-                     ? pages.v->ids[0][ring_pos(pages.h0m, j, v.capacity[0])]
-                     : static_cast<std::uint32_t>(
-                           v.capacity[0] +
-                           v.ids[1][ring_pos(pages.h1m, j - d.device_take, v.capacity[1])]);
-      }
+      for (std::uint64_t j = i; j < d.need; j += v.workers) row[j] = pages.id(j);
     }
     if (!last_to_finish(v)) return;
     if (d.code != code_ok) {
