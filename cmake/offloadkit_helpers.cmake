@@ -21,6 +21,18 @@ function(offloadkit_configure_instrumentation)
     endforeach()
   endif()
   set(OFFLOADKIT_INSTRUMENTED_FLAGS "${flags}" PARENT_SCOPE)
+  # Instrumented builds run several times slower: test time limits grow with them.
+  if(flags)
+    set(OFFLOADKIT_TIMEOUT_SCALE 5 PARENT_SCOPE)
+  else()
+    set(OFFLOADKIT_TIMEOUT_SCALE 1 PARENT_SCOPE)
+  endif()
+endfunction()
+
+# offloadkit_timeout(<out-var> <seconds>): a test's time limit, scaled for instrumented builds.
+function(offloadkit_timeout out seconds)
+  math(EXPR scaled "${seconds} * ${OFFLOADKIT_TIMEOUT_SCALE}")
+  set(${out} ${scaled} PARENT_SCOPE)
 endfunction()
 
 # Warnings for the project's own targets.
@@ -44,6 +56,7 @@ function(offloadkit_add_gtest target)
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 600)
   endif()
+  offloadkit_timeout(arg_TIMEOUT ${arg_TIMEOUT})
   add_executable(${target} ${arg_SOURCES})
   target_link_libraries(${target} PRIVATE offloadkit_testing ${arg_LIBS})
   offloadkit_warnings(${target})
