@@ -31,24 +31,22 @@ std::size_t memory_slack(executor& ex, int device) {
 
 bool same_address(const void* a, const void* b) { return a == b; }
 
+bool near(std::size_t a, std::size_t b, std::size_t slack) {
+  return (a > b ? a - b : b - a) <= slack;
+}
+
 /// Whether the device's free memory comes back to within `slack` of `target`. A GPU's driver may
 /// hand freed memory back a little after the free returns (managed memory especially), so there
 /// it is polled for up to a second before the answer is no.
 bool free_memory_settles_near(executor& ex, int device, std::size_t target, std::size_t slack) {
-  const auto within = [&] {
-    const std::size_t f = ex.device_memory(device).free;
-    return (f > target ? f - target : target - f) <= slack;
-  };
-  if (within() || ex.kind() == backend::host) return within();
+  const auto settled = [&] { return near(ex.device_memory(device).free, target, slack); };
+  if (settled()) return true;
+  if (ex.kind() == backend::host) return false;
   for (int i = 0; i < 50; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (within()) return true;
+    if (settled()) return true;
   }
   return false;
-}
-
-bool near(std::size_t a, std::size_t b, std::size_t slack) {
-  return (a > b ? a - b : b - a) <= slack;
 }
 
 std::vector<std::uint32_t> read_words(executor& ex, const void* p, std::size_t words,
