@@ -4,8 +4,14 @@
 // ratio to the copy floor: the bytes actually moved each way over the pinned bandwidth measured in
 // the same run. Every step verifies every restored tensor on the device (#wrong).
 //
+// Back-to-back offload steps are NVTX ranges "step offload" (no-offload steps "baseline step",
+// phase-timed ones "phase-timed ..."), so that `offloadkit capture -- bench_activation --ratio R`
+// measures copy/compute overlap in the offload steps alone.
+//
 //   bench_activation [--executor cuda|host] [--quick] [--layers N] [--mib-per-layer M]
-//                    [--json FILE]
+//                    [--ratio R] [--json FILE]
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -34,14 +40,16 @@ struct args {
   bool quick = false;
   int layers = 8;
   double mib_per_layer = 0;  // 0: 128 on cuda, 2 on host
+  double ratio = 0;          // 0: the sweep
   std::string json;
 };
 
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "bench_activation: %s\nusage: bench_activation [--executor cuda|host] [--quick] "
-               "[--layers N (1..64)] [--mib-per-layer M (>0)] [--json FILE]\n",
-               msg);
+  std::fprintf(
+      stderr,
+      "bench_activation: %s\nusage: bench_activation [--executor cuda|host] [--quick] "
+      "[--layers N (1..64)] [--mib-per-layer M (>0)] [--ratio R (0.1..16)] [--json FILE]\n",
+      msg);
   std::exit(2);
 }
 
@@ -64,6 +72,9 @@ args parse(int argc, char** argv) {
     } else if (k == "--mib-per-layer") {
       a.mib_per_layer = std::atof(value().c_str());
       if (!(a.mib_per_layer > 0)) usage("--mib-per-layer must be > 0");
+    } else if (k == "--ratio") {
+      a.ratio = std::atof(value().c_str());
+      if (!(a.ratio >= 0.1 && a.ratio <= 16)) usage("--ratio lies in [0.1, 16]");
     } else if (k == "--json") {
       a.json = value();
     } else {
@@ -115,6 +126,22 @@ struct row {
   std::size_t from_source = 0;
   std::uint64_t wrong = 0;
 };
+
+/// One step of `step` inside an NVTX range named for what it is (see the header).
+step_report timed_step(training_step& step, offloader* off, std::uint64_t seed,
+                       const step_options& so) {
+  nvtxRangePushA(off == nullptr  ? "baseline step"
+                 : so.phase_sync ? "phase-timed offload step"
+                                 : "step offload");
+  try {
+    step_report r = step.run(off, seed, so);
+    nvtxRangePop();
+    return r;
+  } catch (...) {
+    nvtxRangePop();
+    throw;
+  }
+}
 
 std::uint64_t wrong_of(const step_report& r) {
   return r.wrong_words + r.wrong_device + r.wrong_meta + r.bad_releases;
@@ -179,8 +206,9 @@ int main(int argc, char** argv) {
     step_options so;
     so.poison_on_release = false;
 
-    const std::vector<double> ratios =
-        a.quick ? std::vector<double>{0.5, 2} : std::vector<double>{0.5, 1, 1.5, 2, 3, 4};
+    const std::vector<double> ratios = a.ratio > 0 ? std::vector<double>{a.ratio}
+                                       : a.quick   ? std::vector<double>{0.5, 2}
+                                                   : std::vector<double>{0.5, 1, 1.5, 2, 3, 4};
     std::vector<row> rows_out;
     std::uint64_t total_wrong = 0;
     for (const double r : ratios) {
@@ -192,7 +220,7 @@ int main(int argc, char** argv) {
       std::vector<double> t_none, t_opt;
       (void)step.run(nullptr, 1, so);  // warm the driver's pool
       for (int i = 0; i < reps; ++i) {
-        const step_report rep = step.run(nullptr, 100 + i, so);
+        const step_report rep = timed_step(step, nullptr, 100 + i, so);
         out.wrong += wrong_of(rep);
         t_none.push_back(rep.seconds);
       }
@@ -200,7 +228,7 @@ int main(int argc, char** argv) {
       std::size_t d2h = 0, h2d = 0;
       for (int i = 0; i < reps; ++i) {
         const offload_stats before = off.stats();
-        const step_report rep = step.run(&off, 200 + i, so);
+        const step_report rep = timed_step(step, &off, 200 + i, so);
         const offload_stats after = off.stats();
         out.wrong += wrong_of(rep);
         t_opt.push_back(rep.seconds);
@@ -214,9 +242,9 @@ int main(int argc, char** argv) {
         std::vector<double> fn, bn, fo, bo;
         std::size_t pd2h = 0, ph2d = 0;
         for (int i = 0; i < reps; ++i) {
-          const step_report rn = step.run(nullptr, 300 + i, ps);
+          const step_report rn = timed_step(step, nullptr, 300 + i, ps);
           const offload_stats before = off.stats();
-          const step_report ro = step.run(&off, 400 + i, ps);
+          const step_report ro = timed_step(step, &off, 400 + i, ps);
           const offload_stats after = off.stats();
           out.wrong += wrong_of(rn) + wrong_of(ro);
           fn.push_back(rn.forward_seconds);

@@ -126,14 +126,21 @@ struct gelu_backward_body {
   }
 };
 
-/// Order-independent hash of a buffer: the sum over 8-byte words of mix(index ^ word).
+/// Order-independent hash of a buffer: the sum over 8-byte words of mix(index ^ word). Worker i of
+/// `workers` sums words i, i + workers, ... (coalesced) and adds its sum with one atomic, so that
+/// the hash costs a read of the buffer, not one contended atomic per word.
 struct hash_body {
   const std::uint64_t* p;
+  std::size_t words;
+  std::size_t workers;
   unsigned long long* out;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
+    unsigned long long sum = 0;
+    for (std::size_t w = i; w < words; w += workers) {
+      sum += static_cast<unsigned long long>(mix(p[w] ^ (w * 0x100000001b3ull)));
+    }
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> o(*out);
-    o.fetch_add(static_cast<unsigned long long>(mix(p[i] ^ (i * 0x100000001b3ull))),
-                cuda::memory_order_relaxed);
+    o.fetch_add(sum, cuda::memory_order_relaxed);
   }
 };
 
@@ -223,10 +230,14 @@ class mlp {
   result step(offloader* off, bool phase_sync) {
     result r;
     const stream_ref s = compute_.ref();
-    // Offload steps are NVTX ranges "step ..." so that `offloadkit capture` measures overlap in
-    // them alone (not in warm-ups, bandwidth probes or no-offload steps, named "baseline ...").
-    // The range covers the host's issue and its final synchronization, i.e. the whole step.
-    nvtxRangePushA(off != nullptr ? "step offload" : "baseline step");
+    // Back-to-back offload steps are NVTX ranges "step ..." so that `offloadkit capture` measures
+    // overlap in them alone: not in warm-ups, bandwidth probes, no-offload steps ("baseline ...")
+    // or phase-timed steps, whose synchronization between forward and backward exposes one
+    // layer's copies by construction ("phase-timed ..."). The range covers the host's issue and
+    // its final synchronization, i.e. the whole step.
+    nvtxRangePushA(off == nullptr ? "baseline step"
+                   : phase_sync   ? "phase-timed offload step"
+                                  : "step offload");
     const double t0 = now_s();
     std::vector<std::vector<handle>> handles(blocks_);
     std::vector<std::vector<tensor>> kept(blocks_);
@@ -293,10 +304,15 @@ class mlp {
       if (b == 0) {
         ex_.fill(hash_.data(), 0, 2 * sizeof(unsigned long long), s);
         auto* h = hash_.as<unsigned long long>();
-        launch(ex_, static_cast<std::size_t>(t_ * h_ / 4),
-               hash_body{reinterpret_cast<const std::uint64_t*>(dx), h}, s, "hash");
-        launch(ex_, static_cast<std::size_t>(h_ * h_),  // h*4h bf16 = h*h words
-               hash_body{reinterpret_cast<const std::uint64_t*>(dw1_.data()), h + 1}, s, "hash");
+        constexpr std::size_t workers = 132 * 1024;
+        launch(ex_, workers,
+               hash_body{reinterpret_cast<const std::uint64_t*>(dx),
+                         static_cast<std::size_t>(t_ * h_ / 4), workers, h},
+               s, "hash");
+        launch(ex_, workers,  // h*4h bf16 = h*h words
+               hash_body{reinterpret_cast<const std::uint64_t*>(dw1_.data()),
+                         static_cast<std::size_t>(h_ * h_), workers, h + 1},
+               s, "hash");
         ex_.copy(hash_host_.data(), hash_.data(), 2 * sizeof(unsigned long long), s);
       }
     }

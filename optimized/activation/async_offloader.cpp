@@ -85,6 +85,11 @@ event_ref async_offloader::take_event(int device) {
 void async_offloader::retire_event(event_ref e) { retiring_.push_back(e); }
 
 void async_offloader::reap(bool wait) {
+  // Where it waits, it polls first: after do_synchronize() most events are already complete, and a
+  // poll, unlike a synchronization, is not a host wait in a timeline.
+  auto settle = [this](event_ref e) {
+    if (!ex_.ready(e)) ex_.synchronize(e);
+  };
   std::vector<std::function<void()>> to_call;
   // Sources already marked released are handed back even if a wait below throws.
   auto call_collected = [&to_call] {
@@ -102,7 +107,7 @@ void async_offloader::reap(bool wait) {
         }
         record& r = it->second;
         if (wait) {
-          ex_.synchronize(r.copy_done);
+          settle(r.copy_done);
         } else if (!ex_.ready(r.copy_done)) {
           break;  // copies complete in issue order on one copy stream
         }
@@ -116,8 +121,8 @@ void async_offloader::reap(bool wait) {
       auto& d = deferred_[i];
       bool done;
       if (wait) {
-        ex_.synchronize(d.copy_done);
-        if (d.has_used) ex_.synchronize(d.used);
+        settle(d.copy_done);
+        if (d.has_used) settle(d.used);
         done = true;
       } else {
         done = ex_.ready(d.copy_done) && (!d.has_used || ex_.ready(d.used));
@@ -133,7 +138,7 @@ void async_offloader::reap(bool wait) {
     }
     for (std::size_t i = 0; i < retiring_.size();) {
       const event_ref e = retiring_[i];
-      if (wait) ex_.synchronize(e);
+      if (wait) settle(e);
       if (wait || ex_.ready(e)) {
         lane_of(e.device).free_events.push_back(e);
         retiring_[i] = retiring_.back();

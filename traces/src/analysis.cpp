@@ -57,7 +57,8 @@ bool is_host_copy(const record& r) {
 }
 
 bool is_host_blocking(const record& r) {
-  return r.kind == record_kind::sync && r.sync != sync_kind::stream_wait_event;
+  return r.kind == record_kind::sync && r.sync != sync_kind::stream_wait_event &&
+         r.sync != sync_kind::event_query;
 }
 
 std::string fmt_us(std::int64_t ns) {

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "offloadkit/error.hpp"
@@ -142,6 +144,12 @@ struct recording_state {
   std::mutex mu;
   std::vector<record> records;
   std::map<std::uint32_t, open_range> open_ranges;
+  /// Correlation ids of event polls (cudaEventQuery, cuEventQuery), whose synchronization records
+  /// are polls, not host waits. A runtime poll and the driver poll beneath it are partners (the
+  /// record carries one of the two ids; both go once it comes). query_order keeps them oldest
+  /// first, bounded so that polls whose record never comes cannot grow the table without limit.
+  std::unordered_map<std::uint32_t, std::uint32_t> query_partner;  // id -> partner id or 0
+  std::deque<std::uint32_t> query_order;
   std::uint64_t dropped = 0;
   std::size_t buffer_bytes = std::size_t{8} << 20;
   std::atomic<bool> active{false};
@@ -271,6 +279,15 @@ void convert(const CUpti_Activity* a, recording_state& s) {
       const auto* y = reinterpret_cast<const CUpti_ActivitySynchronization2*>(a);
       r.kind = record_kind::sync;
       r.sync = sync_of(y->type);
+      if (r.sync == sync_kind::event) {
+        auto q = s.query_partner.find(y->correlationId);
+        if (q != s.query_partner.end()) {
+          r.sync = sync_kind::event_query;
+          const std::uint32_t partner = q->second;
+          s.query_partner.erase(q);
+          if (partner != 0) s.query_partner.erase(partner);
+        }
+      }
       r.name = std::string("sync ") + to_string(r.sync);
       r.start_ns = static_cast<std::int64_t>(y->start);
       r.end_ns = static_cast<std::int64_t>(y->end);
@@ -406,11 +423,53 @@ std::uint64_t bytes_of(int domain, unsigned cbid, const void* params) {
   }
 }
 
+bool is_event_query(int domain, unsigned cbid) {
+  return (domain == CUPTI_CB_DOMAIN_RUNTIME_API &&
+          cbid == CUPTI_RUNTIME_TRACE_CBID_cudaEventQuery_v3020) ||
+         (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuEventQuery);
+}
+
+// The correlation id of the runtime event poll this thread is inside, 0 when none.
+thread_local std::uint32_t runtime_query = 0;
+
+/// Remembers an event poll's correlation id, paired with the runtime poll it serves, if any.
+void note_event_query(recording_state& s, std::uint32_t id, std::uint32_t partner) {
+  // Records come with the activity buffer (8 MiB by default, about 100k records), so a poll
+  // older than this many later ones has lost its record.
+  constexpr std::size_t max_pending = std::size_t{1} << 20;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.query_partner.emplace(id, partner).second) return;
+  if (partner != 0) s.query_partner[partner] = id;
+  s.query_order.push_back(id);
+  while (s.query_order.size() > max_pending) {
+    const auto q = s.query_partner.find(s.query_order.front());
+    if (q != s.query_partner.end()) {
+      if (q->second != 0) s.query_partner.erase(q->second);
+      s.query_partner.erase(q);
+    }
+    s.query_order.pop_front();
+  }
+  // Polls whose record already came were erased from the table: drop them from the front too.
+  while (!s.query_order.empty() && s.query_partner.count(s.query_order.front()) == 0) {
+    s.query_order.pop_front();
+  }
+}
+
 void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                            const void* data) {
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   auto& s = state();
   if (!s.active.load(std::memory_order_relaxed) || cb == nullptr) return;
+  if (is_event_query(static_cast<int>(domain), static_cast<unsigned>(cbid))) {
+    const bool in_runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+      note_event_query(s, cb->correlationId, in_runtime ? 0 : runtime_query);
+      if (in_runtime) runtime_query = cb->correlationId;
+    } else if (in_runtime) {
+      runtime_query = 0;
+    }
+    return;
+  }
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   if (cb->callbackSite == CUPTI_API_ENTER) {
     if (runtime) ++runtime_depth;
@@ -468,6 +527,11 @@ void cupti_recorder::start(const options& o) {
   OFFLOADKIT_EXPECTS(s.active.compare_exchange_strong(expected, true), state_error,
                      "another cupti_recorder is already recording in this process");
   impl_->owns = true;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.query_partner.clear();
+    s.query_order.clear();
+  }
   try {
     s.buffer_bytes = o.buffer_bytes < 4096 ? 4096 : o.buffer_bytes;
     // NVTX routes its calls to CUPTI only through this variable, read at NVTX's first call.
@@ -494,6 +558,10 @@ void cupti_recorder::start(const options& o) {
                                                static_cast<CUpti_CallbackDomain>(key.first),
                                                static_cast<CUpti_CallbackId>(key.second)));
       }
+      OFFLOADKIT_CUPTI_TRY(a.enable_callback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
+                                             CUPTI_RUNTIME_TRACE_CBID_cudaEventQuery_v3020));
+      OFFLOADKIT_CUPTI_TRY(a.enable_callback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                             CUPTI_DRIVER_TRACE_CBID_cuEventQuery));
     }
   } catch (...) {
     stop();

@@ -37,8 +37,9 @@ constexpr copy_direction all_dirs[] = {copy_direction::h2d, copy_direction::d2h,
 constexpr memory_location all_locs[] = {memory_location::device, memory_location::pinned,
                                         memory_location::pageable, memory_location::managed,
                                         memory_location::unknown};
-constexpr sync_kind all_syncs[] = {sync_kind::context, sync_kind::stream, sync_kind::event,
-                                   sync_kind::stream_wait_event, sync_kind::unknown};
+constexpr sync_kind all_syncs[] = {sync_kind::context,     sync_kind::stream,
+                                   sync_kind::event,       sync_kind::stream_wait_event,
+                                   sync_kind::event_query, sync_kind::unknown};
 constexpr api_kind all_apis[] = {api_kind::pinned_alloc,    api_kind::pinned_free,
                                  api_kind::pinned_register, api_kind::mem_map,
                                  api_kind::mem_unmap,       api_kind::other};

@@ -69,6 +69,8 @@ const char* to_string(sync_kind s) noexcept {
       return "event";
     case sync_kind::stream_wait_event:
       return "stream_wait_event";
+    case sync_kind::event_query:
+      return "event_query";
     case sync_kind::unknown:
       return "unknown";
   }

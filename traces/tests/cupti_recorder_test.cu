@@ -87,6 +87,43 @@ TEST(CudaCuptiRecorder, RecordsKernelsCopiesSyncsRangesAndPinnedAllocations) {
   EXPECT_EQ(ot::read_chrome_trace("cupti_recorder_test.json").records.size(), t.records.size());
 }
 
+// CUPTI reports an event poll (cudaEventQuery) as an event synchronization; the recorder tells it
+// apart, so that an offloader polling its copies is not charged with host waits inside a step.
+TEST(CudaCuptiRecorder, EventPollsAreNotHostWaits) {
+  const std::string why = offloadkit::cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string cupti = ot::cupti_recorder::unavailable_reason();
+  if (!cupti.empty()) GTEST_SKIP() << "skipped: " << cupti;
+  ot::cupti_recorder rec;
+  rec.start();
+  int polls = 0;
+  {
+    offloadkit::cuda_executor ex;
+    offloadkit::stream s(ex);
+    offloadkit::buffer dev(ex, offloadkit::memory_kind::device, 4096);
+    const offloadkit::event_ref e = ex.create_event(0);
+    nvtxRangePushA("step 0");
+    offloadkit::launch(ex, 1, spin_body{dev.as<float>(), 200000}, s, "spin");
+    ex.record(e, s);
+    for (; polls < 200 && !ex.ready(e); ++polls) {
+    }
+    ex.synchronize(e);
+    nvtxRangePop();
+    ex.destroy_event(e);
+  }
+  rec.stop();
+  const ot::timeline t = rec.take();
+  std::size_t queries = 0;
+  for (const auto& r : t.records) {
+    if (r.kind == ot::record_kind::sync && r.sync == ot::sync_kind::event_query) ++queries;
+  }
+  EXPECT_GE(polls, 1) << "the spin kernel ended before the first poll";
+  EXPECT_GE(queries, 1u) << polls << " polls, none recorded as event_query";
+  const auto waits = ot::host_syncs_in_steps(t);
+  ASSERT_EQ(waits.size(), 1u) << "only the one synchronize() is a host wait";
+  EXPECT_EQ(waits[0]->sync, ot::sync_kind::event);
+}
+
 TEST(CudaCuptiRecorder, SecondRecorderIsRefused) {
   if (!ot::cupti_recorder::unavailable_reason().empty()) GTEST_SKIP();
   if (!offloadkit::cuda_unavailable_reason().empty()) GTEST_SKIP();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -178,6 +179,21 @@ TEST(Analysis, SuiteCatchesHostSyncInStep) {
   const auto rep = ot::check_no_host_syncs_in_steps(t);
   EXPECT_FALSE(rep.passed);
   EXPECT_NE(rep.text.find("sync stream"), std::string::npos) << rep.text;
+}
+
+// Event polls inside a step (an offloader checking its copies) are not host waits, and the kind
+// survives the Chrome-trace round trip that `offloadkit analyze` reads back.
+TEST(Analysis, EventPollsInStepAreNotHostSyncs) {
+  auto t = good_program();
+  for (int i = 0; i < 50; ++i)
+    t.add_sync(ot::sync_kind::event_query, 15 * ms + i * us, 15 * ms + i * us + 200, 1);
+  EXPECT_TRUE(ot::host_syncs_in_steps(t).empty());
+  EXPECT_TRUE(ot::check_no_host_syncs_in_steps(t).passed);
+  ot::write_chrome_trace(t, "event_polls.json");
+  const auto back = ot::read_chrome_trace("event_polls.json");
+  EXPECT_EQ(std::count_if(back.records.begin(), back.records.end(),
+                          [](const ot::record& r) { return r.sync == ot::sync_kind::event_query; }),
+            50);
 }
 
 TEST(Analysis, StepsFromMarkers) {

@@ -18,8 +18,9 @@ enum class copy_direction { h2d, d2h, d2d, h2h, p2p, unknown };
 enum class memory_location { device, pinned, pageable, managed, unknown };
 
 /// Host-blocking waits are device/context, stream and event synchronizations; stream_wait_event
-/// is a device-side dependency and blocks no host thread.
-enum class sync_kind { context, stream, event, stream_wait_event, unknown };
+/// is a device-side dependency and blocks no host thread, and event_query is a poll of an event
+/// (cudaEventQuery, which CUPTI reports as an event synchronization) that returns at once.
+enum class sync_kind { context, stream, event, stream_wait_event, event_query, unknown };
 
 /// The host calls the offload checks care about.
 enum class api_kind { pinned_alloc, pinned_free, pinned_register, mem_map, mem_unmap, other };
