@@ -5,6 +5,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "offloadkit/cuda_executor.hpp"
@@ -34,13 +35,18 @@ std::size_t count(const ot::timeline& t, ot::record_kind k) {
                                                 [k](const ot::record& r) { return r.kind == k; }));
 }
 
+/// Why the recorder cannot run here (no usable GPU, or no CUPTI); empty when it can.
+std::string recorder_unusable() {
+  std::string why = offloadkit::cuda_unavailable_reason();
+  if (!why.empty()) return why;
+  why = ot::cupti_recorder::unavailable_reason();
+  return why.empty() ? why : "skipped: " + why;
+}
+
 }  // namespace
 
 TEST(CudaCuptiRecorder, RecordsKernelsCopiesSyncsRangesAndPinnedAllocations) {
-  const std::string why = offloadkit::cuda_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
-  const std::string cupti = ot::cupti_recorder::unavailable_reason();
-  if (!cupti.empty()) GTEST_SKIP() << "skipped: " << cupti;
+  if (const std::string why = recorder_unusable(); !why.empty()) GTEST_SKIP() << why;
   ot::cupti_recorder rec;
   rec.start();
   {
@@ -90,10 +96,7 @@ TEST(CudaCuptiRecorder, RecordsKernelsCopiesSyncsRangesAndPinnedAllocations) {
 // CUPTI reports an event poll (cudaEventQuery) as an event synchronization; the recorder tells it
 // apart, so that an offloader polling its copies is not charged with host waits inside a step.
 TEST(CudaCuptiRecorder, EventPollsAreNotHostWaits) {
-  const std::string why = offloadkit::cuda_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
-  const std::string cupti = ot::cupti_recorder::unavailable_reason();
-  if (!cupti.empty()) GTEST_SKIP() << "skipped: " << cupti;
+  if (const std::string why = recorder_unusable(); !why.empty()) GTEST_SKIP() << why;
   ot::cupti_recorder rec;
   rec.start();
   int polls = 0;
