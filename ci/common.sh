@@ -42,8 +42,9 @@ configure_build() {
   local dir="$1"; shift
   find_cuda
   log "configuring $dir"
-  cmake -S "$OFFLOADKIT_ROOT" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
-    cat "$dir.configure.log"; exit 1; }
+  mkdir -p "$dir"
+  cmake -S "$OFFLOADKIT_ROOT" -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 || {
+    cat "$dir/configure.log"; exit 1; }
   log "building $dir with $JOBS jobs"
   cmake --build "$dir" -j "$JOBS"
 }
