@@ -157,6 +157,32 @@ void async_offloader::reap(bool wait) {
   call_collected();
 }
 
+void async_offloader::make_room_for(std::size_t incoming, int device) {
+  if (options_.max_pending_bytes == 0) return;
+  lane& l = lane_of(device);
+  std::size_t pending = 0;
+  for (const std::uint64_t id : l.in_copy) {
+    const auto it = records_.find(id);
+    if (it != records_.end() && !it->second.source_released) pending += it->second.source.bytes;
+  }
+  while (pending + incoming > options_.max_pending_bytes && !l.in_copy.empty()) {
+    const auto it = records_.find(l.in_copy.front());
+    if (it == records_.end() || it->second.source_released) {
+      l.in_copy.pop_front();  // unpacked meanwhile, or already handed back
+      continue;
+    }
+    record& r = it->second;
+    ex_.synchronize(r.copy_done);  // throws with nothing changed
+    r.source_released = true;
+    auto release = std::move(r.source.release);
+    r.source.release = nullptr;
+    l.in_copy.pop_front();
+    pending -= r.source.bytes;
+    stats_.pending_waits += 1;
+    if (release) release();
+  }
+}
+
 async_offloader::pooled async_offloader::take_pinned(std::size_t bytes) {
   auto best = pinned_free_.end();
   for (auto it = pinned_free_.begin(); it != pinned_free_.end(); ++it) {
@@ -313,6 +339,7 @@ handle async_offloader::do_pack(tensor t, stream_ref s) {
     return h;
   }
   const int device = t.device;
+  make_room_for(t.bytes, device);  // before anything of t is touched: a throw leaves t the caller's
   lane& l = lane_of(device);
   const stream_ref cp = l.copy.ref();
   r.pinned = take_pinned(t.bytes);

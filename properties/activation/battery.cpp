@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <utility>
@@ -31,7 +32,9 @@ struct stack_case {
 
 std::string show(const stack_case& c) {
   std::ostringstream os;
-  os << "threshold=" << c.options.keep_threshold << " prefetch_bytes=" << c.options.prefetch_bytes
+  os << "threshold=" << c.options.keep_threshold
+     << " max_pending_bytes=" << c.options.max_pending_bytes
+     << " prefetch_bytes=" << c.options.prefetch_bytes
      << " prefetch_layers=" << c.options.prefetch_layers << " unpack_device=" << c.unpack_device
      << " steps=" << c.steps << " layers:";
   for (std::size_t l = 0; l < c.layers.size(); ++l) {
@@ -239,6 +242,72 @@ void memory_bound(executor& ex, const offloader_factory& make) {
   RC_ASSERT(off->stats().peak_prefetch_bytes <= c.options.prefetch_bytes);
 }
 
+// ---- pending-source bound ----------------------------------------------------------------------
+
+/// Forwards to an offloader and checks after every pack() that the sources it still holds while
+/// their copies are in flight (packed, above the keep threshold, not given back, not unpacked)
+/// stay within max_pending_bytes per device, or that only the tensor just packed is left.
+class pending_checker final : public offloader {
+ public:
+  pending_checker(offloader& inner, std::size_t bound) : inner_(inner), bound_(bound) {}
+  [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
+
+ private:
+  struct held {
+    std::size_t bytes = 0;
+    int device = 0;
+    bool given_back = false;
+  };
+  handle do_pack(tensor t, stream_ref s) override {
+    const bool kept = t.bytes < inner_.keep_threshold();
+    auto h_entry = std::make_shared<held>(held{t.bytes, t.device, false});
+    auto owner_release = std::move(t.release);
+    t.release = [h_entry, owner_release] {
+      h_entry->given_back = true;
+      if (owner_release) owner_release();
+    };
+    const handle h = inner_.pack(std::move(t), s);
+    if (!kept) entries_[h.id] = h_entry;
+    std::size_t pending = 0, others = 0;
+    for (const auto& [id, e] : entries_) {
+      if (e->given_back || e->device != h_entry->device) continue;
+      pending += e->bytes;
+      if (e != h_entry) others += e->bytes;
+    }
+    if (pending > bound_ && others > 0 && violation_.empty()) {
+      std::ostringstream os;
+      os << "after pack of handle " << h.id << " (" << h_entry->bytes << " bytes, device "
+         << h_entry->device << "): sources held with copies in flight total " << pending
+         << " bytes > max_pending_bytes " << bound_ << " (" << others
+         << " of them from earlier packs)";
+      violation_ = os.str();
+    }
+    return h;
+  }
+  tensor do_unpack(handle h, stream_ref s) override {
+    tensor t = inner_.unpack(h, s);
+    entries_.erase(h.id);  // the caller's now, whichever buffer it came back in
+    return t;
+  }
+  void do_forward_layer_end(int layer, stream_ref s) override {
+    inner_.forward_layer_end(layer, s);
+  }
+  void do_backward_layer_begin(int layer, stream_ref s) override {
+    inner_.backward_layer_begin(layer, s);
+  }
+  void do_synchronize() override { inner_.synchronize(); }
+  [[nodiscard]] std::size_t do_keep_threshold() const noexcept override {
+    return inner_.keep_threshold();
+  }
+  [[nodiscard]] offload_stats do_stats() const override { return inner_.stats(); }
+  [[nodiscard]] std::string do_name() const override { return inner_.name(); }
+
+  offloader& inner_;
+  std::size_t bound_;
+  std::map<std::uint64_t, std::shared_ptr<held>> entries_;
+  std::string violation_;
+};
+
 // ---- races -------------------------------------------------------------------------------------
 
 /// Delays every operation on each stream created through it (the offloader's own copy and upload
@@ -270,6 +339,22 @@ void races(executor& ex, const offloader_factory& make) {
   run_steps(ex, *off, step, c, seed);
 }
 
+/// With copies held back by delays, sources in flight stay within max_pending_bytes after every
+/// pack, and results stay exact.
+void pending_bound(executor& ex, const offloader_factory& make) {
+  stack_case c = gen_stack(ex.device_count() > 1 ? 2 : 1);
+  c.options.max_pending_bytes =
+      *rc::gen::element<std::size_t>(1, 256, 4096, 65536, std::size_t{1} << 20);
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  training_step step(ex, c.layers, compute_threads);
+  delay_adaptor delays(ex);
+  delay_new_streams delayed(delays, std::chrono::microseconds(300), seed);
+  auto off = make(delayed, c.options);
+  pending_checker checked(*off, c.options.max_pending_bytes);
+  run_steps(ex, checked, step, c, seed);
+  if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
+}
+
 }  // namespace
 
 std::vector<check_case> activation_battery_for(const std::string& implementation,
@@ -282,6 +367,8 @@ std::vector<check_case> activation_battery_for(const std::string& implementation
   cases.push_back({"activation", implementation, two_devices_property, wrap(&two_devices), 100});
   cases.push_back({"activation", implementation, memory_bound_property, wrap(&memory_bound), 150});
   cases.push_back({"activation", implementation, races_property, wrap(&races), 100});
+  cases.push_back(
+      {"activation", implementation, pending_bound_property, wrap(&pending_bound), 100});
   return cases;
 }
 

@@ -36,8 +36,8 @@ check_outcome run_planted(const char* property, int cases = 200) {
 }
 
 TEST(ActivationPlanted, ControlWithoutBugPasses) {
-  for (const char* p :
-       {round_trip_property, two_devices_property, memory_bound_property, races_property}) {
+  for (const char* p : {round_trip_property, two_devices_property, memory_bound_property,
+                        races_property, pending_bound_property}) {
     const check_outcome o = run_planted<bug::none>(p, 15);
     EXPECT_TRUE(o.passed) << describe(o);
   }
@@ -63,6 +63,13 @@ TEST(ActivationPlanted, CatchesUnpackOntoTheCurrentDevice) {
   const check_outcome o = run_planted<bug::current_device>(two_devices_property);
   EXPECT_FALSE(o.passed) << "the two-device property passed an offloader that restores onto the "
                             "current device";
+  std::printf("%s\n", describe(o).c_str());
+}
+
+TEST(ActivationPlanted, CatchesSourcesHeldBeyondThePendingBound) {
+  const check_outcome o = run_planted<bug::unbounded_pending>(pending_bound_property);
+  EXPECT_FALSE(o.passed) << "the pending-source property passed an offloader that ignores "
+                            "max_pending_bytes";
   std::printf("%s\n", describe(o).c_str());
 }
 

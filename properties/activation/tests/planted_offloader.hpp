@@ -20,6 +20,7 @@ enum class bug {
   unpack_no_wait,      ///< unpack does not make the caller's stream wait on the upload
   current_device,      ///< unpack restores onto the caller's stream's device, not the origin
   unbounded_prefetch,  ///< uploads every remaining tensor at each backward hint, ignoring the bound
+  unbounded_pending,   ///< keeps sources until the layer ends, ignoring max_pending_bytes
 };
 
 /// A compact asynchronous offloader: side-stream copy into fresh pinned memory, upload on another
@@ -87,6 +88,8 @@ class planted_offloader final : public offloader {
     }
     e.source = std::move(t);
     entries_.emplace(h.id, std::move(e));
+    // Within max_pending_bytes the simple way: wait for every copy and give every source back.
+    if (B != bug::unbounded_pending && options_.max_pending_bytes > 0) give_back_sources();
     return h;
   }
   void give_back_sources() {

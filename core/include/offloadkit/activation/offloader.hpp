@@ -58,6 +58,14 @@ struct offload_options {
   std::size_t prefetch_bytes = std::size_t{1} << 30;
   /// How many layers, counting the one whose backward begins, may be prefetched.
   int prefetch_layers = 2;
+  /// Device bytes, per device, of sources still held while their copy to the host is in flight
+  /// (0: no bound). A source goes back to its owner only once its copy is seen complete, so a
+  /// host that runs far ahead of the GPU gets nothing back until it synchronizes and offload then
+  /// saves no memory during forward. With a bound, pack() first waits on the host for the oldest
+  /// copies, handing their sources back, until the new tensor fits: memory returns during
+  /// forward, at the cost of host waits. A tensor larger than the bound by itself may still be
+  /// in flight when pack() returns, alone.
+  std::size_t max_pending_bytes = 0;
 };
 
 /// Counters every implementation keeps; checks and benchmarks read them.
@@ -72,6 +80,7 @@ struct offload_stats {
   std::size_t peak_prefetch_bytes = 0;  ///< device bytes held for prefetch and cache, at most
   std::size_t pinned_allocations = 0;
   std::size_t device_allocations = 0;
+  std::size_t pending_waits = 0;  ///< sources pack() waited for to stay within max_pending_bytes
 };
 
 class offloader {

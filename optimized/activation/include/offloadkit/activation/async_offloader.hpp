@@ -77,6 +77,9 @@ class async_offloader final : public offloader {
   event_ref take_event(int device);
   void retire_event(event_ref e);
   void reap(bool wait);
+  /// Waits for the oldest copies of `device` and hands their sources back until `incoming` more
+  /// bytes fit within options_.max_pending_bytes, or none is left in flight.
+  void make_room_for(std::size_t incoming, int device);
   pooled take_pinned(std::size_t bytes);
   /// A device buffer from the cache or a new allocation; for prefetch only within the bound
   /// (returns ptr == nullptr when it does not fit).

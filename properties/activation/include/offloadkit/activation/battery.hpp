@@ -1,7 +1,8 @@
 // The activation battery: the properties of any activation offloader, written once against the
 // offloader interface and run through the training-step driver: bit-exact round trips for random
 // layer stacks, tensors back on their device of origin with two devices, the prefetch memory
-// bound, and exact results with delays injected on the offloader's own streams. Instantiated for
+// bound, exact results with delays injected on the offloader's own streams, and the bound on
+// sources held while their copies are in flight. Instantiated for
 // every implementation type (reference, optimized, and the planted bugs of the test sources); run
 // by the ctest suites on both executors and by `offloadkit check` through activation_checks().
 #pragma once
@@ -27,6 +28,7 @@ inline constexpr const char* round_trip_property = "round_trip";
 inline constexpr const char* two_devices_property = "two_devices";
 inline constexpr const char* memory_bound_property = "prefetch_memory_bound";
 inline constexpr const char* races_property = "races_with_delays";
+inline constexpr const char* pending_bound_property = "pending_source_bound";
 
 /// The battery for one implementation given by a factory.
 std::vector<check_case> activation_battery_for(const std::string& implementation,
