@@ -60,10 +60,17 @@ TYPED_TEST_P(ActivationBattery, OptimizedMemoryBound) {
 }
 TYPED_TEST_P(ActivationBattery, ReferenceRaces) { this->run(this->reference(), races_property); }
 TYPED_TEST_P(ActivationBattery, OptimizedRaces) { this->run(this->optimized(), races_property); }
+TYPED_TEST_P(ActivationBattery, ReferencePendingBound) {
+  this->run(this->reference(), pending_bound_property);
+}
+TYPED_TEST_P(ActivationBattery, OptimizedPendingBound) {
+  this->run(this->optimized(), pending_bound_property);
+}
 
 REGISTER_TYPED_TEST_SUITE_P(ActivationBattery, ReferenceRoundTrip, OptimizedRoundTrip,
                             ReferenceTwoDevices, OptimizedTwoDevices, ReferenceMemoryBound,
-                            OptimizedMemoryBound, ReferenceRaces, OptimizedRaces);
+                            OptimizedMemoryBound, ReferenceRaces, OptimizedRaces,
+                            ReferencePendingBound, OptimizedPendingBound);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ActivationBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ActivationBattery, offloadkit::testing::cuda_backend);
 

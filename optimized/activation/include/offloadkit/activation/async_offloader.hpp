@@ -2,7 +2,8 @@
 //
 // pack: an event recorded on the producer's stream orders a device-to-host copy on a per-device
 // copy stream into a buffer from a pinned pool; the source goes back to its owner only once that
-// copy is seen complete (its event polled on later calls, or synchronize()), never earlier.
+// copy is seen complete (its event polled on later calls, or synchronize()), never earlier; with
+// max_pending_bytes, pack() first waits for the oldest copies until the new tensor fits.
 // unpack: tensors are prefetched in backward order (the layer whose backward begins, then earlier
 // ones) on a per-device upload stream into device buffers from a pool whose size is bounded; the
 // caller's stream waits on the tensor's own upload event. The device of origin is recorded per
