@@ -456,6 +456,10 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
   } else {
     prefetched_bytes_ -= buf.capacity;
   }
+  // A reused buffer may be larger than the tensor: the caller holds the tensor's bytes, the rest
+  // stays within the bound until the buffer comes back.
+  const std::size_t slack = buf.capacity - r.source.bytes;
+  lent_slack_ += slack;
   retire_event(r.upload_done);
   if (r.source_released) {
     retire_event(r.copy_done);
@@ -469,7 +473,10 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
 
   tensor t = std::move(r.source);
   t.data = buf.ptr;
-  t.release = [this, buf, s] { give_back_device(buf, s); };
+  t.release = [this, buf, s, slack] {
+    lent_slack_ -= slack;
+    give_back_device(buf, s);
+  };
   try {
     prefetch();  // opportunistic: a failure leaves the remaining records packed
   } catch (...) {

@@ -246,7 +246,7 @@ void memory_bound(executor& ex, const offloader_factory& make) {
 
 /// Forwards to an offloader and checks after every pack() that the sources it still holds while
 /// their copies are in flight (packed, above the keep threshold, not given back, not unpacked)
-/// stay within max_pending_bytes per device, or that only the tensor just packed is left.
+/// stay within max_pending_bytes per device, or that a single source is in flight there.
 class pending_checker final : public offloader {
  public:
   pending_checker(offloader& inner, std::size_t bound) : inner_(inner), bound_(bound) {}
@@ -260,26 +260,26 @@ class pending_checker final : public offloader {
   };
   handle do_pack(tensor t, stream_ref s) override {
     const bool kept = t.bytes < inner_.keep_threshold();
-    auto h_entry = std::make_shared<held>(held{t.bytes, t.device, false});
+    auto entry = std::make_shared<held>(held{t.bytes, t.device, false});
     auto owner_release = std::move(t.release);
-    t.release = [h_entry, owner_release] {
-      h_entry->given_back = true;
+    t.release = [entry, owner_release] {
+      entry->given_back = true;
       if (owner_release) owner_release();
     };
     const handle h = inner_.pack(std::move(t), s);
-    if (!kept) entries_[h.id] = h_entry;
-    std::size_t pending = 0, others = 0;
+    if (!kept) entries_[h.id] = entry;
+    std::size_t pending = 0, count = 0;
     for (const auto& [id, e] : entries_) {
-      if (e->given_back || e->device != h_entry->device) continue;
+      if (e->given_back || e->device != entry->device) continue;
       pending += e->bytes;
-      if (e != h_entry) others += e->bytes;
+      ++count;
     }
-    if (pending > bound_ && others > 0 && violation_.empty()) {
+    if (pending > bound_ && count > 1 && violation_.empty()) {
       std::ostringstream os;
-      os << "after pack of handle " << h.id << " (" << h_entry->bytes << " bytes, device "
-         << h_entry->device << "): sources held with copies in flight total " << pending
-         << " bytes > max_pending_bytes " << bound_ << " (" << others
-         << " of them from earlier packs)";
+      os << "after pack of handle " << h.id << " (" << entry->bytes << " bytes, device "
+         << entry->device << (kept ? ", kept" : "") << "): " << count
+         << " sources held with copies in flight total " << pending << " bytes > max_pending_bytes "
+         << bound_;
       violation_ = os.str();
     }
     return h;

@@ -92,7 +92,11 @@ class async_offloader final : public offloader {
   bool evict_cached(std::size_t need);
   void upload(record& r, pooled buf);
   void prefetch();
-  [[nodiscard]] std::size_t held() const noexcept { return cached_bytes_ + prefetched_bytes_; }
+  /// Device bytes within the prefetch bound: cached and prefetched buffers, and the part of each
+  /// buffer lent to the caller that its tensor does not fill.
+  [[nodiscard]] std::size_t held() const noexcept {
+    return cached_bytes_ + prefetched_bytes_ + lent_slack_;
+  }
   void note_peak() noexcept;
 
   executor& ex_;
@@ -107,6 +111,7 @@ class async_offloader final : public offloader {
   std::vector<event_ref> all_events_;
   std::size_t cached_bytes_ = 0;
   std::size_t prefetched_bytes_ = 0;
+  std::size_t lent_slack_ = 0;
   std::uint64_t next_id_ = 1;
   int pack_layer_ = 0;
   int last_pack_layer_ = -1;
