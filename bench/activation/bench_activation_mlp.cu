@@ -4,13 +4,17 @@
 // optimized activation offloader, against the same step without offload. Reports each phase
 // against max(phase without offload, phase copy floor), the pinned bandwidth being measured in the
 // same run, and the step time against PyTorch's save_on_cpu(pin_memory=True) on the same shapes
-// (figures from DESIGN.md). Offload must not change the result: the input gradient and the first
-// block's weight gradient are hashed in both runs and compared (#wrong).
+// (measured by traces/pytorch_save_on_cpu.py, read with --pytorch). A second table gives the peak
+// device memory of activation buffers in use, without offload, with offload, and with offload
+// whose max_pending_bytes is one block's saved bytes. Offload must not change the result: the
+// input gradient and the first block's weight gradient are hashed in every run and compared
+// (#wrong).
 //
 // cuBLAS is loaded with dlopen so that the binary starts where it is missing (it then prints
 // "skipped: ..."), like every offloadkit binary starts without a driver.
 //
-//   bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N] [--json FILE]
+//   bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N] [--shape HxT]
+//                        [--pytorch FILE] [--json FILE]
 #include <cublas_api.h>
 #include <cuda_bf16.h>
 #include <dlfcn.h>
@@ -223,6 +227,7 @@ class mlp {
 
   struct result {
     double fw = 0, bw = 0, total = 0;
+    std::size_t peak_activation_bytes = 0;  // peak device bytes of activation buffers in use
     unsigned long long hash[2] = {0, 0};
   };
 
@@ -238,6 +243,7 @@ class mlp {
     nvtxRangePushA(off == nullptr ? "baseline step"
                    : phase_sync   ? "phase-timed offload step"
                                   : "step offload");
+    peak_live_ = live_;
     const double t0 = now_s();
     std::vector<std::vector<handle>> handles(blocks_);
     std::vector<std::vector<tensor>> kept(blocks_);
@@ -322,6 +328,7 @@ class mlp {
     const double t1 = now_s();
     nvtxRangePop();
     r.total = t1 - t0;
+    r.peak_activation_bytes = peak_live_;
     if (phase_sync) r.bw = t1 - tb;
     r.hash[0] = hash_host_.as<unsigned long long>()[0];
     r.hash[1] = hash_host_.as<unsigned long long>()[1];
@@ -349,8 +356,12 @@ class mlp {
         "cublasGemmEx");
   }
 
+  // Activation buffers come from a pool; live_ counts those in use (taken and not given back),
+  // which is what an allocator would have to provide at that moment.
   bf16* take(std::int64_t elems) {
     const std::size_t n = bytes(elems);
+    live_ += n;
+    peak_live_ = std::max(peak_live_, live_);
     auto& list = free_[n];
     if (!list.empty()) {
       void* p = list.back();
@@ -359,7 +370,10 @@ class mlp {
     }
     return static_cast<bf16*>(ex_.allocate(memory_kind::device, n));
   }
-  void give_back(void* p, std::int64_t elems) { free_[bytes(elems)].push_back(p); }
+  void give_back(void* p, std::int64_t elems) {
+    live_ -= bytes(elems);
+    free_[bytes(elems)].push_back(p);
+  }
 
   tensor owned(bf16* p, std::int64_t rows, std::int64_t cols) {
     tensor t{p, bytes(rows * cols), 0, dtype::bf16, {rows, cols}, nullptr};
@@ -379,6 +393,7 @@ class mlp {
   std::vector<buffer> w1_, w2_;
   buffer dw1_, dw2_, input_, dy_, hash_, hash_host_;
   std::map<std::size_t, std::vector<void*>> free_;
+  std::size_t live_ = 0, peak_live_ = 0;
 };
 
 double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
@@ -400,6 +415,13 @@ double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
   }
   return static_cast<double>(bytes) / best;
 }
+
+/// Peak activation memory of one shape's steps, by offload mode.
+struct memory_row {
+  std::int64_t h = 0, tokens = 0;
+  std::size_t none = 0, offload = 0, bounded = 0;
+  double bounded_s = 0, none_s = 0;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -497,6 +519,7 @@ int main(int argc, char** argv) {
          << ",\"bw_h2d\":" << bw_h2d << ",\"rows\":[";
     }
     int wrong_total = 0;
+    std::vector<memory_row> mems;
     for (std::size_t si = 0; si < shapes.size(); ++si) {
       const shape_case& sc = shapes[si];
       mlp model(ex, api, blocks, sc.h, sc.tokens);
@@ -506,10 +529,17 @@ int main(int argc, char** argv) {
       o.prefetch_bytes = 2 * layer_bytes + (std::size_t{64} << 20);
       o.prefetch_layers = 2;
       async_offloader off(ex, o);
+      // The same offloader with at most one block's sources held while their copies are in
+      // flight: pack() waits for older copies, so memory comes back during forward.
+      offload_options ob = o;
+      ob.max_pending_bytes = layer_bytes;
+      async_offloader off_bounded(ex, ob);
 
       (void)model.step(nullptr, false);  // warm-up: pools, cuBLAS heuristics
       (void)model.step(&off, false);
-      std::vector<double> none, opt, fwn, bwn, fwo, bwo;
+      (void)model.step(&off_bounded, false);
+      std::vector<double> none, opt, fwn, bwn, fwo, bwo, bounded;
+      memory_row mem{sc.h, sc.tokens};
       int wrong = 0;
       std::size_t from_source = 0, demand = 0, dev_allocs = 0, pin_allocs = 0;
       for (int r = 0; r < reps; ++r) {
@@ -524,6 +554,12 @@ int main(int argc, char** argv) {
         none.push_back(rn.total);
         opt.push_back(ro.total);
         if (rn.hash[0] != ro.hash[0] || rn.hash[1] != ro.hash[1]) ++wrong;
+        const auto rb = model.step(&off_bounded, false);
+        bounded.push_back(rb.total);
+        if (rn.hash[0] != rb.hash[0] || rn.hash[1] != rb.hash[1]) ++wrong;
+        mem.none = std::max(mem.none, rn.peak_activation_bytes);
+        mem.offload = std::max(mem.offload, ro.peak_activation_bytes);
+        mem.bounded = std::max(mem.bounded, rb.peak_activation_bytes);
         const auto pn = model.step(nullptr, true);
         const auto po = model.step(&off, true);
         fwn.push_back(pn.fw);
@@ -537,6 +573,9 @@ int main(int argc, char** argv) {
       const double fw_limit = std::max(median(fwn), saved / bw_d2h);
       const double bw_limit = std::max(median(bwn), saved / bw_h2d);
       const double t_none = median(none), t_opt = median(opt);
+      mem.bounded_s = median(bounded);
+      mem.none_s = t_none;
+      mems.push_back(mem);
       std::printf(
           "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
           "%6zu %6d\n",
@@ -554,7 +593,10 @@ int main(int argc, char** argv) {
            << ",\"forward\":{\"none_s\":" << median(fwn) << ",\"offload_s\":" << median(fwo)
            << ",\"floor_s\":" << saved / bw_d2h << "},\"backward\":{\"none_s\":" << median(bwn)
            << ",\"offload_s\":" << median(bwo) << ",\"floor_s\":" << saved / bw_h2d
-           << "},\"served_from_source\":" << from_source << ",\"wrong\":" << wrong << "}";
+           << "},\"served_from_source\":" << from_source
+           << ",\"peak_activation_bytes\":{\"none\":" << mem.none << ",\"offload\":" << mem.offload
+           << ",\"offload_bounded\":" << mem.bounded << "},\"offload_bounded_s\":" << mem.bounded_s
+           << ",\"wrong\":" << wrong << "}";
       }
     }
     if (js.is_open()) js << "]}\n";
@@ -564,6 +606,17 @@ int main(int argc, char** argv) {
         "block served from their resident source;\n"
         "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
         "unpack() (not prefetched), device and pinned allocations\n");
+    std::printf(
+        "\n# peak device memory of activation buffers in use during a back-to-back step (GB): "
+        "no offload, offload, and offload with max_pending_bytes = one block's saved bytes "
+        "(pack waits for older copies)\n%6s %6s %9s %9s %9s %9s %9s\n",
+        "h", "tokens", "none GB", "offl GB", "bound GB", "bound ms", "x none");
+    for (const memory_row& m : mems) {
+      std::printf("%6lld %6lld %9.2f %9.2f %9.2f %9.1f %9.2f\n", static_cast<long long>(m.h),
+                  static_cast<long long>(m.tokens), static_cast<double>(m.none) / 1e9,
+                  static_cast<double>(m.offload) / 1e9, static_cast<double>(m.bounded) / 1e9,
+                  m.bounded_s * 1e3, m.bounded_s / m.none_s);
+    }
     return wrong_total == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_activation_mlp: %s\n", e.what());
