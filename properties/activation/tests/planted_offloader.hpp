@@ -20,7 +20,7 @@ enum class bug {
   unpack_no_wait,      ///< unpack does not make the caller's stream wait on the upload
   current_device,      ///< unpack restores onto the caller's stream's device, not the origin
   unbounded_prefetch,  ///< uploads every remaining tensor at each backward hint, ignoring the bound
-  unbounded_pending,   ///< keeps sources until the layer ends, ignoring max_pending_bytes
+  unbounded_pending,   ///< keeps sources until the first unpack, ignoring max_pending_bytes
 };
 
 /// A compact asynchronous offloader: side-stream copy into fresh pinned memory, upload on another

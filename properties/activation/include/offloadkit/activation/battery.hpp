@@ -2,9 +2,9 @@
 // offloader interface and run through the training-step driver: bit-exact round trips for random
 // layer stacks, tensors back on their device of origin with two devices, the prefetch memory
 // bound, exact results with delays injected on the offloader's own streams, and the bound on
-// sources held while their copies are in flight. Instantiated for
-// every implementation type (reference, optimized, and the planted bugs of the test sources); run
-// by the ctest suites on both executors and by `offloadkit check` through activation_checks().
+// sources held while their copies are in flight. Instantiated for every implementation type
+// (reference, optimized, and the planted bugs of the test sources); run by the ctest suites on
+// both executors and by `offloadkit check` through activation_checks().
 #pragma once
 
 #include <cstddef>
