@@ -288,28 +288,35 @@ class mlp {
     bf16* dy_owned = nullptr;
     for (int b = blocks_; b-- > 0;) {
       if (off != nullptr) off->backward_layer_begin(b, s);
-      std::vector<tensor> got(3);
-      for (int j = 3; j-- > 0;) {
-        got[j] = off != nullptr ? off->unpack(handles[b][j], s) : std::move(kept[b][j]);
-      }
-      const bf16* xs = static_cast<const bf16*>(got[0].data);
-      const bf16* as = static_cast<const bf16*>(got[1].data);
-      const bf16* gs = static_cast<const bf16*>(got[2].data);
-      gemm(true, false, 4 * h_, h_, t_, gs, dy, dw2_.as<bf16>());  // dW2 = g^T dy
+      // Each saved tensor is unpacked just before its first use and given back after its last,
+      // as autograd does node by node: the post-GELU output for Linear 4h->h's weight gradient,
+      // the pre-GELU input for GELU's backward, the block input for Linear h->4h's.
+      auto saved = [&](int j) {
+        return off != nullptr ? off->unpack(handles[b][j], s) : std::move(kept[b][j]);
+      };
+      auto done = [](tensor& t) {
+        if (t.release) t.release();
+      };
+      tensor g = saved(2);
+      gemm(true, false, 4 * h_, h_, t_, static_cast<const bf16*>(g.data), dy,
+           dw2_.as<bf16>());  // dW2 = g^T dy
+      done(g);
       bf16* dg = take(t_ * 4 * h_);
       gemm(false, true, t_, 4 * h_, h_, dy, w2_[b].as<bf16>(), dg);  // dg = dy W2^T
-      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_backward_body{as, dg, dg}, s,
-             "gelu_backward");
-      gemm(true, false, h_, 4 * h_, t_, xs, dg, dw1_.as<bf16>());  // dW1 = x^T da
+      tensor a = saved(1);
+      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_),
+             gelu_backward_body{static_cast<const bf16*>(a.data), dg, dg}, s, "gelu_backward");
+      done(a);
+      tensor x = saved(0);
+      gemm(true, false, h_, 4 * h_, t_, static_cast<const bf16*>(x.data), dg,
+           dw1_.as<bf16>());  // dW1 = x^T da
+      done(x);
       bf16* dx = take(t_ * h_);
       gemm(false, true, t_, h_, 4 * h_, dg, w1_[b].as<bf16>(), dx);  // dx = da W1^T
       give_back(dg, t_ * 4 * h_);
       if (dy_owned != nullptr) give_back(dy_owned, t_ * h_);
       dy = dx;
       dy_owned = dx;
-      for (auto& t : got) {
-        if (t.release) t.release();
-      }
       if (b == blocks_ - 1 && last_release) last_release();
       if (b == 0) {
         ex_.fill(hash_.data(), 0, 2 * sizeof(unsigned long long), s);
