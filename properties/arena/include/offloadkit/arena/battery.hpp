@@ -368,8 +368,9 @@ void prop_concurrent(executor& base) {
   Impl off_a(ex), off_b(ex);
   ex.synchronize(off_b.offload(b.view(), s2).ref());
   scribble(base, b.view(), 0x77, s2);
-  // The offload starts late, so a reload that does not wait for it reads a stale arena.
-  ex.delay_next(s1, std::chrono::microseconds(*rc::gen::element(0, 2000, 5000)));
+  // The offload starts late (0.5 ms at least, so that every case has the window), so a reload
+  // that does not wait for it reads a stale arena.
+  ex.delay_next(s1, std::chrono::microseconds(*rc::gen::element(500, 2000, 5000)));
   ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
                     *rc::gen::arbitrary<std::uint64_t>());
   ex.delay_randomly(s2, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
