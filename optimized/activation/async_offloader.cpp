@@ -99,22 +99,13 @@ void async_offloader::reap(bool wait) {
   };
   try {
     for (auto& [device, l] : lanes_) {
-      while (!l.in_copy.empty()) {
-        auto it = records_.find(l.in_copy.front());
-        if (it == records_.end() || it->second.source_released) {
-          l.in_copy.pop_front();
-          continue;
-        }
-        record& r = it->second;
+      while (record* r = oldest_in_copy(l)) {
         if (wait) {
-          settle(r.copy_done);
-        } else if (!ex_.ready(r.copy_done)) {
+          settle(r->copy_done);
+        } else if (!ex_.ready(r->copy_done)) {
           break;  // copies complete in issue order on one copy stream
         }
-        r.source_released = true;
-        to_call.push_back(std::move(r.source.release));
-        r.source.release = nullptr;
-        l.in_copy.pop_front();
+        to_call.push_back(hand_back_oldest(l));
       }
     }
     for (std::size_t i = 0; i < deferred_.size();) {
@@ -157,6 +148,24 @@ void async_offloader::reap(bool wait) {
   call_collected();
 }
 
+async_offloader::record* async_offloader::oldest_in_copy(lane& l) {
+  while (!l.in_copy.empty()) {
+    const auto it = records_.find(l.in_copy.front());
+    if (it != records_.end() && !it->second.source_released) return &it->second;
+    l.in_copy.pop_front();  // unpacked meanwhile, or already handed back
+  }
+  return nullptr;
+}
+
+std::function<void()> async_offloader::hand_back_oldest(lane& l) {
+  record& r = records_.at(l.in_copy.front());
+  r.source_released = true;
+  auto release = std::move(r.source.release);
+  r.source.release = nullptr;
+  l.in_copy.pop_front();
+  return release;
+}
+
 void async_offloader::make_room_for(std::size_t incoming, int device) {
   if (options_.max_pending_bytes == 0) return;
   lane& l = lane_of(device);
@@ -165,20 +174,13 @@ void async_offloader::make_room_for(std::size_t incoming, int device) {
     const auto it = records_.find(id);
     if (it != records_.end() && !it->second.source_released) pending += it->second.source.bytes;
   }
-  while (pending + incoming > options_.max_pending_bytes && !l.in_copy.empty()) {
-    const auto it = records_.find(l.in_copy.front());
-    if (it == records_.end() || it->second.source_released) {
-      l.in_copy.pop_front();  // unpacked meanwhile, or already handed back
-      continue;
-    }
-    record& r = it->second;
-    ex_.synchronize(r.copy_done);  // throws with nothing changed
-    r.source_released = true;
-    auto release = std::move(r.source.release);
-    r.source.release = nullptr;
-    l.in_copy.pop_front();
-    pending -= r.source.bytes;
+  while (pending + incoming > options_.max_pending_bytes) {
+    record* r = oldest_in_copy(l);
+    if (r == nullptr) break;
+    ex_.synchronize(r->copy_done);  // throws with nothing changed
+    pending -= r->source.bytes;
     stats_.pending_waits += 1;
+    auto release = hand_back_oldest(l);
     if (release) release();
   }
 }

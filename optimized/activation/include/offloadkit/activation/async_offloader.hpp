@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -78,6 +79,12 @@ class async_offloader final : public offloader {
   event_ref take_event(int device);
   void retire_event(event_ref e);
   void reap(bool wait);
+  /// The oldest record of `l` whose source still awaits its copy (dropping from the front those
+  /// unpacked or handed back meanwhile); null when none does.
+  record* oldest_in_copy(lane& l);
+  /// Marks the source of oldest_in_copy(l) handed back, takes it off `l` and returns its release
+  /// (the caller calls it once nothing else can fail).
+  std::function<void()> hand_back_oldest(lane& l);
   /// Waits for the oldest copies of `device` and hands their sources back until `incoming` more
   /// bytes fit within options_.max_pending_bytes, or none is left in flight.
   void make_room_for(std::size_t incoming, int device);
