@@ -160,12 +160,36 @@ class device_bytes_tracker final : public executor_adaptor {
   std::size_t peak_ = 0;
 };
 
+/// Forwards every call to an inner offloader; the checkers below override the calls they watch.
+class forwarding_offloader : public offloader {
+ public:
+  explicit forwarding_offloader(offloader& inner) : inner_(inner) {}
+
+ protected:
+  handle do_pack(tensor t, stream_ref s) override { return inner_.pack(std::move(t), s); }
+  tensor do_unpack(handle h, stream_ref s) override { return inner_.unpack(h, s); }
+  void do_forward_layer_end(int layer, stream_ref s) override {
+    inner_.forward_layer_end(layer, s);
+  }
+  void do_backward_layer_begin(int layer, stream_ref s) override {
+    inner_.backward_layer_begin(layer, s);
+  }
+  void do_synchronize() override { inner_.synchronize(); }
+  [[nodiscard]] std::size_t do_keep_threshold() const noexcept override {
+    return inner_.keep_threshold();
+  }
+  [[nodiscard]] offload_stats do_stats() const override { return inner_.stats(); }
+  [[nodiscard]] std::string do_name() const override { return inner_.name(); }
+
+  offloader& inner_;
+};
+
 /// Forwards to an offloader and checks after every call that the device memory it allocated
 /// never exceeded the prefetch bound plus the restored tensors the caller holds at that moment.
-class bound_checker final : public offloader {
+class bound_checker final : public forwarding_offloader {
  public:
   bound_checker(offloader& inner, device_bytes_tracker& tracker, std::size_t bound)
-      : inner_(inner), tracker_(tracker), bound_(bound) {}
+      : forwarding_offloader(inner), tracker_(tracker), bound_(bound) {}
   [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
 
  private:
@@ -216,13 +240,7 @@ class bound_checker final : public offloader {
     inner_.synchronize();
     check("synchronize", held_by_caller_);
   }
-  [[nodiscard]] std::size_t do_keep_threshold() const noexcept override {
-    return inner_.keep_threshold();
-  }
-  [[nodiscard]] offload_stats do_stats() const override { return inner_.stats(); }
-  [[nodiscard]] std::string do_name() const override { return inner_.name(); }
 
-  offloader& inner_;
   device_bytes_tracker& tracker_;
   std::size_t bound_;
   std::size_t held_by_caller_ = 0;
@@ -247,9 +265,10 @@ void memory_bound(executor& ex, const offloader_factory& make) {
 /// Forwards to an offloader and checks after every pack() that the sources it still holds while
 /// their copies are in flight (packed, above the keep threshold, not given back, not unpacked)
 /// stay within max_pending_bytes per device, or that a single source is in flight there.
-class pending_checker final : public offloader {
+class pending_checker final : public forwarding_offloader {
  public:
-  pending_checker(offloader& inner, std::size_t bound) : inner_(inner), bound_(bound) {}
+  pending_checker(offloader& inner, std::size_t bound)
+      : forwarding_offloader(inner), bound_(bound) {}
   [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
 
  private:
@@ -289,20 +308,7 @@ class pending_checker final : public offloader {
     entries_.erase(h.id);  // the caller's now, whichever buffer it came back in
     return t;
   }
-  void do_forward_layer_end(int layer, stream_ref s) override {
-    inner_.forward_layer_end(layer, s);
-  }
-  void do_backward_layer_begin(int layer, stream_ref s) override {
-    inner_.backward_layer_begin(layer, s);
-  }
-  void do_synchronize() override { inner_.synchronize(); }
-  [[nodiscard]] std::size_t do_keep_threshold() const noexcept override {
-    return inner_.keep_threshold();
-  }
-  [[nodiscard]] offload_stats do_stats() const override { return inner_.stats(); }
-  [[nodiscard]] std::string do_name() const override { return inner_.name(); }
 
-  offloader& inner_;
   std::size_t bound_;
   std::map<std::uint64_t, std::shared_ptr<held>> entries_;
   std::string violation_;
