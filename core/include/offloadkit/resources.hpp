@@ -81,6 +81,8 @@ class event {
  public:
   event() = default;
   explicit event(executor& ex, int device = 0) : ex_(&ex), ref_(ex.create_event(device)) {}
+  /// Takes ownership of an event created by `ex` elsewhere (across the plugin ABI).
+  event(executor& ex, event_ref adopted) noexcept : ex_(&ex), ref_(adopted) {}
   event(event&& o) noexcept : ex_(std::exchange(o.ex_, nullptr)), ref_(o.ref_) {}
   event& operator=(event&& o) noexcept {
     event tmp(std::move(o));
@@ -93,6 +95,11 @@ class event {
   }
   [[nodiscard]] event_ref ref() const noexcept { return ref_; }
   operator event_ref() const noexcept { return ref_; }  // NOLINT(google-explicit-constructor)
+  /// Gives up ownership: the caller destroys the event through the executor that created it.
+  [[nodiscard]] event_ref release() noexcept {
+    ex_ = nullptr;
+    return ref_;
+  }
 
  private:
   executor* ex_ = nullptr;

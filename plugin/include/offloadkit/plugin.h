@@ -1,0 +1,460 @@
+/* offloadkit plugin C ABI, version 1.
+ *
+ * A plugin is a shared library that implements one or more offload features (paged stash,
+ * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
+ * that offloadkit's property batteries check it exactly as they check offloadkit's own
+ * implementations: `offloadkit check --plugin lib.so`.
+ *
+ * The library exports one function, OKIT_PLUGIN_ENTRY_SYMBOL, that returns a static okit_plugin
+ * describing which features it provides. offloadkit hands every object it creates an okit_executor:
+ * the memory, stream, event, kernel-launch, virtual-memory and graph operations of the executor the
+ * battery runs on. A plugin that does all its work through that table runs on both of offloadkit's
+ * executors (the GPU and the CPU-only host executor) and its allocations can be counted and failed
+ * by offloadkit's fault-injection adaptors; it says so with OKIT_CAP_HOST_EXECUTOR and
+ * OKIT_CAP_EXECUTOR_ALLOCATIONS. A plugin that calls CUDA itself runs on the cuda executor only,
+ * where okit_stream.native is a cudaStream_t and okit_event.native a cudaEvent_t.
+ *
+ * Conventions:
+ *   - Plain C types only. Sizes are size_t, devices int32_t, flags uint64_t bit sets.
+ *   - Every fallible call returns an okit_status and, on failure, writes a message into the
+ *     caller's okit_error (use okit_set_error). No C++ exception may cross the boundary.
+ *   - The error argument comes first after `self`; the stream comes last.
+ *   - Callbacks (okit_callback, okit_capture) pass ownership of their context: the receiver calls
+ *     `drop` exactly once (after its last `call`), unless a call documents otherwise.
+ *   - Tables carry their own struct_size, so that a newer offloadkit can read an older plugin and
+ *     the reverse; offloadkit refuses a table smaller than the version-1 size.
+ *   - One thread drives one object at a time; distinct objects may be driven from distinct threads.
+ */
+#ifndef OFFLOADKIT_PLUGIN_H
+#define OFFLOADKIT_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OKIT_ABI_VERSION 1u
+
+#if defined(_WIN32)
+#define OKIT_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define OKIT_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* The one symbol a plugin exports. */
+#define OKIT_PLUGIN_ENTRY_SYMBOL "okit_plugin_entry"
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+typedef int32_t okit_status;
+
+enum okit_status_code {
+  OKIT_OK = 0,
+  OKIT_ERR_OUT_OF_RANGE = 1, /* an argument outside its valid range (message names both) */
+  OKIT_ERR_STATE = 2,        /* the call is not valid in the object's current state */
+  OKIT_ERR_LOGIC = 3,        /* another precondition the caller broke */
+  OKIT_ERR_OUT_OF_MEMORY = 4,
+  OKIT_ERR_CUDA = 5,       /* a CUDA runtime or driver call failed */
+  OKIT_ERR_RUNTIME = 6,    /* another platform failure */
+  OKIT_ERR_INJECTED = 7,   /* a fault planted by offloadkit's fault injection, passed through */
+  OKIT_ERR_UNSUPPORTED = 8 /* the implementation does not provide this operation */
+};
+
+#define OKIT_ERROR_MESSAGE_BYTES 1024
+
+typedef struct okit_error {
+  okit_status code;
+  int32_t cuda_code; /* for OKIT_ERR_CUDA: the cudaError_t / CUresult, 0 otherwise */
+  char message[OKIT_ERROR_MESSAGE_BYTES];
+} okit_error;
+
+/* Writes `code` and `message` (truncated to fit) into `err` when it is not NULL; returns code. */
+static inline okit_status okit_set_error(okit_error* err, okit_status code, const char* message) {
+  if (err != NULL) {
+    size_t i = 0;
+    err->code = code;
+    err->cuda_code = 0;
+    if (message != NULL) {
+      for (; message[i] != '\0' && i + 1 < OKIT_ERROR_MESSAGE_BYTES; ++i) err->message[i] = message[i];
+    }
+    err->message[i] = '\0';
+  }
+  return code;
+}
+
+/* ---- handles ------------------------------------------------------------------------------ */
+
+/* Non-owning handles; `native` is cudaStream_t / cudaEvent_t / cudaGraphExec_t on the cuda
+ * executor and opaque on the host executor. */
+typedef struct okit_stream {
+  void* native;
+  int32_t device;
+} okit_stream;
+
+typedef struct okit_event {
+  void* native;
+  int32_t device;
+} okit_event;
+
+typedef struct okit_graph {
+  void* native;
+} okit_graph;
+
+typedef struct okit_physical {
+  uint64_t value;
+  int32_t device;
+  size_t bytes;
+} okit_physical;
+
+/* A callable with an owned context: call(ctx) any number of times the contract allows, then
+ * drop(ctx) exactly once. Either pointer may be NULL (nothing to call / nothing to free). */
+typedef struct okit_callback {
+  void (*call)(void* ctx);
+  void (*drop)(void* ctx);
+  void* ctx;
+} okit_callback;
+
+/* ---- the executor offloadkit lends to every object ---------------------------------------- */
+
+enum okit_backend { OKIT_BACKEND_HOST = 0, OKIT_BACKEND_CUDA = 1 };
+enum okit_memory_kind { OKIT_MEMORY_DEVICE = 0, OKIT_MEMORY_PINNED = 1, OKIT_MEMORY_PAGEABLE = 2 };
+enum okit_pointer_kind {
+  OKIT_POINTER_DEVICE = 0,
+  OKIT_POINTER_PINNED = 1,
+  OKIT_POINTER_PAGEABLE = 2,
+  OKIT_POINTER_MANAGED = 3
+};
+
+/* A body run over the index space [0, n), as offloadkit's launch() builds it: the same functor as
+ * a CUDA kernel (device_launch, cuda executor) or on host threads (host_run, host executor).
+ * The executor takes ownership of `owner`: it calls drop_owner(owner) exactly once, when no queued
+ * or captured work can run the body any more (also when the launch fails). */
+typedef struct okit_launch {
+  size_t n;
+  uint32_t block;
+  const void* body;
+  void (*device_launch)(const void* body, size_t n, unsigned block, void* cuda_stream);
+  void (*host_run)(const void* body, size_t begin, size_t end);
+  void* owner;
+  void (*drop_owner)(void* owner);
+  const char* name;
+} okit_launch;
+
+typedef struct okit_executor {
+  uint32_t struct_size;
+  int32_t backend; /* okit_backend */
+  int32_t device_count;
+  const char* name; /* the executor's name, for messages */
+  void* self;
+
+  okit_status (*allocate)(void* self, okit_error* err, int32_t kind, size_t bytes, int32_t device,
+                          void** out);
+  void (*deallocate)(void* self, int32_t kind, void* p, size_t bytes);
+  okit_status (*classify)(void* self, okit_error* err, const void* p, int32_t* kind,
+                          int32_t* device);
+  okit_status (*extent_of)(void* self, okit_error* err, const void* p, const void** base,
+                           size_t* bytes);
+  okit_status (*device_memory)(void* self, okit_error* err, int32_t device, size_t* free_bytes,
+                               size_t* total_bytes);
+
+  okit_status (*create_stream)(void* self, okit_error* err, int32_t device, okit_stream* out);
+  void (*destroy_stream)(void* self, okit_stream s);
+  okit_status (*create_event)(void* self, okit_error* err, int32_t device, okit_event* out);
+  void (*destroy_event)(void* self, okit_event e);
+
+  okit_status (*copy)(void* self, okit_error* err, void* dst, const void* src, size_t bytes,
+                      okit_stream s);
+  okit_status (*fill)(void* self, okit_error* err, void* dst, int32_t value, size_t bytes,
+                      okit_stream s);
+  /* Takes ownership of r->owner (see okit_launch). */
+  okit_status (*launch)(void* self, okit_error* err, const okit_launch* r, okit_stream s);
+  /* Runs fn.call(fn.ctx) once on a host thread in stream order, then fn.drop(fn.ctx). Takes
+   * ownership of fn also when it fails. fn must not call back into stream operations. */
+  okit_status (*host_function)(void* self, okit_error* err, okit_callback fn, okit_stream s);
+  okit_status (*record)(void* self, okit_error* err, okit_event e, okit_stream s);
+  okit_status (*wait)(void* self, okit_error* err, okit_event e, okit_stream s);
+  okit_status (*synchronize_stream)(void* self, okit_error* err, okit_stream s);
+  okit_status (*synchronize_event)(void* self, okit_error* err, okit_event e);
+  okit_status (*ready)(void* self, okit_error* err, okit_event e, int32_t* is_ready);
+
+  okit_status (*granularity)(void* self, okit_error* err, int32_t device, size_t* out);
+  okit_status (*reserve)(void* self, okit_error* err, size_t bytes, int32_t device, void** out);
+  void (*unreserve)(void* self, void* va, size_t bytes);
+  okit_status (*create_physical)(void* self, okit_error* err, size_t bytes, int32_t device,
+                                 okit_physical* out);
+  void (*release_physical)(void* self, okit_physical h);
+  okit_status (*map)(void* self, okit_error* err, void* va, size_t bytes, okit_physical h);
+  okit_status (*unmap)(void* self, okit_error* err, void* va, size_t bytes);
+  okit_status (*set_access)(void* self, okit_error* err, void* va, size_t bytes, int32_t device);
+
+  okit_status (*begin_capture)(void* self, okit_error* err, okit_stream s);
+  okit_status (*end_capture)(void* self, okit_error* err, okit_graph* out, okit_stream s);
+  okit_status (*replay)(void* self, okit_error* err, okit_graph g, okit_stream s);
+  void (*destroy_graph)(void* self, okit_graph g);
+} okit_executor;
+
+/* ---- capabilities ------------------------------------------------------------------------- */
+
+/* Common to every feature. */
+#define OKIT_CAP_CUDA_EXECUTOR (1ull << 0)       /* runs on the cuda executor */
+#define OKIT_CAP_HOST_EXECUTOR (1ull << 1)       /* runs on the host executor (uses only okit_executor) */
+#define OKIT_CAP_EXECUTOR_ALLOCATIONS (1ull << 2) /* allocates through okit_executor: faults reach it */
+
+/* Paged stash. */
+#define OKIT_STASH_CAP_CAPTURABLE (1ull << 8) /* stash/restore issue no host sync: graph-capturable */
+#define OKIT_STASH_CAP_PAGE_IDS (1ull << 9)   /* snapshot reports page ids of free lists and entries */
+
+/* Region. */
+#define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8)  /* data() never changes */
+#define OKIT_REGION_CAP_RELEASES_MEMORY (1ull << 9) /* pause gives device memory back to the driver */
+#define OKIT_REGION_CAP_MULTI_DEVICE (1ull << 10)   /* a region may live on any device */
+
+/* Arena. */
+#define OKIT_ARENA_CAP_ASYNCHRONOUS (1ull << 8)       /* offload/reload may return before the copies end */
+#define OKIT_ARENA_CAP_PINNED_STEADY_STATE (1ull << 9) /* a repeated shape allocates nothing */
+#define OKIT_ARENA_CAP_SINGLE_HOST_BUFFER (1ull << 10) /* never more than one host buffer */
+
+/* Activation. */
+#define OKIT_ACTIVATION_CAP_ORIGIN_DEVICE (1ull << 8)  /* tensors of several devices return home */
+#define OKIT_ACTIVATION_CAP_PREFETCH_BOUND (1ull << 9) /* honours prefetch_bytes */
+#define OKIT_ACTIVATION_CAP_PENDING_BOUND (1ull << 10) /* honours max_pending_bytes */
+
+/* ---- paged stash -------------------------------------------------------------------------- */
+
+typedef struct okit_stash_config {
+  size_t row_bytes;
+  size_t rows_per_page;
+  size_t max_rows;
+  size_t device_pages;
+  size_t pinned_pages;
+  size_t max_keys;
+  int32_t device;
+} okit_stash_config;
+
+typedef struct okit_stash_key {
+  uint32_t vp;
+  uint32_t layer;
+  uint32_t microbatch;
+} okit_stash_key;
+
+enum okit_stash_status_code {
+  OKIT_STASH_OK = 0,
+  OKIT_STASH_OVERFLOW = 1,
+  OKIT_STASH_DOUBLE_STASH = 2,
+  OKIT_STASH_RESTORE_EMPTY = 3,
+  OKIT_STASH_ROWS_TOO_LARGE = 4
+};
+
+/* The first failure since the last clear (the sticky status word, decoded). */
+typedef struct okit_stash_status {
+  uint32_t code; /* okit_stash_status_code */
+  okit_stash_key key;
+  uint64_t rows;
+  uint64_t needed;
+  uint64_t free_device;
+  uint64_t free_pinned;
+} okit_stash_status;
+
+typedef struct okit_stash_entry {
+  okit_stash_key key;
+  uint64_t rows;
+  uint64_t device_pages;
+  uint64_t pinned_pages;
+  const uint32_t* page_ids; /* device tier 0..D-1, pinned tier D..D+P-1; NULL without page ids */
+  size_t page_id_count;
+} okit_stash_entry;
+
+/* Filled by snapshot(); every array is owned by the stash and valid until its next call. */
+typedef struct okit_stash_snapshot {
+  okit_stash_status status;
+  uint64_t free_device;
+  uint64_t free_pinned;
+  const uint32_t* free_ids;
+  size_t free_id_count;
+  const okit_stash_entry* entries;
+  size_t entry_count;
+} okit_stash_snapshot;
+
+typedef struct okit_stash_vtable {
+  uint32_t struct_size;
+  uint64_t capabilities;
+  const char* implementation; /* shown in results, e.g. "triton-paged" */
+
+  /* `ex` outlives the object. `s` may be used for initial device work. */
+  okit_status (*create)(okit_error* err, const okit_executor* ex, const okit_stash_config* cfg,
+                        void** out, okit_stream s);
+  void (*destroy)(void* self);
+  /* Stashes the first *rows rows (device memory, read in stream order) of src under key. */
+  okit_status (*stash)(void* self, okit_error* err, okit_stash_key key, const void* src,
+                       const uint64_t* rows, okit_stream s);
+  /* Copies the key's rows into dst, writes the count to *rows_out (device, may be NULL). */
+  okit_status (*restore)(void* self, okit_error* err, okit_stash_key key, void* dst,
+                         uint64_t* rows_out, okit_stream s);
+  okit_status (*reset)(void* self, okit_error* err, okit_stream s);
+  okit_status (*clear_status)(void* self, okit_error* err, okit_stream s);
+  /* Synchronizes s and describes free pages, live entries and the status word. */
+  okit_status (*snapshot)(void* self, okit_error* err, okit_stash_snapshot* out, okit_stream s);
+} okit_stash_vtable;
+
+/* ---- graph-stable offload region ---------------------------------------------------------- */
+
+typedef struct okit_region_config {
+  size_t bytes;
+  int32_t device;
+  size_t chunk_bytes; /* 0: the implementation's default */
+} okit_region_config;
+
+enum okit_region_state { OKIT_REGION_ACTIVE = 0, OKIT_REGION_PAUSED = 1, OKIT_REGION_PARTIAL = 2 };
+enum okit_pause_mode { OKIT_PAUSE_PRESERVE = 0, OKIT_PAUSE_DISCARD = 1 };
+
+/* Work of a graph that uses the region: issue it on s (being captured) from base; no sync. The
+ * region owns ctx and calls drop(ctx) when the graph is unregistered or the region destroyed
+ * (also when register_graph fails). */
+typedef struct okit_capture {
+  okit_status (*call)(void* ctx, okit_error* err, void* base, okit_stream s);
+  void (*drop)(void* ctx);
+  void* ctx;
+} okit_capture;
+
+typedef struct okit_region_info {
+  void* data;
+  size_t size;
+  int32_t device;
+  int32_t state; /* okit_region_state */
+  size_t footprint;
+  size_t captures;
+} okit_region_info;
+
+typedef struct okit_region_vtable {
+  uint32_t struct_size;
+  uint64_t capabilities;
+  const char* implementation;
+
+  okit_status (*create)(okit_error* err, const okit_executor* ex, const okit_region_config* cfg,
+                        void** out);
+  void (*destroy)(void* self);
+  void (*info)(void* self, okit_region_info* out);
+  okit_status (*pause)(void* self, okit_error* err, int32_t mode, okit_stream s);
+  okit_status (*resume)(void* self, okit_error* err, okit_stream s);
+  okit_status (*register_graph)(void* self, okit_error* err, okit_capture fn, uint64_t* id,
+                                okit_stream s);
+  okit_status (*replay)(void* self, okit_error* err, uint64_t id, okit_stream s);
+  void (*unregister_graph)(void* self, uint64_t id);
+} okit_region_vtable;
+
+/* ---- coalesced arena ---------------------------------------------------------------------- */
+
+typedef struct okit_tensor {
+  void* data;
+  size_t bytes;
+} okit_tensor;
+
+typedef struct okit_arena_info {
+  int32_t released;
+  int32_t holds_copy;
+  size_t host_bytes;
+} okit_arena_info;
+
+typedef struct okit_arena_vtable {
+  uint32_t struct_size;
+  uint64_t capabilities;
+  const char* implementation;
+
+  okit_status (*create)(okit_error* err, const okit_executor* ex, void** out);
+  void (*destroy)(void* self);
+  /* Copies the set to host memory on s; *done (created with the executor's create_event, owned by
+   * the caller afterwards) completes with the copies. */
+  okit_status (*offload)(void* self, okit_error* err, const okit_tensor* tensors, size_t count,
+                         okit_event* done, okit_stream s);
+  okit_status (*reload)(void* self, okit_error* err, const okit_tensor* tensors, size_t count,
+                        okit_event* done, okit_stream s);
+  void (*release)(void* self);
+  void (*info)(void* self, okit_arena_info* out);
+} okit_arena_vtable;
+
+/* ---- activation offload ------------------------------------------------------------------- */
+
+enum okit_dtype {
+  OKIT_DTYPE_U8 = 0,
+  OKIT_DTYPE_I8 = 1,
+  OKIT_DTYPE_F16 = 2,
+  OKIT_DTYPE_BF16 = 3,
+  OKIT_DTYPE_F32 = 4,
+  OKIT_DTYPE_I32 = 5,
+  OKIT_DTYPE_F64 = 6,
+  OKIT_DTYPE_I64 = 7
+};
+
+#define OKIT_MAX_DIMS 8
+
+/* A device tensor. `release` gives the buffer back to its owner: called exactly once (call, then
+ * drop) by whoever holds the tensor last. */
+typedef struct okit_activation_tensor {
+  void* data;
+  size_t bytes;
+  int32_t device;
+  int32_t dtype; /* okit_dtype */
+  uint32_t ndim; /* at most OKIT_MAX_DIMS */
+  int64_t shape[OKIT_MAX_DIMS];
+  okit_callback release;
+} okit_activation_tensor;
+
+typedef struct okit_offload_options {
+  size_t keep_threshold;
+  size_t prefetch_bytes;
+  int32_t prefetch_layers;
+  size_t max_pending_bytes;
+} okit_offload_options;
+
+typedef struct okit_offload_stats {
+  size_t packed, kept, offloaded_bytes, restored_bytes, prefetched, demand_uploads,
+      served_from_source, peak_prefetch_bytes, pinned_allocations, device_allocations,
+      pending_waits;
+} okit_offload_stats;
+
+typedef struct okit_activation_vtable {
+  uint32_t struct_size;
+  uint64_t capabilities;
+  const char* implementation;
+
+  okit_status (*create)(okit_error* err, const okit_executor* ex, const okit_offload_options* o,
+                        void** out);
+  void (*destroy)(void* self);
+  /* Takes ownership of t (and its release) on OKIT_OK only; on failure the caller keeps it. */
+  okit_status (*pack)(void* self, okit_error* err, const okit_activation_tensor* t,
+                      uint64_t* handle, okit_stream s);
+  /* Fills *out; the caller owns it (and its release) on OKIT_OK. */
+  okit_status (*unpack)(void* self, okit_error* err, uint64_t handle, okit_activation_tensor* out,
+                        okit_stream s);
+  okit_status (*forward_layer_end)(void* self, okit_error* err, int32_t layer, okit_stream s);
+  okit_status (*backward_layer_begin)(void* self, okit_error* err, int32_t layer, okit_stream s);
+  okit_status (*synchronize)(void* self, okit_error* err);
+  size_t (*keep_threshold)(void* self);
+  void (*stats)(void* self, okit_offload_stats* out);
+} okit_activation_vtable;
+
+/* ---- the plugin ---------------------------------------------------------------------------- */
+
+typedef struct okit_plugin {
+  uint32_t abi_version; /* OKIT_ABI_VERSION the plugin was built against */
+  uint32_t struct_size; /* sizeof(okit_plugin) */
+  const char* name;
+  const char* version;
+  /* NULL where the plugin does not provide the feature. */
+  const okit_stash_vtable* stash;
+  const okit_region_vtable* region;
+  const okit_arena_vtable* arena;
+  const okit_activation_vtable* activation;
+} okit_plugin;
+
+/* The entry point: returns the plugin's description (static storage), or NULL when it cannot
+ * serve a host of `host_abi_version`. */
+typedef const okit_plugin* (*okit_plugin_entry_fn)(uint32_t host_abi_version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* OFFLOADKIT_PLUGIN_H */

@@ -1,0 +1,403 @@
+// The plugin side of the four feature tables: each object created through a table holds an
+// abi_executor over the lent okit_executor and the C++ implementation running on it; every entry
+// turns exceptions into codes (guard), so nothing but plain C crosses the boundary.
+#include "offloadkit/plugin/export.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "offloadkit/plugin/abi.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace offloadkit::plugin::detail {
+namespace {
+
+/// One object behind a table: the executor first, so that it outlives the implementation.
+template <class Interface>
+struct object {
+  explicit object(const okit_executor* t) : ex(t) {}
+  abi_executor ex;
+  std::unique_ptr<Interface> impl;
+};
+
+template <class Interface>
+Interface& impl_of(void* self) {
+  return *static_cast<object<Interface>*>(self)->impl;
+}
+
+void expect_out(const void* out, const char* entry) {
+  OFFLOADKIT_EXPECTS(out != nullptr, logic_error, entry, ": the output pointer is NULL");
+}
+
+// ---- stash ------------------------------------------------------------------------------------
+
+struct stash_object : object<stash::stash_interface> {
+  using object::object;
+  // snapshot() hands out arrays owned here, valid until the next call.
+  std::vector<std::uint32_t> free_ids;
+  std::vector<std::vector<std::uint32_t>> entry_ids;
+  std::vector<okit_stash_entry> entries;
+};
+
+stash::stash_key key_of(okit_stash_key k) { return stash::stash_key{k.vp, k.layer, k.microbatch}; }
+okit_stash_key key_to_c(const stash::stash_key& k) { return okit_stash_key{k.vp, k.layer, k.microbatch}; }
+
+okit_stash_status status_to_c(const stash::stash_status& s) {
+  okit_stash_status c{};
+  c.code = static_cast<std::uint32_t>(s.code);
+  c.key = key_to_c(s.key);
+  c.rows = s.rows;
+  c.needed = s.needed;
+  c.free_device = s.free_device;
+  c.free_pinned = s.free_pinned;
+  return c;
+}
+
+// ---- region -----------------------------------------------------------------------------------
+
+/// A C capture callback as a capture_fn; the context is dropped with the last copy.
+region::capture_fn capture_of(okit_capture fn) {
+  struct holder {
+    explicit holder(okit_capture f) : fn(f) {}
+    holder(const holder&) = delete;
+    holder& operator=(const holder&) = delete;
+    ~holder() {
+      if (fn.drop != nullptr) fn.drop(fn.ctx);
+    }
+    okit_capture fn;
+  };
+  auto h = std::make_shared<holder>(fn);
+  return [h](void* base, stream_ref s) {
+    call_checked_self("offloadkit's graph body", "capture", h->fn.call, h->fn.ctx, base, to_c(s));
+  };
+}
+
+// ---- activation -------------------------------------------------------------------------------
+
+activation::dtype dtype_of(std::int32_t t) {
+  OFFLOADKIT_EXPECTS(t >= OKIT_DTYPE_U8 && t <= OKIT_DTYPE_I64, out_of_range, "dtype ", t,
+                     " is outside [0, 7] (okit_dtype)");
+  return static_cast<activation::dtype>(t);
+}
+
+}  // namespace
+
+// ---- stash table ----------------------------------------------------------------------------
+
+okit_status create_stash(stash_maker make, okit_error* err, const okit_executor* ex,
+                         const okit_stash_config* cfg, void** out, okit_stream s) noexcept {
+  return guard(err, [&] {
+    expect_out(out, "stash.create");
+    OFFLOADKIT_EXPECTS(cfg != nullptr, logic_error, "stash.create: the config is NULL");
+    auto o = std::make_unique<stash_object>(ex);
+    stash::stash_config c;
+    c.row_bytes = cfg->row_bytes;
+    c.rows_per_page = cfg->rows_per_page;
+    c.max_rows = cfg->max_rows;
+    c.device_pages = cfg->device_pages;
+    c.pinned_pages = cfg->pinned_pages;
+    c.max_keys = cfg->max_keys;
+    c.device = cfg->device;
+    o->impl = make(o->ex, c, from_c(s));
+    *out = o.release();
+  });
+}
+
+okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities,
+                               okit_status (*create)(okit_error*, const okit_executor*,
+                                                     const okit_stash_config*, void**,
+                                                     okit_stream)) {
+  using I = stash::stash_interface;
+  okit_stash_vtable t{};
+  t.struct_size = sizeof(okit_stash_vtable);
+  t.capabilities = capabilities;
+  t.implementation = implementation;
+  t.create = create;
+  t.destroy = [](void* self) noexcept { delete static_cast<stash_object*>(self); };
+  t.stash = [](void* self, okit_error* err, okit_stash_key key, const void* src,
+               const std::uint64_t* rows, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).stash(key_of(key), src, rows, from_c(s)); });
+  };
+  t.restore = [](void* self, okit_error* err, okit_stash_key key, void* dst,
+                 std::uint64_t* rows_out, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).restore(key_of(key), dst, rows_out, from_c(s)); });
+  };
+  t.reset = [](void* self, okit_error* err, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).reset(from_c(s)); });
+  };
+  t.clear_status = [](void* self, okit_error* err, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).clear_status(from_c(s)); });
+  };
+  t.snapshot = [](void* self, okit_error* err, okit_stash_snapshot* out, okit_stream s) noexcept {
+    return guard(err, [&] {
+      expect_out(out, "stash.snapshot");
+      auto& o = *static_cast<stash_object*>(self);
+      const stash::stash_snapshot snap = o.impl->snapshot(from_c(s));
+      o.free_ids = snap.free_ids;
+      o.entry_ids.clear();
+      o.entries.clear();
+      for (const auto& e : snap.entries) o.entry_ids.push_back(e.page_ids);
+      for (std::size_t i = 0; i < snap.entries.size(); ++i) {
+        const auto& e = snap.entries[i];
+        okit_stash_entry c{};
+        c.key = key_to_c(e.key);
+        c.rows = e.rows;
+        c.device_pages = e.device_pages;
+        c.pinned_pages = e.pinned_pages;
+        c.page_ids = o.entry_ids[i].empty() ? nullptr : o.entry_ids[i].data();
+        c.page_id_count = o.entry_ids[i].size();
+        o.entries.push_back(c);
+      }
+      *out = okit_stash_snapshot{};
+      out->status = status_to_c(snap.status);
+      out->free_device = snap.free.device;
+      out->free_pinned = snap.free.pinned;
+      out->free_ids = o.free_ids.empty() ? nullptr : o.free_ids.data();
+      out->free_id_count = o.free_ids.size();
+      out->entries = o.entries.empty() ? nullptr : o.entries.data();
+      out->entry_count = o.entries.size();
+    });
+  };
+  return t;
+}
+
+// ---- region table ---------------------------------------------------------------------------
+
+okit_status create_region(region_maker make, okit_error* err, const okit_executor* ex,
+                          const okit_region_config* cfg, void** out) noexcept {
+  return guard(err, [&] {
+    expect_out(out, "region.create");
+    OFFLOADKIT_EXPECTS(cfg != nullptr, logic_error, "region.create: the config is NULL");
+    auto o = std::make_unique<object<region::offload_region>>(ex);
+    region::region_config c;
+    c.bytes = cfg->bytes;
+    c.device = cfg->device;
+    c.chunk_bytes = cfg->chunk_bytes;
+    o->impl = make(o->ex, c);
+    *out = o.release();
+  });
+}
+
+okit_region_vtable region_vtable(const char* implementation, std::uint64_t capabilities,
+                                 okit_status (*create)(okit_error*, const okit_executor*,
+                                                       const okit_region_config*, void**)) {
+  using I = region::offload_region;
+  okit_region_vtable t{};
+  t.struct_size = sizeof(okit_region_vtable);
+  t.capabilities = capabilities;
+  t.implementation = implementation;
+  t.create = create;
+  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.info = [](void* self, okit_region_info* out) noexcept {
+    const I& r = impl_of<I>(self);
+    out->data = r.data();
+    out->size = r.size();
+    out->device = r.device();
+    out->state = r.state() == region::region_state::active   ? OKIT_REGION_ACTIVE
+                 : r.state() == region::region_state::paused ? OKIT_REGION_PAUSED
+                                                             : OKIT_REGION_PARTIAL;
+    out->footprint = r.footprint();
+    out->captures = r.captures();
+  };
+  t.pause = [](void* self, okit_error* err, std::int32_t mode, okit_stream s) noexcept {
+    return guard(err, [&] {
+      OFFLOADKIT_EXPECTS(mode == OKIT_PAUSE_PRESERVE || mode == OKIT_PAUSE_DISCARD, out_of_range,
+                         "pause mode ", mode,
+                         " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
+      impl_of<I>(self).pause(from_c(s), mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard
+                                                                   : region::pause_mode::preserve);
+    });
+  };
+  t.resume = [](void* self, okit_error* err, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).resume(from_c(s)); });
+  };
+  t.register_graph = [](void* self, okit_error* err, okit_capture fn, std::uint64_t* id,
+                        okit_stream s) noexcept {
+    // The callback is owned from here: capture_of drops it with the last copy, also on failure.
+    region::capture_fn f = capture_of(fn);
+    return guard(err, [&] {
+      expect_out(id, "region.register_graph");
+      *id = impl_of<I>(self).register_graph(std::move(f), from_c(s));
+    });
+  };
+  t.replay = [](void* self, okit_error* err, std::uint64_t id, okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).replay(id, from_c(s)); });
+  };
+  t.unregister_graph = [](void* self, std::uint64_t id) noexcept {
+    impl_of<I>(self).unregister_graph(id);
+  };
+  return t;
+}
+
+// ---- arena table ----------------------------------------------------------------------------
+
+okit_status create_arena(arena_maker make, okit_error* err, const okit_executor* ex,
+                         void** out) noexcept {
+  return guard(err, [&] {
+    expect_out(out, "arena.create");
+    auto o = std::make_unique<object<arena::offloader>>(ex);
+    o->impl = make(o->ex);
+    *out = o.release();
+  });
+}
+
+namespace {
+arena::tensor_set_view view_of(const okit_tensor* tensors, std::size_t count) {
+  static_assert(sizeof(okit_tensor) == sizeof(arena::device_tensor) &&
+                    offsetof(okit_tensor, bytes) == offsetof(arena::device_tensor, bytes),
+                "okit_tensor and arena::device_tensor share one layout");
+  OFFLOADKIT_EXPECTS(tensors != nullptr || count == 0, logic_error, "the tensor array is NULL with ",
+                     count, " tensors");
+  return arena::tensor_set_view(reinterpret_cast<const arena::device_tensor*>(tensors), count);
+}
+}  // namespace
+
+okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabilities,
+                               okit_status (*create)(okit_error*, const okit_executor*, void**)) {
+  using I = arena::offloader;
+  okit_arena_vtable t{};
+  t.struct_size = sizeof(okit_arena_vtable);
+  t.capabilities = capabilities;
+  t.implementation = implementation;
+  t.create = create;
+  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.offload = [](void* self, okit_error* err, const okit_tensor* tensors, std::size_t count,
+                 okit_event* done, okit_stream s) noexcept {
+    return guard(err, [&] {
+      expect_out(done, "arena.offload");
+      event e = impl_of<I>(self).offload(view_of(tensors, count), from_c(s));
+      *done = to_c(e.release());
+    });
+  };
+  t.reload = [](void* self, okit_error* err, const okit_tensor* tensors, std::size_t count,
+                okit_event* done, okit_stream s) noexcept {
+    return guard(err, [&] {
+      expect_out(done, "arena.reload");
+      event e = impl_of<I>(self).reload(view_of(tensors, count), from_c(s));
+      *done = to_c(e.release());
+    });
+  };
+  t.release = [](void* self) noexcept { impl_of<I>(self).release(); };
+  t.info = [](void* self, okit_arena_info* out) noexcept {
+    const I& a = impl_of<I>(self);
+    out->released = a.released() ? 1 : 0;
+    out->holds_copy = a.holds_copy() ? 1 : 0;
+    out->host_bytes = a.host_bytes();
+  };
+  return t;
+}
+
+// ---- activation table -----------------------------------------------------------------------
+
+okit_status create_activation(activation_maker make, okit_error* err, const okit_executor* ex,
+                              const okit_offload_options* o, void** out) noexcept {
+  return guard(err, [&] {
+    expect_out(out, "activation.create");
+    OFFLOADKIT_EXPECTS(o != nullptr, logic_error, "activation.create: the options are NULL");
+    auto obj = std::make_unique<object<activation::offloader>>(ex);
+    activation::offload_options opt;
+    opt.keep_threshold = o->keep_threshold;
+    opt.prefetch_bytes = o->prefetch_bytes;
+    opt.prefetch_layers = o->prefetch_layers;
+    opt.max_pending_bytes = o->max_pending_bytes;
+    obj->impl = make(obj->ex, opt);
+    *out = obj.release();
+  });
+}
+
+okit_activation_vtable activation_vtable(const char* implementation, std::uint64_t capabilities,
+                                         okit_status (*create)(okit_error*, const okit_executor*,
+                                                               const okit_offload_options*,
+                                                               void**)) {
+  using I = activation::offloader;
+  okit_activation_vtable t{};
+  t.struct_size = sizeof(okit_activation_vtable);
+  t.capabilities = capabilities;
+  t.implementation = implementation;
+  t.create = create;
+  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.pack = [](void* self, okit_error* err, const okit_activation_tensor* t, std::uint64_t* handle,
+              okit_stream s) noexcept {
+    // The release callback becomes ours only when pack succeeds: until then `armed` stays false
+    // and dropping the holder leaves the caller's context alone.
+    struct holder {
+      explicit holder(okit_callback c) : cb(c) {}
+      holder(const holder&) = delete;
+      holder& operator=(const holder&) = delete;
+      ~holder() {
+        if (armed && cb.drop != nullptr) cb.drop(cb.ctx);
+      }
+      okit_callback cb;
+      bool armed = false;
+    };
+    std::shared_ptr<holder> h;
+    return guard(err, [&] {
+      OFFLOADKIT_EXPECTS(t != nullptr, logic_error, "activation.pack: the tensor is NULL");
+      expect_out(handle, "activation.pack");
+      OFFLOADKIT_EXPECTS(t->ndim <= OKIT_MAX_DIMS, out_of_range, "activation.pack: ndim ", t->ndim,
+                         " is outside [0, ", OKIT_MAX_DIMS, "]");
+      activation::tensor x;
+      x.data = t->data;
+      x.bytes = t->bytes;
+      x.device = t->device;
+      x.type = dtype_of(t->dtype);
+      x.shape.assign(t->shape, t->shape + t->ndim);
+      h = std::make_shared<holder>(t->release);
+      x.release = [h] {
+        if (h->cb.call != nullptr) h->cb.call(h->cb.ctx);
+      };
+      *handle = impl_of<I>(self).pack(std::move(x), from_c(s)).id;
+      h->armed = true;
+    });
+  };
+  t.unpack = [](void* self, okit_error* err, std::uint64_t handle, okit_activation_tensor* out,
+                okit_stream s) noexcept {
+    return guard(err, [&] {
+      expect_out(out, "activation.unpack");
+      activation::tensor x = impl_of<I>(self).unpack(activation::handle{handle}, from_c(s));
+      *out = okit_activation_tensor{};
+      out->data = x.data;
+      out->bytes = x.bytes;
+      out->device = x.device;
+      out->dtype = static_cast<std::int32_t>(x.type);
+      // pack() accepted at most OKIT_MAX_DIMS extents, and unpack returns the packed shape.
+      out->ndim = static_cast<std::uint32_t>(std::min<std::size_t>(x.shape.size(), OKIT_MAX_DIMS));
+      std::copy_n(x.shape.begin(), out->ndim, out->shape);
+      out->release = to_c_callback(std::move(x.release));
+    });
+  };
+  t.forward_layer_end = [](void* self, okit_error* err, std::int32_t layer,
+                           okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).forward_layer_end(layer, from_c(s)); });
+  };
+  t.backward_layer_begin = [](void* self, okit_error* err, std::int32_t layer,
+                              okit_stream s) noexcept {
+    return guard(err, [&] { impl_of<I>(self).backward_layer_begin(layer, from_c(s)); });
+  };
+  t.synchronize = [](void* self, okit_error* err) noexcept {
+    return guard(err, [&] { impl_of<I>(self).synchronize(); });
+  };
+  t.keep_threshold = [](void* self) noexcept { return impl_of<I>(self).keep_threshold(); };
+  t.stats = [](void* self, okit_offload_stats* out) noexcept {
+    // stats() copies counters; it does not fail in practice, and this entry has no error channel.
+    const activation::offload_stats st = impl_of<I>(self).stats();
+    out->packed = st.packed;
+    out->kept = st.kept;
+    out->offloaded_bytes = st.offloaded_bytes;
+    out->restored_bytes = st.restored_bytes;
+    out->prefetched = st.prefetched;
+    out->demand_uploads = st.demand_uploads;
+    out->served_from_source = st.served_from_source;
+    out->peak_prefetch_bytes = st.peak_prefetch_bytes;
+    out->pinned_allocations = st.pinned_allocations;
+    out->device_allocations = st.device_allocations;
+    out->pending_waits = st.pending_waits;
+  };
+  return t;
+}
+
+}  // namespace offloadkit::plugin::detail

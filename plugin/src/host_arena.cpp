@@ -1,0 +1,79 @@
+// A plugin's coalesced arena behind arena::offloader.
+#include "host_common.hpp"
+#include "offloadkit/resources.hpp"
+
+namespace offloadkit::plugin {
+namespace {
+
+arena::offload_promises promises_of(std::uint64_t caps) {
+  arena::offload_promises p;
+  p.asynchronous = (caps & OKIT_ARENA_CAP_ASYNCHRONOUS) != 0;
+  p.pinned_steady_state = (caps & OKIT_ARENA_CAP_PINNED_STEADY_STATE) != 0;
+  p.single_host_buffer = (caps & OKIT_ARENA_CAP_SINGLE_HOST_BUFFER) != 0;
+  return p;
+}
+
+class plugin_arena final : public arena::offloader {
+ public:
+  plugin_arena(std::shared_ptr<const library> lib, executor& ex)
+      : obj_(std::move(lib), ex, "arena"), t_(obj_.lib->description().arena), ex_(&ex) {
+    call_checked(obj_.context, "create", t_->create, obj_.table.get(), &obj_.self);
+    obj_.destroy = t_->destroy;
+    name_ = detail::implementation_name(*obj_.lib, t_->implementation);
+  }
+
+ private:
+  static const okit_tensor* tensors_of(arena::tensor_set_view set) {
+    static_assert(sizeof(okit_tensor) == sizeof(arena::device_tensor),
+                  "okit_tensor and arena::device_tensor share one layout");
+    return reinterpret_cast<const okit_tensor*>(set.tensors);
+  }
+  event do_offload(arena::tensor_set_view set, stream_ref s) override {
+    okit_event done{};
+    call_checked_self(obj_.context, "offload", t_->offload, obj_.self, tensors_of(set), set.count,
+                      &done, to_c(s));
+    // Created through the lent executor, which is ex_: adopt it.
+    return event(*ex_, from_c(done));
+  }
+  event do_reload(arena::tensor_set_view set, stream_ref s) override {
+    okit_event done{};
+    call_checked_self(obj_.context, "reload", t_->reload, obj_.self, tensors_of(set), set.count,
+                      &done, to_c(s));
+    return event(*ex_, from_c(done));
+  }
+  void do_release() noexcept override { t_->release(obj_.self); }
+  [[nodiscard]] okit_arena_info info() const noexcept {
+    okit_arena_info i{};
+    t_->info(obj_.self, &i);
+    return i;
+  }
+  [[nodiscard]] bool do_released() const noexcept override { return info().released != 0; }
+  [[nodiscard]] bool do_holds_copy() const noexcept override { return info().holds_copy != 0; }
+  [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return info().host_bytes; }
+  [[nodiscard]] arena::offload_promises do_promises() const noexcept override {
+    return promises_of(t_->capabilities);
+  }
+  [[nodiscard]] std::string do_name() const override { return name_; }
+
+  detail::plugin_object obj_;
+  const okit_arena_vtable* t_;
+  executor* ex_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::optional<testing::arena_implementation> arena_of(const std::shared_ptr<const library>& lib) {
+  const okit_arena_vtable* t = lib->description().arena;
+  if (t == nullptr) return std::nullopt;
+  testing::arena_implementation impl;
+  impl.name = detail::implementation_name(*lib, t->implementation);
+  impl.caps = promises_of(t->capabilities);
+  impl.support = support_of(t->capabilities);
+  impl.make = [lib](executor& ex) {
+    return std::unique_ptr<arena::offloader>(std::make_unique<plugin_arena>(lib, ex));
+  };
+  return impl;
+}
+
+}  // namespace offloadkit::plugin

@@ -1,0 +1,91 @@
+// A plugin's graph-stable region behind offload_region.
+#include <functional>
+
+#include "host_common.hpp"
+
+namespace offloadkit::plugin {
+namespace {
+
+class plugin_region final : public region::offload_region {
+ public:
+  plugin_region(std::shared_ptr<const library> lib, executor& ex, const region::region_config& cfg)
+      : obj_(std::move(lib), ex, "region"), t_(obj_.lib->description().region) {
+    okit_region_config c{};
+    c.bytes = cfg.bytes;
+    c.device = cfg.device;
+    c.chunk_bytes = cfg.chunk_bytes;
+    call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self);
+    obj_.destroy = t_->destroy;
+  }
+
+ private:
+  [[nodiscard]] okit_region_info info() const noexcept {
+    okit_region_info i{};
+    t_->info(obj_.self, &i);
+    return i;
+  }
+  [[nodiscard]] void* do_data() const noexcept override { return info().data; }
+  [[nodiscard]] std::size_t do_size() const noexcept override { return info().size; }
+  [[nodiscard]] int do_device() const noexcept override { return info().device; }
+  [[nodiscard]] region::region_state do_state() const noexcept override {
+    switch (info().state) {
+      case OKIT_REGION_ACTIVE: return region::region_state::active;
+      case OKIT_REGION_PAUSED: return region::region_state::paused;
+      default: return region::region_state::partial;
+    }
+  }
+  [[nodiscard]] bool do_address_stable() const noexcept override {
+    return (t_->capabilities & OKIT_REGION_CAP_ADDRESS_STABLE) != 0;
+  }
+  [[nodiscard]] std::size_t do_footprint() const noexcept override { return info().footprint; }
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return info().captures; }
+  void do_pause(stream_ref s, region::pause_mode mode) override {
+    const std::int32_t m =
+        mode == region::pause_mode::discard ? OKIT_PAUSE_DISCARD : OKIT_PAUSE_PRESERVE;
+    call_checked_self(obj_.context, "pause", t_->pause, obj_.self, m, to_c(s));
+  }
+  void do_resume(stream_ref s) override {
+    call_checked_self(obj_.context, "resume", t_->resume, obj_.self, to_c(s));
+  }
+  region::graph_id do_register_graph(region::capture_fn fn, stream_ref s) override {
+    okit_capture c{};
+    c.ctx = new region::capture_fn(std::move(fn));
+    c.call = [](void* ctx, okit_error* err, void* base, okit_stream st) noexcept {
+      return guard(err, [&] { (*static_cast<region::capture_fn*>(ctx))(base, from_c(st)); });
+    };
+    c.drop = [](void* ctx) noexcept { delete static_cast<region::capture_fn*>(ctx); };
+    std::uint64_t id = 0;
+    // The plugin owns c from here, also when registration fails.
+    call_checked_self(obj_.context, "register_graph", t_->register_graph, obj_.self, c, &id,
+                      to_c(s));
+    return id;
+  }
+  void do_replay(region::graph_id g, stream_ref s) override {
+    call_checked_self(obj_.context, "replay", t_->replay, obj_.self, g, to_c(s));
+  }
+  void do_unregister_graph(region::graph_id g) noexcept override {
+    t_->unregister_graph(obj_.self, g);
+  }
+
+  detail::plugin_object obj_;
+  const okit_region_vtable* t_;
+};
+
+}  // namespace
+
+std::optional<testing::region_implementation> region_of(const std::shared_ptr<const library>& lib) {
+  const okit_region_vtable* t = lib->description().region;
+  if (t == nullptr) return std::nullopt;
+  testing::region_implementation impl;
+  impl.name = detail::implementation_name(*lib, t->implementation);
+  impl.caps.address_stable = (t->capabilities & OKIT_REGION_CAP_ADDRESS_STABLE) != 0;
+  impl.caps.releases_memory = (t->capabilities & OKIT_REGION_CAP_RELEASES_MEMORY) != 0;
+  impl.caps.multi_device = (t->capabilities & OKIT_REGION_CAP_MULTI_DEVICE) != 0;
+  impl.support = support_of(t->capabilities);
+  impl.make = [lib](executor& ex, region::region_config c) {
+    return std::unique_ptr<region::offload_region>(std::make_unique<plugin_region>(lib, ex, c));
+  };
+  return impl;
+}
+
+}  // namespace offloadkit::plugin

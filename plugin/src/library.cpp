@@ -1,0 +1,175 @@
+// Opening and validating a plugin library: everything a plugin declares is checked once, at load,
+// so that a broken plugin is reported by name and entry before any property runs.
+#include <dlfcn.h>
+
+#include <string>
+#include <vector>
+
+#include "host_common.hpp"
+
+namespace offloadkit::plugin {
+namespace {
+
+std::string quoted(const char* s) { return s == nullptr ? std::string("(null)") : "'" + std::string(s) + "'"; }
+
+/// Names every null entry among `entries` (pairs of name and pointer).
+void expect_entries(const std::string& context,
+                    const std::vector<std::pair<const char*, const void*>>& entries) {
+  std::string missing;
+  for (const auto& [name, fn] : entries) {
+    if (fn == nullptr) missing += missing.empty() ? name : std::string(", ") + name;
+  }
+  if (!missing.empty()) {
+    throw plugin_error(context + ": the table has null entries: " + missing +
+                       " (every entry of a provided table is required)");
+  }
+}
+
+template <class Table>
+void expect_table_header(const std::string& context, const Table& t, const char* type) {
+  if (t.struct_size < sizeof(Table)) {
+    throw plugin_error(context + ": " + type + ".struct_size is " + std::to_string(t.struct_size) +
+                       ", expected at least " + std::to_string(sizeof(Table)) +
+                       " (the size of the ABI version " + std::to_string(OKIT_ABI_VERSION) +
+                       " table)");
+  }
+  const std::uint64_t executors = OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR;
+  if ((t.capabilities & executors) == 0) {
+    throw plugin_error(context +
+                       ": capabilities declare neither OKIT_CAP_CUDA_EXECUTOR nor "
+                       "OKIT_CAP_HOST_EXECUTOR; at least one is required");
+  }
+}
+
+template <class Fn>
+const void* p(Fn* f) {
+  return reinterpret_cast<const void*>(f);
+}
+
+}  // namespace
+
+library::library(std::string path, void* handle, const okit_plugin* plugin)
+    : path_(std::move(path)), handle_(handle), plugin_(plugin) {}
+
+library::~library() {
+  // Objects made from the plugin hold this library alive; by now none remains. A failing
+  // dlclose only leaves the library mapped, which is harmless at this point.
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+std::string library::name() const {
+  return plugin_->name != nullptr && plugin_->name[0] != '\0' ? plugin_->name : path_;
+}
+
+std::string library::context(const std::string& feature) const {
+  return "plugin '" + name() + "' (" + path_ + ")" + (feature.empty() ? "" : " " + feature);
+}
+
+std::shared_ptr<const library> library::open(const std::string& path) {
+  const std::string where = "plugin " + path;
+  // RTLD_LOCAL: two plugins (or a plugin and offloadkit) may carry the same symbols.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw plugin_error(where + ": cannot be loaded: " + (why != nullptr ? why : "dlopen failed") +
+                       " (give the path of a shared library, e.g. ./libmy_plugin.so)");
+  }
+  auto close_on_error = [handle](const std::string& message) {
+    dlclose(handle);
+    throw plugin_error(message);
+  };
+  dlerror();
+  void* sym = dlsym(handle, OKIT_PLUGIN_ENTRY_SYMBOL);
+  if (sym == nullptr) {
+    close_on_error(where + ": does not export the entry point " OKIT_PLUGIN_ENTRY_SYMBOL
+                   " (declare it extern \"C\" OKIT_PLUGIN_EXPORT const okit_plugin* "
+                   "okit_plugin_entry(uint32_t))");
+  }
+  auto entry = reinterpret_cast<okit_plugin_entry_fn>(sym);
+  const okit_plugin* desc = entry(OKIT_ABI_VERSION);
+  if (desc == nullptr) {
+    close_on_error(where + ": " OKIT_PLUGIN_ENTRY_SYMBOL "(" + std::to_string(OKIT_ABI_VERSION) +
+                   ") returned NULL: the plugin cannot serve ABI version " +
+                   std::to_string(OKIT_ABI_VERSION));
+  }
+  if (desc->abi_version != OKIT_ABI_VERSION) {
+    close_on_error(where + ": built for ABI version " + std::to_string(desc->abi_version) +
+                   ", this offloadkit speaks version " + std::to_string(OKIT_ABI_VERSION) +
+                   " (rebuild the plugin against this offloadkit's plugin.h)");
+  }
+  if (desc->struct_size < sizeof(okit_plugin)) {
+    close_on_error(where + ": okit_plugin.struct_size is " + std::to_string(desc->struct_size) +
+                   ", expected at least " + std::to_string(sizeof(okit_plugin)));
+  }
+  std::shared_ptr<const library> lib(new library(path, handle, desc));
+  const std::string name = lib->context("");
+  if (desc->stash == nullptr && desc->region == nullptr && desc->arena == nullptr &&
+      desc->activation == nullptr) {
+    throw plugin_error(name + ": provides no feature (stash, region, arena and activation are all "
+                              "NULL)");
+  }
+  if (const auto* t = desc->stash) {
+    const std::string c = lib->context("stash");
+    expect_table_header(c, *t, "okit_stash_vtable");
+    expect_entries(c, {{"create", p(t->create)},
+                       {"destroy", p(t->destroy)},
+                       {"stash", p(t->stash)},
+                       {"restore", p(t->restore)},
+                       {"reset", p(t->reset)},
+                       {"clear_status", p(t->clear_status)},
+                       {"snapshot", p(t->snapshot)}});
+  }
+  if (const auto* t = desc->region) {
+    const std::string c = lib->context("region");
+    expect_table_header(c, *t, "okit_region_vtable");
+    expect_entries(c, {{"create", p(t->create)},
+                       {"destroy", p(t->destroy)},
+                       {"info", p(t->info)},
+                       {"pause", p(t->pause)},
+                       {"resume", p(t->resume)},
+                       {"register_graph", p(t->register_graph)},
+                       {"replay", p(t->replay)},
+                       {"unregister_graph", p(t->unregister_graph)}});
+  }
+  if (const auto* t = desc->arena) {
+    const std::string c = lib->context("arena");
+    expect_table_header(c, *t, "okit_arena_vtable");
+    expect_entries(c, {{"create", p(t->create)},
+                       {"destroy", p(t->destroy)},
+                       {"offload", p(t->offload)},
+                       {"reload", p(t->reload)},
+                       {"release", p(t->release)},
+                       {"info", p(t->info)}});
+  }
+  if (const auto* t = desc->activation) {
+    const std::string c = lib->context("activation");
+    expect_table_header(c, *t, "okit_activation_vtable");
+    expect_entries(c, {{"create", p(t->create)},
+                       {"destroy", p(t->destroy)},
+                       {"pack", p(t->pack)},
+                       {"unpack", p(t->unpack)},
+                       {"forward_layer_end", p(t->forward_layer_end)},
+                       {"backward_layer_begin", p(t->backward_layer_begin)},
+                       {"synchronize", p(t->synchronize)},
+                       {"keep_threshold", p(t->keep_threshold)},
+                       {"stats", p(t->stats)}});
+  }
+  return lib;
+}
+
+testing::executor_support support_of(std::uint64_t capabilities) noexcept {
+  testing::executor_support s;
+  s.cuda = (capabilities & OKIT_CAP_CUDA_EXECUTOR) != 0;
+  s.host = (capabilities & OKIT_CAP_HOST_EXECUTOR) != 0;
+  s.executor_allocations = (capabilities & OKIT_CAP_EXECUTOR_ALLOCATIONS) != 0;
+  return s;
+}
+
+namespace detail {
+std::string implementation_name(const library& lib, const char* declared) {
+  return declared != nullptr && declared[0] != '\0' ? std::string(declared) : lib.name();
+}
+
+}  // namespace detail
+
+}  // namespace offloadkit::plugin

@@ -1,0 +1,180 @@
+// The plugin ABI: the loader refuses every broken plugin with a clear message, errors keep their
+// type across the boundary in both directions, the executor survives the round trip (table, then
+// abi_executor) with faults passing through, and a dogfood plugin's stash works on both executors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "offloadkit/adaptors.hpp"
+#include "offloadkit/launch.hpp"
+#include "offloadkit/plugin/abi.hpp"
+#include "offloadkit/plugin/host.hpp"
+#include "offloadkit/resources.hpp"
+#include "offloadkit/stash/key.hpp"
+#include "testing.hpp"
+
+namespace {
+
+namespace ok = offloadkit;
+namespace op = offloadkit::plugin;
+
+std::string load_error(const std::string& path) {
+  try {
+    op::library::open(path);
+  } catch (const op::plugin_error& e) {
+    return e.what();
+  }
+  return "(loaded without error)";
+}
+
+struct broken_case {
+  const char* path;
+  std::vector<const char*> expected;  // substrings of the message
+};
+
+TEST(PluginLoader, RefusesBrokenPluginsWithClearMessages) {
+  const std::vector<broken_case> cases = {
+      {"/nonexistent/libnothing.so", {"/nonexistent/libnothing.so", "cannot be loaded"}},
+      {BROKEN_no_entry, {"does not export the entry point okit_plugin_entry"}},
+      {BROKEN_returns_null, {"returned NULL", "ABI version 1"}},
+      {BROKEN_old_abi, {"built for ABI version 0", "speaks version 1"}},
+      {BROKEN_small_table, {"plugin 'broken'", "arena", "okit_arena_vtable.struct_size is 8"}},
+      {BROKEN_null_entry, {"plugin 'broken'", "arena", "null entries: reload"}},
+      {BROKEN_no_executor, {"neither OKIT_CAP_CUDA_EXECUTOR nor OKIT_CAP_HOST_EXECUTOR"}},
+      {BROKEN_no_feature, {"provides no feature"}},
+  };
+  for (const auto& c : cases) {
+    const std::string message = load_error(c.path);
+    for (const char* want : c.expected) {
+      EXPECT_NE(message.find(want), std::string::npos)
+          << "loading " << c.path << ": expected '" << want << "' in: " << message;
+    }
+  }
+}
+
+TEST(PluginErrors, KeepTheirTypeAcrossTheBoundary) {
+  auto round_trip = [](auto thrower) {
+    okit_error err{};
+    const okit_status st = op::guard(&err, thrower);
+    EXPECT_NE(st, OKIT_OK);
+    op::throw_error(err, "ctx");
+  };
+  EXPECT_THROW(round_trip([] { throw ok::out_of_range("x"); }), ok::out_of_range);
+  EXPECT_THROW(round_trip([] { throw ok::state_error("x"); }), ok::state_error);
+  EXPECT_THROW(round_trip([] { throw ok::out_of_memory("x"); }), ok::out_of_memory);
+  EXPECT_THROW(round_trip([] { throw ok::injected_fault("x"); }), ok::injected_fault);
+  EXPECT_THROW(round_trip([] { throw ok::cuda_error("x", 2); }), ok::cuda_error);
+  EXPECT_THROW(round_trip([] { throw 42; }), ok::runtime_error);
+  try {
+    round_trip([] { throw ok::cuda_error("boom", 700); });
+  } catch (const ok::cuda_error& e) {
+    EXPECT_EQ(e.code(), 700);
+    EXPECT_STREQ(e.what(), "ctx: boom");
+  }
+  // A code outside the enumeration is named as such.
+  okit_error err{};
+  err.code = 99;
+  std::strcpy(err.message, "odd");
+  try {
+    op::throw_error(err, "ctx");
+  } catch (const ok::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("status code 99"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PluginExecutor, RoundTripThroughTheTable) {
+  ok::host_executor host;
+  ok::fault_injection_adaptor faults(host);
+  op::executor_table table(faults);
+  op::abi_executor ex(table.get());
+  EXPECT_EQ(ex.kind(), ok::backend::host);
+  EXPECT_EQ(ex.device_count(), host.device_count());
+
+  ok::stream s(ex);
+  constexpr std::size_t n = 4096;
+  auto* d = static_cast<unsigned char*>(ex.allocate(ok::memory_kind::device, n));
+  auto* h = static_cast<unsigned char*>(ex.allocate(ok::memory_kind::pinned, n));
+  EXPECT_EQ(ex.classify(d).kind, ok::pointer_kind::device);
+  EXPECT_EQ(ex.extent_of(d + 10).base, d);
+  ex.fill(d, 7, n, s);
+  ok::launch(ex, n, [d] OFFLOADKIT_HD(std::size_t i) { d[i] = static_cast<unsigned char>(d[i] + i % 3); }, s);
+  int ran = 0;
+  ex.host_function([&ran] { ++ran; }, s);
+  ex.copy(h, d, n, s);
+  ok::event e(ex);
+  ex.record(e, s);
+  ex.synchronize(e.ref());
+  EXPECT_TRUE(ex.ready(e.ref()));
+  EXPECT_EQ(ran, 1);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(h[i], 7 + i % 3) << "byte " << i;
+
+  // A fault injected on the host side arrives with its type (an allocation fails as out of
+  // memory) and its message on the plugin side.
+  faults.arm({ok::op_kind::allocate_device}, 0);
+  try {
+    (void)ex.allocate(ok::memory_kind::device, 16);
+    ADD_FAILURE() << "the armed allocation did not fail";
+  } catch (const ok::out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("injected fault"), std::string::npos) << e.what();
+  }
+  faults.arm({ok::op_kind::copy}, 0);
+  EXPECT_THROW(ex.copy(h, d, n, s), ok::injected_fault);
+  faults.disarm();
+  EXPECT_THROW((void)ex.allocate(ok::memory_kind::device, std::size_t{1} << 62), ok::bad_alloc);
+  ex.deallocate(ok::memory_kind::pinned, h, n);
+  ex.deallocate(ok::memory_kind::device, d, n);
+}
+
+template <class Backend>
+class PluginStash : public ::testing::Test {};
+using backends = ::testing::Types<ok::testing::host_backend>;
+TYPED_TEST_SUITE(PluginStash, backends);
+
+TYPED_TEST(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
+  auto ex = TypeParam::make();
+  for (const char* path : {REFERENCE_PLUGIN, OPTIMIZED_PLUGIN}) {
+    auto lib = op::library::open(path);
+    auto impl = op::stash_of(lib);
+    ASSERT_TRUE(impl.has_value()) << path;
+    ok::stash::stash_config cfg;
+    cfg.row_bytes = 16;
+    cfg.rows_per_page = 4;
+    cfg.max_rows = 32;
+    cfg.device_pages = 16;
+    cfg.pinned_pages = 16;
+    cfg.max_keys = 4;
+    ok::stream s(*ex);
+    auto st = impl->make(*ex, cfg, s);
+    const std::size_t bytes = cfg.row_bytes * cfg.max_rows;
+    ok::buffer src(*ex, ok::memory_kind::device, bytes), dst(*ex, ok::memory_kind::device, bytes),
+        rows(*ex, ok::memory_kind::device, sizeof(std::uint64_t));
+    std::vector<unsigned char> host(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 31 + 1);
+    const std::uint64_t nrows = 13;
+    ex->copy(src.data(), host.data(), bytes, s);
+    ex->copy(rows.data(), &nrows, sizeof nrows, s);
+    ex->fill(dst.data(), 0, bytes, s);
+    st->stash(ok::stash::make_key(0, 1, 2), src.data(), static_cast<const std::uint64_t*>(rows.data()), s);
+    st->restore(ok::stash::make_key(0, 1, 2), dst.data(), nullptr, s);
+    std::vector<unsigned char> back(bytes);
+    ex->copy(back.data(), dst.data(), bytes, s);
+    ex->synchronize(static_cast<ok::stream_ref>(s));
+    for (std::size_t i = 0; i < nrows * cfg.row_bytes; ++i) ASSERT_EQ(back[i], host[i]) << path << " byte " << i;
+    EXPECT_TRUE(st->status(s).ok());
+    // Past max_keys: out_of_range, named after the plugin and the entry.
+    try {
+      for (std::uint32_t k = 0; k < 8; ++k) {
+        st->stash(ok::stash::make_key(1, k, 0), src.data(), static_cast<const std::uint64_t*>(rows.data()), s);
+        st->restore(ok::stash::make_key(1, k, 0), dst.data(), nullptr, s);
+      }
+      ADD_FAILURE() << path << ": more keys than max_keys were accepted";
+    } catch (const ok::out_of_range& e) {
+      EXPECT_NE(std::string(e.what()).find("plugin 'offloadkit-"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("stash stash"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
