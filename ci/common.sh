@@ -62,3 +62,46 @@ ctest_summary() {
   skipped=$(grep -cE "\*\*\*Skipped|Not Run" "$logf" || true)
   echo "tests: ${total:-0} run, $(( ${total:-0} - ${failed:-0} - ${skipped:-0} )) passed, ${failed:-0} failed, ${skipped:-0} skipped"
 }
+
+# check_installed_package <build-dir>: installs the build into a fresh scratch prefix, builds
+# examples/plugin against it out of tree (find_package(offloadkit), a C plugin and a C++ consumer
+# of offloadkit::core and offloadkit::testing), runs the consumer, then the installed command.
+# Returns non-zero at the first step that fails.
+check_installed_package() {
+  local build="$1"
+  local work="$build/package-check"
+  local prefix="$work/prefix" consumer="$work/consumer"
+  if grep -qE '^OFFLOADKIT_(SANITIZE:[A-Z]+=.+|COVERAGE:BOOL=ON)$' "$build/CMakeCache.txt"; then
+    # Instrumented libraries need the instrumentation's runtime at link time, which the package
+    # does not carry.
+    log "skipped the installed-package check: $build is an instrumented build"
+    return 0
+  fi
+  # A fresh prefix each time, so that a file the install rules no longer produce cannot pass.
+  rm -rf "$work"
+  mkdir -p "$work"
+  log "installing $build into $prefix"
+  cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 || {
+    cat "$work/install.log"; return 1; }
+  log "building examples/plugin against $prefix (find_package(offloadkit))"
+  local cxx
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+  cmake -S "$OFFLOADKIT_ROOT/examples/plugin" -B "$consumer" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
+    ${cxx:+-DCMAKE_CXX_COMPILER="$cxx"} -DOFFLOADKIT_CONSUMER_CHECK=ON \
+    >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; return 1; }
+  cmake --build "$consumer" -j "$JOBS" || return 1
+  log "running the consumer built against the installed libraries"
+  "$consumer/offloadkit_consumer_check" || return 1
+  local okit="$prefix/bin/offloadkit" help
+  log "$okit version"
+  "$okit" version || return 1
+  help=$("$okit" help 2>&1 || true)
+  if [[ "$help" == *--plugin* ]]; then
+    log "$okit check --executor host --plugin $consumer/liboffloadkit_example_plugin.so --cases 20"
+    "$okit" check --executor host --plugin "$consumer/liboffloadkit_example_plugin.so" --cases 20 ||
+      return 1
+  else
+    log "skipped offloadkit check --plugin: this offloadkit command has no --plugin option yet"
+  fi
+}

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "offloadkit/region/region_ops.hpp"
+#include "offloadkit/testing/region_ops.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string failure = offloadkit::region::region_ops_run(data, size);

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/stash/battery.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
+#include "offloadkit/testing/stash_battery.hpp"
 
 namespace {
 
@@ -50,7 +50,7 @@ std::string offloadkit_stash_ops_run(const std::uint8_t* data, std::size_t size)
   executor& ex = fuzz_executor();
   stream s(ex);
   paged_stash st(ex, cfg, s);
-  testing::device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  stash::testing::device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
 
   // The model: rows and (device, pinned) pages held per key, free counts, first failure.
   std::map<std::uint32_t, std::uint64_t> rows_of_key;
@@ -103,15 +103,15 @@ std::string offloadkit_stash_ops_run(const std::uint8_t* data, std::size_t size)
         auto it = rows_of_key.find(kc);
         if (it == rows_of_key.end()) {
           fail(status_code::restore_empty, key);
-          if (testing::first_mismatch(io.read(io.dst.data()), kc, 0, 0) != -1) {
+          if (stash::testing::first_mismatch(io.read(io.dst.data()), kc, 0, 0) != -1) {
             return concat("op ", op, ": restore of empty ", to_string(key), " wrote bytes");
           }
           break;
         }
         const std::uint64_t rows = it->second & 0xFFFFFFFFu;
         const auto key_salt = static_cast<std::uint32_t>(it->second >> 32);
-        const long long bad =
-            testing::first_mismatch(io.read(io.dst.data()), kc, key_salt, rows * cfg.row_bytes);
+        const long long bad = stash::testing::first_mismatch(io.read(io.dst.data()), kc, key_salt,
+                                                             rows * cfg.row_bytes);
         if (bad != -1) return concat("op ", op, ": restore of ", to_string(key), " byte ", bad);
         if (io.read_u64(io.rows_out.data()) != rows) {
           return concat("op ", op, ": restore of ", to_string(key), " reported a wrong row count");

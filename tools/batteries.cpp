@@ -7,11 +7,12 @@
 #include <iterator>
 #include <utility>
 
-#include "offloadkit/activation/battery.hpp"
-#include "offloadkit/arena/arena_checks.hpp"
-#include "offloadkit/executor_battery.hpp"
-#include "offloadkit/region/battery.hpp"
-#include "offloadkit/stash/battery.hpp"
+#include "offloadkit/testing/activation_battery.hpp"
+#include "offloadkit/testing/arena_checks.hpp"
+#include "offloadkit/plugin/checks.hpp"
+#include "offloadkit/testing/executor_battery.hpp"
+#include "offloadkit/testing/region_battery.hpp"
+#include "offloadkit/testing/stash_battery.hpp"
 #include "offloadkit/traces/battery.hpp"
 
 namespace offloadkit::tools {
@@ -24,13 +25,23 @@ std::vector<check_case> all_check_cases(const std::string& executor_name) {
   };
 
   add(executor_battery(executor_name));
-  add(stash::stash_checks());
-  add(region::region_checks());
-  add(arena::arena_checks());
-  add(activation::activation_checks());
+  add(testing::stash_checks());
+  add(testing::region_checks());
+  add(testing::arena_checks());
+  add(testing::activation_checks());
   add(traces::traces_checks());
 
   return all;
+}
+
+std::vector<check_case> plugin_check_cases(const std::string& path,
+                                           const std::string& executor_name,
+                                           std::vector<std::string>& notes) {
+  const auto lib = plugin::library::open(path);
+  plugin::plugin_checks checks =
+      plugin::plugin_check_cases(lib, executor_name == "cuda" ? backend::cuda : backend::host);
+  notes = std::move(checks.not_run);
+  return std::move(checks.cases);
 }
 
 }  // namespace offloadkit::tools

@@ -4,12 +4,18 @@
 #include <string>
 #include <vector>
 
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::tools {
 
 /// Every registered battery's check_cases for the executor named `executor_name` ("host" or
 /// "cuda"), in the order `offloadkit check` runs them.
 std::vector<check_case> all_check_cases(const std::string& executor_name);
+
+/// The cases of the plugin library at `path` on the executor named `executor_name`; a line per
+/// feature that yields none goes to `notes`. Throws plugin::plugin_error when it cannot be loaded.
+std::vector<check_case> plugin_check_cases(const std::string& path,
+                                           const std::string& executor_name,
+                                           std::vector<std::string>& notes);
 
 }  // namespace offloadkit::tools

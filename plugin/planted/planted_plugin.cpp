@@ -1,7 +1,8 @@
 // Planted-bug plugins: offloadkit's reference implementations behind the C ABI with one bug each,
 // selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash). Each
 // must make `offloadkit check --plugin` fail with a seed and a reproduce line; `crash` kills the
-// process inside one stash property, which must cost one failure row, not the run.
+// process inside one stash property, which must cost one failure row, not the run: its correct
+// arena is checked afterwards and passes.
 #include <csignal>
 
 #include "offloadkit/activation/reference_offloader.hpp"
@@ -106,6 +107,7 @@ class planted_arena final : public ok::arena::offloader {
     ok::event e = inner_.reload(set, s);
     for (const auto& t : set) {
       if (t.bytes == 0) continue;
+      if (PLANTED != OKIT_PLANTED_arena) break;
       ex_->fill(t.data, 0x5a, 1, s);  // the planted bug
       ok::event after(*ex_);
       ex_->record(after, s);
@@ -194,7 +196,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       OFFLOADKIT_VERSION,
       stash_like ? &stash : nullptr,
       PLANTED == OKIT_PLANTED_region ? &region : nullptr,
-      PLANTED == OKIT_PLANTED_arena ? &arena : nullptr,
+      // crash also carries a correct arena: its properties run after the crash and pass.
+      PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash ? &arena : nullptr,
       PLANTED == OKIT_PLANTED_activation ? &activation : nullptr};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

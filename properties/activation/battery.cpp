@@ -1,6 +1,5 @@
-// The activation battery's properties (see battery.hpp).
-#include "offloadkit/activation/battery.hpp"
-
+// The activation battery's properties and their list for an implementation descriptor (see
+// activation_battery.hpp), and the built-in implementations as descriptors.
 #include <rapidcheck.h>
 
 #include <algorithm>
@@ -16,9 +15,12 @@
 #include "offloadkit/activation/reference_offloader.hpp"
 #include "offloadkit/activation/training_step.hpp"
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/testing/activation_battery.hpp"
 
 namespace offloadkit::activation {
 namespace {
+
+using testing::activation_implementation;
 
 constexpr std::size_t compute_threads = 32;
 
@@ -98,17 +100,17 @@ void run_steps(executor& driver_ex, offloader& off, training_step& step, const s
 
 // ---- round trip --------------------------------------------------------------------------------
 
-void round_trip(executor& ex, const offloader_factory& make) {
+void round_trip(executor& ex, const activation_implementation& impl) {
   const stack_case c = gen_stack(1);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
-  auto off = make(ex, c.options);
+  auto off = impl.make(ex, c.options);
   run_steps(ex, *off, step, c, seed);
 }
 
 // ---- two devices -------------------------------------------------------------------------------
 
-void two_devices(executor& ex, const offloader_factory& make) {
+void two_devices(executor& ex, const activation_implementation& impl) {
   if (ex.device_count() < 2) {
     RC_SUCCEED("skipped: " + ex.name() + " has " + std::to_string(ex.device_count()) +
                " device(s), needs 2");
@@ -119,7 +121,7 @@ void two_devices(executor& ex, const offloader_factory& make) {
   if (c.layers.size() > 1) c.layers.back().device = 1;
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
-  auto off = make(ex, c.options);
+  auto off = impl.make(ex, c.options);
   run_steps(ex, *off, step, c, seed);
 }
 
@@ -248,12 +250,12 @@ class bound_checker final : public forwarding_offloader {
   std::string violation_;
 };
 
-void memory_bound(executor& ex, const offloader_factory& make) {
+void memory_bound(executor& ex, const activation_implementation& impl) {
   stack_case c = gen_stack(1);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   device_bytes_tracker tracker(ex);
-  auto off = make(tracker, c.options);
+  auto off = impl.make(tracker, c.options);
   bound_checker checked(*off, tracker, c.options.prefetch_bytes);
   run_steps(ex, checked, step, c, seed);
   if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
@@ -334,28 +336,34 @@ class delay_new_streams final : public executor_adaptor {
   std::uint64_t seed_;
 };
 
-void races(executor& ex, const offloader_factory& make) {
-  stack_case c = gen_stack(ex.device_count() > 1 ? 2 : 1);
+/// Layers spread over two devices where the executor has them and the implementation brings
+/// tensors back to their device of origin; one device otherwise.
+int stack_devices(executor& ex, const activation_implementation& impl) {
+  return impl.caps.origin_device && ex.device_count() > 1 ? 2 : 1;
+}
+
+void races(executor& ex, const activation_implementation& impl) {
+  stack_case c = gen_stack(stack_devices(ex, impl));
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   const auto max_delay = std::chrono::microseconds(*rc::gen::element<int>(100, 500, 1500));
   training_step step(ex, c.layers, compute_threads);
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, max_delay, seed);
-  auto off = make(delayed, c.options);
+  auto off = impl.make(delayed, c.options);
   run_steps(ex, *off, step, c, seed);
 }
 
 /// With copies held back by delays, sources in flight stay within max_pending_bytes after every
 /// pack, and results stay exact.
-void pending_bound(executor& ex, const offloader_factory& make) {
-  stack_case c = gen_stack(ex.device_count() > 1 ? 2 : 1);
+void pending_bound(executor& ex, const activation_implementation& impl) {
+  stack_case c = gen_stack(stack_devices(ex, impl));
   c.options.max_pending_bytes =
       *rc::gen::element<std::size_t>(1, 256, 4096, 65536, std::size_t{1} << 20);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, std::chrono::microseconds(300), seed);
-  auto off = make(delayed, c.options);
+  auto off = impl.make(delayed, c.options);
   pending_checker checked(*off, c.options.max_pending_bytes);
   run_steps(ex, checked, step, c, seed);
   if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
@@ -363,27 +371,66 @@ void pending_bound(executor& ex, const offloader_factory& make) {
 
 }  // namespace
 
-std::vector<check_case> activation_battery_for(const std::string& implementation,
-                                               offloader_factory make) {
-  auto wrap = [make](void (*prop)(executor&, const offloader_factory&)) {
-    return [make, prop](executor& ex) { prop(ex, make); };
+}  // namespace offloadkit::activation
+
+namespace offloadkit::testing {
+
+std::vector<check_case> activation_battery(const activation_implementation& impl) {
+  // Every case shares one copy of the descriptor.
+  const auto shared = std::make_shared<const activation_implementation>(impl);
+  using property_fn = void (*)(executor&, const activation_implementation&);
+  auto c = [&shared](const char* name, property_fn prop, int cases) {
+    return check_case{"activation", shared->name, name,
+                      [shared, prop](executor& ex) { prop(ex, *shared); }, cases};
   };
+  const activation_capabilities& caps = impl.caps;
   std::vector<check_case> cases;
-  cases.push_back({"activation", implementation, round_trip_property, wrap(&round_trip), 150});
-  cases.push_back({"activation", implementation, two_devices_property, wrap(&two_devices), 100});
-  cases.push_back({"activation", implementation, memory_bound_property, wrap(&memory_bound), 150});
-  cases.push_back({"activation", implementation, races_property, wrap(&races), 100});
-  cases.push_back(
-      {"activation", implementation, pending_bound_property, wrap(&pending_bound), 100});
+  cases.push_back(c("round_trip", &activation::round_trip, 150));
+  if (caps.origin_device) {
+    check_case two = c("two_devices", &activation::two_devices, 100);
+    two.min_devices = 2;
+    cases.push_back(std::move(two));
+  }
+  if (caps.prefetch_bound) {
+    cases.push_back(c("prefetch_memory_bound", &activation::memory_bound, 150));
+  }
+  cases.push_back(c("races_with_delays", &activation::races, 100));
+  if (caps.pending_bound) {
+    cases.push_back(c("pending_source_bound", &activation::pending_bound, 100));
+  }
   return cases;
+}
+
+activation_implementation reference_activation_implementation() {
+  activation_implementation impl;
+  impl.name = "reference";
+  impl.make = [](executor& ex, const activation::offload_options& o) {
+    return std::unique_ptr<activation::offloader>(
+        std::make_unique<activation::reference_offloader>(ex, o));
+  };
+  return impl;
+}
+
+activation_implementation optimized_activation_implementation() {
+  activation_implementation impl;
+  impl.name = "optimized";
+  impl.make = [](executor& ex, const activation::offload_options& o) {
+    return std::unique_ptr<activation::offloader>(
+        std::make_unique<activation::async_offloader>(ex, o));
+  };
+  return impl;
+}
+
+std::vector<activation_implementation> builtin_activation_implementations() {
+  return {reference_activation_implementation(), optimized_activation_implementation()};
 }
 
 std::vector<check_case> activation_checks() {
-  auto cases = activation_battery<reference_offloader>("reference");
-  auto opt = activation_battery<async_offloader>("optimized");
-  cases.insert(cases.end(), std::make_move_iterator(opt.begin()),
-               std::make_move_iterator(opt.end()));
+  std::vector<check_case> cases;
+  for (const activation_implementation& impl : builtin_activation_implementations()) {
+    for (check_case& c : activation_battery(impl)) cases.push_back(std::move(c));
+  }
   return cases;
 }
 
-}  // namespace offloadkit::activation
+}  // namespace offloadkit::testing

@@ -1,17 +1,73 @@
-// arena_checks(): the arena battery for every shipped implementation, for `offloadkit check`.
-#include "offloadkit/arena/battery.hpp"
+// The arena battery's list of properties, the built-in implementations as descriptors, and every
+// case for `offloadkit check`.
+#include <memory>
+#include <utility>
 
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
+#include "offloadkit/testing/arena_battery.hpp"
 
-namespace offloadkit::arena {
+namespace offloadkit::testing {
+
+std::vector<check_case> arena_battery(const arena_implementation& impl) {
+  // Every case shares one copy of the descriptor; the properties read its promises.
+  const auto shared = std::make_shared<const arena_implementation>(impl);
+  using property_fn = void (*)(const arena_implementation&, executor&);
+  auto make = [&shared](const char* name, property_fn f, int cases) {
+    return check_case{"arena", shared->name, name, [shared, f](executor& ex) { f(*shared, ex); },
+                      cases};
+  };
+  namespace props = arena::testing;
+  std::vector<check_case> out;
+  out.push_back(make("round_trip", &props::prop_round_trip, 60));
+  out.push_back(make("event_chain", &props::prop_event_chain, 15));
+  // Its figures come from an adaptor, which sees only what goes through the executor.
+  if (impl.caps.pinned_steady_state && impl.support.executor_allocations) {
+    out.push_back(make("steady_state", &props::prop_steady_state, 30));
+  }
+  out.push_back(make("lifetime", &props::prop_lifetime, 20));
+  // The fault adaptor fails only what passes through the executor.
+  if (impl.support.executor_allocations) {
+    out.push_back(make("fault_allocation", &props::prop_fault_allocation, 15));
+    out.push_back(make("fault_copy", &props::prop_fault_copy, 15));
+  }
+  out.push_back(make("concurrent", &props::prop_concurrent, 15));
+  out.push_back(make("model_sequence", &props::prop_model_sequence, 40));
+  return out;
+}
+
+arena_implementation reference_arena_implementation() {
+  arena_implementation impl;
+  impl.name = "reference";
+  impl.caps = arena::offload_promises{};  // synchronous, pageable, a buffer per tensor
+  impl.make = [](executor& ex) {
+    return std::unique_ptr<arena::offloader>(std::make_unique<arena::reference_offloader>(ex));
+  };
+  return impl;
+}
+
+arena_implementation optimized_arena_implementation() {
+  arena_implementation impl;
+  impl.name = "optimized";
+  impl.caps.asynchronous = true;
+  impl.caps.pinned_steady_state = true;
+  impl.caps.single_host_buffer = true;
+  impl.make = [](executor& ex) {
+    return std::unique_ptr<arena::offloader>(std::make_unique<arena::coalesced_offloader>(ex));
+  };
+  return impl;
+}
+
+std::vector<arena_implementation> builtin_arena_implementations() {
+  return {reference_arena_implementation(), optimized_arena_implementation()};
+}
 
 std::vector<check_case> arena_checks() {
-  std::vector<check_case> all = testing::arena_battery<reference_offloader>("reference");
-  for (check_case& c : testing::arena_battery<coalesced_offloader>("optimized")) {
-    all.push_back(std::move(c));
+  std::vector<check_case> all;
+  for (const arena_implementation& impl : builtin_arena_implementations()) {
+    for (check_case& c : arena_battery(impl)) all.push_back(std::move(c));
   }
   return all;
 }
 
-}  // namespace offloadkit::arena
+}  // namespace offloadkit::testing

@@ -1,11 +1,10 @@
 // Random tensor sets on an executor, and host-memory tracking for the arena battery.
-#include "offloadkit/arena/battery_support.hpp"
-
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "offloadkit/error.hpp"
+#include "offloadkit/testing/arena_battery_support.hpp"
 
 namespace offloadkit::arena::testing {
 

@@ -1,7 +1,7 @@
 // The executor battery (see executor_battery.hpp). Every property takes the executor it checks,
 // generates its inputs with rapidcheck, and owns everything it creates through RAII, synchronizing
 // its streams before buffers die, so that a failing case leaves the executor usable for the next.
-#include "offloadkit/executor_battery.hpp"
+#include "offloadkit/testing/executor_battery.hpp"
 
 #include <rapidcheck.h>
 

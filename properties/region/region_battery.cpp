@@ -1,6 +1,8 @@
-// The region battery's properties. Contents are written and updated on the device with the
-// pattern kernels (patterns.hpp) and read back through a pinned buffer; device memory is judged
-// by the executor's device_memory(), which is the driver's figure on the cuda back end.
+// The region battery's properties and the list of them for an implementation descriptor.
+// Contents are written and updated on the device with the pattern kernels (patterns.hpp) and read
+// back through a pinned buffer; device memory is judged by the executor's device_memory(), which
+// is the driver's figure on the cuda back end. What a property checks follows the descriptor's
+// capabilities, never the implementation's name.
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>
 
@@ -8,20 +10,33 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
-#include "offloadkit/region/battery_impls.hpp"
 #include "offloadkit/region/patterns.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/region_battery_impls.hpp"
 
 namespace offloadkit::region {
 namespace {
 
+using testing::region_implementation;
+
 constexpr std::size_t word = sizeof(std::uint32_t);
+
+/// A region from the descriptor's factory. What the instance says of its address agrees with what
+/// the descriptor declares, which is what the address checks below go by.
+std::unique_ptr<offload_region> make_region(const region_implementation& impl, executor& ex,
+                                            region_config c) {
+  auto r = impl.make(ex, c);
+  RC_ASSERT(r->address_stable() == impl.caps.address_stable);
+  return r;
+}
 
 /// Device-memory slack tolerated when comparing the driver's free memory (other processes and
 /// the driver's own bookkeeping move it on a GPU; the host back end is exact).
@@ -124,6 +139,7 @@ struct region_sut {
   stream s;
   void* address;
   graph_id graph;
+  bool address_stable;  ///< declared by the descriptor
 };
 
 using region_command = rc::state::Command<region_model, region_sut>;
@@ -181,7 +197,7 @@ struct pause_cmd final : region_command {
     }
     sut.region->pause(sut.s, mode);
     RC_ASSERT(sut.region->state() == region_state::paused);
-    if (sut.region->address_stable()) RC_ASSERT(same_address(sut.region->data(), sut.address));
+    if (sut.address_stable) RC_ASSERT(same_address(sut.region->data(), sut.address));
   }
   void show(std::ostream& os) const override { os << "pause(" << to_string(mode) << ")"; }
 };
@@ -196,7 +212,7 @@ struct resume_cmd final : region_command {
     }
     sut.region->resume(sut.s);
     RC_ASSERT(sut.region->state() == region_state::active);
-    if (sut.region->address_stable()) {
+    if (sut.address_stable) {
       RC_ASSERT(same_address(sut.region->data(), sut.address));
       RC_ASSERT(sut.region->captures() == 1u);
     }
@@ -239,10 +255,10 @@ struct read_cmd final : region_command {
   void show(std::ostream& os) const override { os << "read"; }
 };
 
-void model_based(executor& ex, const region_factory& make) {
+void model_based(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
-  region_sut sut{&ex, make(ex, region_config{sh.words * word, 0, sh.chunk_bytes}), stream(ex, 0),
-                 nullptr, 0};
+  auto region = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+  region_sut sut{&ex, std::move(region), stream(ex, 0), nullptr, 0, impl.caps.address_stable};
   sut.address = sut.region->data();
   // Fresh device memory is unspecified: start from a known pattern.
   write_pattern(ex, sut.region->data(), sh.words, 0, sut.s);
@@ -258,7 +274,7 @@ void model_based(executor& ex, const region_factory& make) {
 
 // ---- release, graphs, cycles, errors, devices ---------------------------------------------------
 
-void release_is_real(executor& ex, const region_factory& make) {
+void release_is_real(executor& ex, const region_implementation& impl) {
   const int device = ex.device_count() - 1;
   const std::size_t gran = ex.granularity(device);
   const std::size_t words = *rc::gen::inRange<std::size_t>(1, 4) * gran / word;
@@ -266,7 +282,7 @@ void release_is_real(executor& ex, const region_factory& make) {
   const std::size_t slack = memory_slack(ex, device);
   stream s(ex, device);
   const std::size_t free0 = ex.device_memory(device).free;
-  auto r = make(ex, region_config{words * word, device, gran});
+  auto r = make_region(impl, ex, region_config{words * word, device, gran});
   write_pattern(ex, r->data(), words, seed, s);
   s.synchronize();
   const std::size_t free_active = ex.device_memory(device).free;
@@ -285,14 +301,14 @@ void release_is_real(executor& ex, const region_factory& make) {
   RC_ASSERT(free_memory_settles_near(ex, device, free0, slack));
 }
 
-void graph_replay_after_resume(executor& ex, const region_factory& make) {
+void graph_replay_after_resume(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const int before = *rc::gen::inRange(0, 3);
   const int after = *rc::gen::inRange(1, 4);
   const int cycles = *rc::gen::inRange(1, 4);
   stream s(ex, 0);
-  auto r = make(ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+  auto r = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
   void* const address = r->data();
   write_pattern(ex, r->data(), sh.words, seed, s);
   const graph_id g = r->register_graph(affine_graph(ex, sh.words), s);
@@ -303,13 +319,13 @@ void graph_replay_after_resume(executor& ex, const region_factory& make) {
   }
   for (int i = 0; i < after; ++i) r->replay(g, s);
   assert_contents(ex, *r, sh.words, seed, before + after, s);
-  if (r->address_stable()) {
+  if (impl.caps.address_stable) {
     RC_ASSERT(same_address(r->data(), address));
     RC_ASSERT(r->captures() == 1u);  // replayed as captured, never re-captured
   }
 }
 
-void many_cycles(executor& ex, const region_factory& make) {
+void many_cycles(executor& ex, const region_implementation& impl) {
   const int cycles = 200;
   counting_adaptor cx(ex);
   const std::size_t gran = ex.granularity(0);
@@ -317,7 +333,7 @@ void many_cycles(executor& ex, const region_factory& make) {
   const std::size_t slack = memory_slack(ex, 0);
   stream s(cx, 0);
   const std::size_t free0 = cx.device_memory(0).free;
-  auto r = make(cx, region_config{words * word, 0, gran});
+  auto r = make_region(impl, cx, region_config{words * word, 0, gran});
   write_pattern(cx, r->data(), words, 7, s);
   s.synchronize();
   const std::size_t free_active = cx.device_memory(0).free;
@@ -345,18 +361,18 @@ void many_cycles(executor& ex, const region_factory& make) {
   RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
 }
 
-void state_errors(executor& ex, const region_factory& make) {
+void state_errors(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 2);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const std::size_t slack = memory_slack(ex, 0);
   stream s(ex, 0);
-  RC_ASSERT_THROWS_AS(make(ex, region_config{0, 0, 0}), out_of_range);
-  RC_ASSERT_THROWS_AS(make(ex, region_config{word, ex.device_count(), 0}), out_of_range);
-  RC_ASSERT_THROWS_AS(make(ex, region_config{word, -1, 0}), out_of_range);
+  RC_ASSERT_THROWS_AS(impl.make(ex, region_config{0, 0, 0}), out_of_range);
+  RC_ASSERT_THROWS_AS(impl.make(ex, region_config{word, ex.device_count(), 0}), out_of_range);
+  RC_ASSERT_THROWS_AS(impl.make(ex, region_config{word, -1, 0}), out_of_range);
   // One untimed round first: a GPU loads kernels (and their device memory) on first use, which
   // would read as memory the destroyed region kept.
   {
-    auto warm = make(ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+    auto warm = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
     write_pattern(ex, warm->data(), sh.words, seed, s);
     (void)warm->register_graph(affine_graph(ex, sh.words), s);
     warm->pause(s);
@@ -365,7 +381,7 @@ void state_errors(executor& ex, const region_factory& make) {
     warm->pause(s);
   }
   const std::size_t free0 = ex.device_memory(0).free;
-  auto r = make(ex, region_config{sh.words * word, 0, sh.chunk_bytes});
+  auto r = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
   write_pattern(ex, r->data(), sh.words, seed, s);
   const graph_id g = r->register_graph(affine_graph(ex, sh.words), s);
   RC_ASSERT_THROWS_AS(r->resume(s), state_error);
@@ -385,7 +401,7 @@ void state_errors(executor& ex, const region_factory& make) {
   RC_ASSERT(free_memory_settles_near(ex, 0, free0, slack));
 }
 
-void multi_device(executor& ex, const region_factory& make) {
+void multi_device(executor& ex, const region_implementation& impl) {
   const int devices = ex.device_count();
   if (devices < 2) RC_SUCCEED("one device: nothing to check");
   const int device = *rc::gen::inRange(1, devices);
@@ -394,13 +410,16 @@ void multi_device(executor& ex, const region_factory& make) {
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const std::size_t slack = memory_slack(ex, 0);
   stream s(ex, device);
-  auto r = make(ex, region_config{words * word, device, gran});
+  auto r = make_region(impl, ex, region_config{words * word, device, gran});
   RC_ASSERT(r->device() == device);
   write_pattern(ex, r->data(), words, seed, s);
   const std::size_t other_free = ex.device_memory(0).free;
   const std::size_t free_active = ex.device_memory(device).free;
   r->pause(s);
-  RC_ASSERT(ex.device_memory(device).free >= free_active + r->size() - memory_slack(ex, device));
+  if (impl.caps.releases_memory) {
+    RC_ASSERT(ex.device_memory(device).free >= free_active + r->size() - memory_slack(ex, device));
+  }
+  // Pausing a region on one device never moves another device's memory.
   RC_ASSERT(free_memory_settles_near(ex, 0, other_free, slack));
   // Work on another device in between, then resume: the region still comes back on its own.
   stream other(ex, 0);
@@ -416,13 +435,13 @@ void multi_device(executor& ex, const region_factory& make) {
 
 /// A resume's copies are the region's own work: a pause issued right after it on another stream
 /// must not copy out (or unmap) before they land. Delays on the resume's stream widen the window.
-void cross_stream_order(executor& ex, const region_factory& make) {
+void cross_stream_order(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const int delay_us = *rc::gen::inRange(1000, 20000);
   delay_adaptor dx(ex);
   stream a(dx, 0), b(dx, 0);
-  auto r = make(dx, region_config{sh.words * word, 0, sh.chunk_bytes});
+  auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
   write_pattern(dx, r->data(), sh.words, seed, a);
   r->pause(a);
   dx.delay_next(a, std::chrono::microseconds(delay_us), 64);
@@ -434,15 +453,15 @@ void cross_stream_order(executor& ex, const region_factory& make) {
   a.synchronize();
 }
 
-/// unified_region's documented release: the allocation stays, a paused region stays readable (no
-/// fault), and on the host back end device memory never moves.
-void unified_release_behaviour(executor& ex, const region_factory& make) {
+/// A managed region's documented release (unified_region.hpp): the allocation stays, a paused
+/// region stays readable (no fault), and on the host back end device memory never moves.
+void unified_release_behaviour(executor& ex, const region_implementation& impl) {
   const std::size_t gran = ex.granularity(0);
   const std::size_t words = *rc::gen::inRange<std::size_t>(1, 3) * gran / word - 1;
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   stream s(ex, 0);
   const std::size_t free0 = ex.device_memory(0).free;
-  auto r = make(ex, region_config{words * word, 0, 0});
+  auto r = make_region(impl, ex, region_config{words * word, 0, 0});
   void* const address = r->data();
   write_pattern(ex, r->data(), words, seed, s);
   s.synchronize();
@@ -461,14 +480,14 @@ void unified_release_behaviour(executor& ex, const region_factory& make) {
   RC_ASSERT(r->state() == region_state::paused);
   r->resume(s);
   assert_contents(ex, *r, words, seed, 0, s);
-  RC_ASSERT(same_address(r->data(), address));
+  if (impl.caps.address_stable) RC_ASSERT(same_address(r->data(), address));
 }
 
 // ---- fault injection ---------------------------------------------------------------------------
 
 enum class phase { pause, resume };
 
-void fault_countdown(executor& ex, const region_factory& make, phase which) {
+void fault_countdown(executor& ex, const region_implementation& impl, phase which) {
   const std::size_t gran = ex.granularity(0);
   const int granules = *rc::gen::inRange(2, 5);
   const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
@@ -488,7 +507,7 @@ void fault_countdown(executor& ex, const region_factory& make, phase which) {
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
-    auto r = make(fx, region_config{words * word, 0, gran});
+    auto r = make_region(impl, fx, region_config{words * word, 0, gran});
     void* const address = r->data();
     write_pattern(fx, r->data(), words, seed, s);
     const graph_id g = r->register_graph(affine_graph(fx, words), s);
@@ -521,7 +540,7 @@ void fault_countdown(executor& ex, const region_factory& make, phase which) {
         RC_ASSERT(st == region_state::active || st == region_state::partial);
       else
         RC_ASSERT(st == region_state::paused || st == region_state::partial);
-      if (r->address_stable()) RC_ASSERT(same_address(r->data(), address));
+      if (impl.caps.address_stable) RC_ASSERT(same_address(r->data(), address));
       const std::size_t f = fx.device_memory(0).free;
       RC_ASSERT(f + slack >= free_active && f <= free0 + slack);
       // The retry succeeds.
@@ -533,7 +552,7 @@ void fault_countdown(executor& ex, const region_factory& make, phase which) {
     // From here on the region must behave as if nothing had failed: nothing leaked, nothing lost.
     if (which == phase::pause) {
       RC_ASSERT(r->state() == region_state::paused);
-      RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
+      if (impl.caps.releases_memory) RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
       r->resume(s);
     }
     RC_ASSERT(r->state() == region_state::active);
@@ -542,7 +561,7 @@ void fault_countdown(executor& ex, const region_factory& make, phase which) {
     r->replay(g, s);
     assert_contents(fx, *r, words, seed, 1, s);
     r->pause(s);
-    RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
+    if (impl.caps.releases_memory) RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
     r.reset();
     RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
     if (!fired) break;  // the operation ran to its end without reaching call n
@@ -551,39 +570,45 @@ void fault_countdown(executor& ex, const region_factory& make, phase which) {
 
 }  // namespace
 
-std::vector<check_case> unified_region_battery() {
-  const region_factory make = [](executor& ex, region_config c) {
-    return std::unique_ptr<offload_region>(std::make_unique<unified_region>(ex, c));
-  };
-  std::vector<check_case> out;
-  for (auto& c : region_battery("unified", make)) {
-    if (c.name == "model_based" || c.name == "graph_replay_after_resume" ||
-        c.name == "state_errors" || c.name == "cross_stream_order")
-      out.push_back(std::move(c));
-  }
-  out.push_back(check_case{"region", "unified", "unified_release_behaviour",
-                           [make](executor& ex) { unified_release_behaviour(ex, make); }, 10});
-  return out;
-}
-
-std::vector<check_case> region_battery(const std::string& implementation, region_factory make) {
-  auto c = [&](const char* name, void (*body)(executor&, const region_factory&), int cases) {
-    return check_case{"region", implementation, name,
-                      [make, body](executor& ex) { body(ex, make); }, cases};
-  };
-  std::vector<check_case> out;
-  out.push_back(c("model_based", &model_based, 30));
-  out.push_back(c("release_is_real", &release_is_real, 10));
-  out.push_back(c("graph_replay_after_resume", &graph_replay_after_resume, 15));
-  out.push_back(check_case{"region", implementation, "fault_countdown_pause",
-                           [make](executor& ex) { fault_countdown(ex, make, phase::pause); }, 3});
-  out.push_back(check_case{"region", implementation, "fault_countdown_resume",
-                           [make](executor& ex) { fault_countdown(ex, make, phase::resume); }, 3});
-  out.push_back(c("many_cycles", &many_cycles, 1));
-  out.push_back(c("state_errors", &state_errors, 10));
-  out.push_back(c("multi_device", &multi_device, 5));
-  out.push_back(c("cross_stream_order", &cross_stream_order, 5));
-  return out;
-}
-
 }  // namespace offloadkit::region
+
+namespace offloadkit::testing {
+
+std::vector<check_case> region_battery(const region_implementation& impl) {
+  // Every case shares one copy of the descriptor; the properties read its capabilities.
+  const auto shared = std::make_shared<const region_implementation>(impl);
+  using property_fn = void (*)(executor&, const region_implementation&);
+  auto c = [&shared](const char* name, property_fn body, int cases) {
+    return check_case{"region", shared->name, name,
+                      [shared, body](executor& ex) { body(ex, *shared); }, cases};
+  };
+  auto countdown = [&shared](const char* name, region::phase which) {
+    return check_case{
+        "region", shared->name, name,
+        [shared, which](executor& ex) { region::fault_countdown(ex, *shared, which); }, 3};
+  };
+  const region_capabilities& caps = impl.caps;
+  std::vector<check_case> out;
+  out.push_back(c("model_based", &region::model_based, 30));
+  if (caps.releases_memory) out.push_back(c("release_is_real", &region::release_is_real, 10));
+  out.push_back(c("graph_replay_after_resume", &region::graph_replay_after_resume, 15));
+  // The fault adaptor fails only what passes through the executor.
+  if (impl.support.executor_allocations) {
+    out.push_back(countdown("fault_countdown_pause", region::phase::pause));
+    out.push_back(countdown("fault_countdown_resume", region::phase::resume));
+  }
+  if (caps.releases_memory) out.push_back(c("many_cycles", &region::many_cycles, 1));
+  out.push_back(c("state_errors", &region::state_errors, 10));
+  if (caps.multi_device) {
+    check_case m = c("multi_device", &region::multi_device, 5);
+    m.min_devices = 2;
+    out.push_back(std::move(m));
+  }
+  out.push_back(c("cross_stream_order", &region::cross_stream_order, 5));
+  if (caps.managed_memory) {
+    out.push_back(c("unified_release_behaviour", &region::unified_release_behaviour, 10));
+  }
+  return out;
+}
+
+}  // namespace offloadkit::testing

@@ -1,7 +1,7 @@
 // The region op-sequence interpreter behind the fuzz target fuzz/region_ops_fuzz.cpp and its
 // corpus test: bytes choose an implementation, a shape, and a sequence of write / pause /
 // pause-discard / resume / replay / read / armed-fault ops, each checked against a plain model.
-#include "offloadkit/region/region_ops.hpp"
+#include "offloadkit/testing/region_ops.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -1,7 +1,7 @@
 // run_check(): runs one check_case's property under rapidcheck with an explicit seed, case count
 // and size bound, and turns rapidcheck's result into a check_outcome. A failing property is a
 // result, never an exception, so one failure does not stop a battery.
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/check.hpp"
 
 #include <rapidcheck.h>
 
@@ -59,6 +59,12 @@ std::string describe(const rc::detail::FailureResult& f, const observations& see
 
 }  // namespace
 
+int planned_cases(const check_case& c, const check_config& cfg) {
+  // An explicit count wins both ways: a user hunting a rare failure runs longer than the default,
+  // and a quick smoke run shorter.
+  return std::max(1, cfg.cases > 0 ? cfg.cases : c.default_cases);
+}
+
 check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg) {
   check_outcome o;
   o.feature = c.feature;
@@ -66,8 +72,7 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
   o.name = c.name;
   o.executor_name = to_string(ex.kind());
   o.seed = cfg.seed != 0 ? cfg.seed : fresh_seed();
-  o.cases_planned = cfg.cases > 0 ? std::min(cfg.cases, c.default_cases) : c.default_cases;
-  if (o.cases_planned < 1) o.cases_planned = 1;
+  o.cases_planned = planned_cases(c, cfg);
 
   if (!c.property) {
     o.message = "the check case has no property body";
@@ -138,9 +143,11 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
   return o;
 }
 
-std::string reproduce_command(const check_outcome& o) {
+std::string reproduce_command(const check_outcome& o) { return reproduce_command(o, "offloadkit"); }
+
+std::string reproduce_command(const check_outcome& o, const std::string& program) {
   std::ostringstream os;
-  os << "offloadkit check --executor " << o.executor_name << " --feature " << o.feature
+  os << program << " check --executor " << o.executor_name << " --feature " << o.feature
      << " --implementation " << o.implementation << " --property " << o.name << " --seed " << o.seed
      << " --cases " << o.cases_planned;
   return os.str();

@@ -177,8 +177,7 @@ class executor {
   void synchronize(event_ref e) { do_synchronize_event(e); }
   [[nodiscard]] bool ready(event_ref e) { return do_ready(e); }
 
-  // ---- virtual memory
-  // -----------------------------------------------------------------------------
+  // ---- virtual memory ---------------------------------------------------------------------------
   /// Allocation granularity of physical memory on `device`; every size and offset below is a
   /// multiple of it.
   [[nodiscard]] std::size_t granularity(int device = 0) { return do_granularity(device); }

@@ -3,9 +3,11 @@
 // its copy and upload streams to widen the race windows; the same offloader without the bug passes.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "battery_support.hpp"
-#include "offloadkit/activation/battery.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/testing/activation_battery.hpp"
 #include "planted_offloader.hpp"
 
 namespace {
@@ -29,15 +31,28 @@ using offloadkit::activation::testing::run_named;
   } while (0)
 #endif
 
+/// planted_offloader<B>'s descriptor: the optimized offloader's capabilities, which the compact
+/// offloader claims too (every bound, the device of origin).
+template <bug B>
+offloadkit::testing::activation_implementation planted() {
+  offloadkit::testing::activation_implementation impl =
+      offloadkit::testing::optimized_activation_implementation();
+  impl.name = "planted";
+  impl.make = [](executor& ex, const offload_options& o) {
+    return std::unique_ptr<offloader>(std::make_unique<planted_offloader<B>>(ex, o));
+  };
+  return impl;
+}
+
 template <bug B>
 check_outcome run_planted(const char* property, int cases = 200) {
   host_executor ex;  // two simulated devices
-  return run_named(activation_battery<planted_offloader<B>>("planted"), property, ex, cases);
+  return run_named(offloadkit::testing::activation_battery(planted<B>()), property, ex, cases);
 }
 
 TEST(ActivationPlanted, ControlWithoutBugPasses) {
-  for (const char* p : {round_trip_property, two_devices_property, memory_bound_property,
-                        races_property, pending_bound_property}) {
+  for (const char* p : {"round_trip", "two_devices", "prefetch_memory_bound", "races_with_delays",
+                        "pending_source_bound"}) {
     const check_outcome o = run_planted<bug::none>(p, 15);
     EXPECT_TRUE(o.passed) << describe(o);
   }
@@ -45,7 +60,7 @@ TEST(ActivationPlanted, ControlWithoutBugPasses) {
 
 TEST(ActivationPlanted, CatchesSourceReleasedBeforeItsCopy) {
   OFFLOADKIT_SKIP_PLANTED_RACE();
-  const check_outcome o = run_planted<bug::early_release>(races_property);
+  const check_outcome o = run_planted<bug::early_release>("races_with_delays");
   EXPECT_FALSE(o.passed) << "the races property passed an offloader that gives the source back "
                             "before its copy has completed";
   std::printf("%s\n", describe(o).c_str());
@@ -53,28 +68,28 @@ TEST(ActivationPlanted, CatchesSourceReleasedBeforeItsCopy) {
 
 TEST(ActivationPlanted, CatchesUnpackNotWaitingOnTheTensorsEvent) {
   OFFLOADKIT_SKIP_PLANTED_RACE();
-  const check_outcome o = run_planted<bug::unpack_no_wait>(races_property);
+  const check_outcome o = run_planted<bug::unpack_no_wait>("races_with_delays");
   EXPECT_FALSE(o.passed) << "the races property passed an offloader whose unpack does not wait "
                             "on the upload";
   std::printf("%s\n", describe(o).c_str());
 }
 
 TEST(ActivationPlanted, CatchesUnpackOntoTheCurrentDevice) {
-  const check_outcome o = run_planted<bug::current_device>(two_devices_property);
+  const check_outcome o = run_planted<bug::current_device>("two_devices");
   EXPECT_FALSE(o.passed) << "the two-device property passed an offloader that restores onto the "
                             "current device";
   std::printf("%s\n", describe(o).c_str());
 }
 
 TEST(ActivationPlanted, CatchesSourcesHeldBeyondThePendingBound) {
-  const check_outcome o = run_planted<bug::unbounded_pending>(pending_bound_property);
+  const check_outcome o = run_planted<bug::unbounded_pending>("pending_source_bound");
   EXPECT_FALSE(o.passed) << "the pending-source property passed an offloader that ignores "
                             "max_pending_bytes";
   std::printf("%s\n", describe(o).c_str());
 }
 
 TEST(ActivationPlanted, CatchesPrefetchBeyondTheBound) {
-  const check_outcome o = run_planted<bug::unbounded_prefetch>(memory_bound_property);
+  const check_outcome o = run_planted<bug::unbounded_prefetch>("prefetch_memory_bound");
   EXPECT_FALSE(o.passed) << "the memory property passed an offloader that prefetches everything";
   std::printf("%s\n", describe(o).c_str());
 }

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "offloadkit/activation/battery.hpp"
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/activation_battery.hpp"
+#include "offloadkit/testing/check.hpp"
 #include "testing.hpp"
 
 namespace offloadkit::activation::testing {
 
-/// OFFLOADKIT_CASES caps the cases per property (0 or unset: each case's default).
+/// OFFLOADKIT_CASES sets the cases per property, fewer or more (0 or unset: each case's default).
 inline int cases_from_env() {
   const char* v = std::getenv("OFFLOADKIT_CASES");
   return v != nullptr ? std::atoi(v) : 0;

@@ -4,13 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "offloadkit/arena/battery.hpp"
-#include "offloadkit/check.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/testing/arena_battery.hpp"
+#include "offloadkit/testing/check.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -131,16 +132,28 @@ class planted final : public offloader {
   bool released_ = false;
 };
 
+/// planted<B>'s descriptor: the optimized offloader's promises, which it makes too.
+template <bug B>
+offloadkit::testing::arena_implementation planted_descriptor() {
+  offloadkit::testing::arena_implementation impl =
+      offloadkit::testing::optimized_arena_implementation();
+  impl.name = "planted";
+  impl.make = [](executor& ex) {
+    return std::unique_ptr<offloader>(std::make_unique<planted<B>>(ex));
+  };
+  return impl;
+}
+
 /// Runs battery case `name` on planted<B> with the host executor; returns whether it passed.
 template <bug B>
 check_outcome run_planted(const std::string& name) {
   host_executor ex;
   check_config cfg;
   cfg.seed = offloadkit::testing::seed();
-  for (const check_case& c : arena::testing::arena_battery<planted<B>>("planted")) {
+  for (const check_case& c : offloadkit::testing::arena_battery(planted_descriptor<B>())) {
     if (c.name == name) return run_check(c, ex, cfg);
   }
-  ADD_FAILURE() << "no battery case named " << name;
+  ADD_FAILURE() << "the battery does not list " << name;
   return {};
 }
 

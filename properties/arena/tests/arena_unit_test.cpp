@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
-#include "offloadkit/arena/battery_support.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/layout.hpp"
 #include "offloadkit/arena/pinned_arena.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/testing/arena_battery_support.hpp"
 #include "testing.hpp"
 
 namespace {

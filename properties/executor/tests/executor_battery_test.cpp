@@ -2,7 +2,7 @@
 // ExecutorBattery runs each property and expects it to hold; ExecutorBatteryCatches plants one bug
 // per property behind the executor interface (an adaptor) and expects that property to fail, so a
 // property that cannot fail is noticed.
-#include "offloadkit/executor_battery.hpp"
+#include "offloadkit/testing/executor_battery.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/check.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -27,7 +27,7 @@ using offloadkit::executor;
 using offloadkit::executor_adaptor;
 using offloadkit::stream_ref;
 
-/// OFFLOADKIT_CASES caps every property's case count (0 or unset: the properties' defaults).
+/// OFFLOADKIT_CASES sets every property's case count, fewer or more (0 or unset: the defaults).
 int cases_from_environment() {
   const char* v = std::getenv("OFFLOADKIT_CASES");
   return v == nullptr ? 0 : std::max(0, std::atoi(v));

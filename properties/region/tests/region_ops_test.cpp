@@ -1,6 +1,6 @@
 // The region op interpreter of the fuzz target, run over seeded random inputs so that every CI
 // run covers what the fuzzer covers in its first moments.
-#include "offloadkit/region/region_ops.hpp"
+#include "offloadkit/testing/region_ops.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,20 +1,41 @@
-// The paged-stash battery's non-template entry points: implementation factories and the list of
+// The paged-stash battery's list of properties, the built-in implementations as descriptors, and
 // every case that `offloadkit check` runs.
-#include "offloadkit/stash/battery.hpp"
+#include <memory>
+#include <utility>
 
 #include "offloadkit/stash/eager_stash.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
+#include "offloadkit/testing/stash_battery.hpp"
 
-namespace offloadkit::stash {
+namespace offloadkit::testing {
 
-std::unique_ptr<stash_interface> reference_impl::make(executor& ex, const stash_config& c,
-                                                      stream_ref s) {
-  return std::make_unique<eager_stash>(ex, c, s);
-}
-
-std::unique_ptr<stash_interface> optimized_impl::make(executor& ex, const stash_config& c,
-                                                      stream_ref s) {
-  return std::make_unique<paged_stash>(ex, c, s);
+std::vector<check_case> stash_battery(const stash_implementation& impl) {
+  // Every case shares one copy of the descriptor; the properties read its capabilities.
+  const auto shared = std::make_shared<const stash_implementation>(impl);
+  using property_fn = void (*)(const stash_implementation&, executor&);
+  auto make = [&shared](const char* name, property_fn f, int cases) {
+    check_case c;
+    c.feature = "stash";
+    c.implementation = shared->name;
+    c.name = name;
+    c.property = [shared, f](executor& ex) { f(*shared, ex); };
+    c.default_cases = cases;
+    return c;
+  };
+  namespace props = stash::testing;
+  std::vector<check_case> out;
+  out.push_back(make("round_trip_and_conservation", &props::prop_round_trip, 200));
+  out.push_back(make("capacity_sweep_first_overflow", &props::prop_capacity_sweep, 80));
+  out.push_back(make("key_limits", &props::prop_key_limits, 30));
+  // The fault adaptor fails only what passes through the executor.
+  if (impl.support.executor_allocations) {
+    out.push_back(make("injected_faults_countdown", &props::prop_injected_faults, 15));
+  }
+  out.push_back(make("model_based", &props::prop_model, 200));
+  if (impl.caps.capturable) {
+    out.push_back(make("graph_replay_row_counts", &props::prop_graph_replay, 40));
+  }
+  return out;
 }
 
 std::vector<check_case> stash_codec_checks() {
@@ -23,21 +44,48 @@ std::vector<check_case> stash_codec_checks() {
   c.feature = "stash";
   c.implementation = "key_codec";
   c.name = "fixed_width_codec_injective";
-  c.property = testing::prop_codec_injective;
+  c.property = stash::testing::prop_codec_injective;
   c.default_cases = 500;
   out.push_back(c);
   c.implementation = "legacy_codec";
   c.name = "legacy_codec_round_trips_below_1000";
-  c.property = testing::prop_legacy_in_range;
+  c.property = stash::testing::prop_legacy_in_range;
   out.push_back(c);
   return out;
 }
 
+stash_implementation reference_stash_implementation() {
+  stash_implementation impl;
+  impl.name = "reference";
+  impl.caps.capturable = false;  // reads the row count on the host after every stash
+  impl.caps.page_ids = false;    // exact-size buffers, no pages
+  impl.make = [](executor& ex, const stash::stash_config& c, stream_ref s) {
+    return std::unique_ptr<stash::stash_interface>(std::make_unique<stash::eager_stash>(ex, c, s));
+  };
+  return impl;
+}
+
+stash_implementation optimized_stash_implementation() {
+  stash_implementation impl;
+  impl.name = "optimized";
+  impl.caps.capturable = true;
+  impl.caps.page_ids = true;
+  impl.make = [](executor& ex, const stash::stash_config& c, stream_ref s) {
+    return std::unique_ptr<stash::stash_interface>(std::make_unique<stash::paged_stash>(ex, c, s));
+  };
+  return impl;
+}
+
+std::vector<stash_implementation> builtin_stash_implementations() {
+  return {reference_stash_implementation(), optimized_stash_implementation()};
+}
+
 std::vector<check_case> stash_checks() {
   std::vector<check_case> out = stash_codec_checks();
-  for (auto& c : stash_battery<reference_impl>()) out.push_back(std::move(c));
-  for (auto& c : stash_battery<optimized_impl>()) out.push_back(std::move(c));
+  for (const stash_implementation& impl : builtin_stash_implementations()) {
+    for (check_case& c : stash_battery(impl)) out.push_back(std::move(c));
+  }
   return out;
 }
 
-}  // namespace offloadkit::stash
+}  // namespace offloadkit::testing

@@ -8,12 +8,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
-#include "offloadkit/check.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
-#include "offloadkit/stash/battery.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
+#include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/stash_battery.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -113,38 +115,50 @@ stash_config one_page_short(stash_config c) {
   return c;
 }
 
+/// A planted variant's descriptor: the optimized stash's capabilities (it forwards to it), its
+/// own factory.
+offloadkit::testing::stash_implementation planted_descriptor(
+    offloadkit::testing::stash_factory make) {
+  offloadkit::testing::stash_implementation impl =
+      offloadkit::testing::optimized_stash_implementation();
+  impl.name = "planted";
+  impl.make = std::move(make);
+  return impl;
+}
+
 template <class Variant>
-struct planted {
-  static constexpr const char* name = "planted";
-  static constexpr bool capturable = true;
-  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s) {
+offloadkit::testing::stash_implementation planted() {
+  return planted_descriptor([](executor& ex, const stash_config& c, stream_ref s) {
+    std::unique_ptr<stash_interface> st;
     if constexpr (std::is_constructible_v<Variant, executor&, const stash_config&, stream_ref>) {
-      return std::make_unique<Variant>(ex, c, s);
+      st = std::make_unique<Variant>(ex, c, s);
     } else {
-      return std::make_unique<Variant>(ex, c, c, s);
+      st = std::make_unique<Variant>(ex, c, c, s);
     }
-  }
-};
+    return st;
+  });
+}
 
 /// A pool one page smaller than it reports: the planner's capacity overflows.
-struct undersized {
-  static constexpr const char* name = "planted";
-  static constexpr bool capturable = true;
-  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s) {
-    return std::make_unique<plain_forwarding>(ex, c, one_page_short(c), s);
-  }
-  class plain_forwarding final : public forwarding_stash {
-   public:
-    using forwarding_stash::forwarding_stash;
-  };
+class undersized_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
 };
 
-template <class Impl>
-void expect_caught(const std::string& property) {
-  const auto battery = stash_battery<Impl>();
+offloadkit::testing::stash_implementation undersized() {
+  return planted_descriptor([](executor& ex, const stash_config& c, stream_ref s) {
+    return std::unique_ptr<stash_interface>(
+        std::make_unique<undersized_stash>(ex, c, one_page_short(c), s));
+  });
+}
+
+/// Runs `property` of the battery for `impl` on the host executor: it must fail.
+void expect_caught(const offloadkit::testing::stash_implementation& impl,
+                   const std::string& property) {
+  const auto battery = offloadkit::testing::stash_battery(impl);
   auto it = std::find_if(battery.begin(), battery.end(),
                          [&](const check_case& c) { return c.name == property; });
-  ASSERT_NE(it, battery.end());
+  ASSERT_NE(it, battery.end()) << "the battery does not list " << property << " for " << impl.name;
   host_executor ex;
   offloadkit::check_config cfg;
   cfg.seed = offloadkit::testing::seed();
@@ -157,28 +171,28 @@ void expect_caught(const std::string& property) {
 }
 
 TEST(StashCatches, CorruptedRestoreByRoundTrip) {
-  expect_caught<planted<corrupting_stash>>("round_trip_and_conservation");
+  expect_caught(planted<corrupting_stash>(), "round_trip_and_conservation");
 }
 TEST(StashCatches, CorruptedRestoreByModel) {
-  expect_caught<planted<corrupting_stash>>("model_based");
+  expect_caught(planted<corrupting_stash>(), "model_based");
 }
 TEST(StashCatches, CorruptedRestoreByGraphReplay) {
-  expect_caught<planted<corrupting_stash>>("graph_replay_row_counts");
+  expect_caught(planted<corrupting_stash>(), "graph_replay_row_counts");
 }
 TEST(StashCatches, LeakedPagesByRoundTrip) {
-  expect_caught<planted<leaking_stash>>("round_trip_and_conservation");
+  expect_caught(planted<leaking_stash>(), "round_trip_and_conservation");
 }
 TEST(StashCatches, LostStickyStatusByCapacitySweep) {
-  expect_caught<planted<forgetful_stash>>("capacity_sweep_first_overflow");
+  expect_caught(planted<forgetful_stash>(), "capacity_sweep_first_overflow");
 }
 TEST(StashCatches, LostStickyStatusByModel) {
-  expect_caught<planted<forgetful_stash>>("model_based");
+  expect_caught(planted<forgetful_stash>(), "model_based");
 }
 TEST(StashCatches, SwallowedFaultByCountdown) {
-  expect_caught<planted<swallowing_stash>>("injected_faults_countdown");
+  expect_caught(planted<swallowing_stash>(), "injected_faults_countdown");
 }
 TEST(StashCatches, PlannerNotExactByCapacitySweep) {
-  expect_caught<undersized>("capacity_sweep_first_overflow");
+  expect_caught(undersized(), "capacity_sweep_first_overflow");
 }
 
 // The conservation checker itself: a page listed twice or lost is reported.

@@ -8,12 +8,12 @@
 #include <random>
 #include <string>
 
-#include "offloadkit/check.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/stash/battery.hpp"
 #include "offloadkit/stash/key.hpp"
 #include "offloadkit/stash/planner.hpp"
 #include "offloadkit/stash/schedule.hpp"
+#include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/stash_battery.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -48,7 +48,7 @@ TEST(StashKey, CodecPropertiesHold) {
   offloadkit::host_executor ex;
   offloadkit::check_config cfg;
   cfg.seed = offloadkit::testing::seed();
-  for (const auto& c : stash_codec_checks()) {
+  for (const auto& c : offloadkit::testing::stash_codec_checks()) {
     const auto o = offloadkit::run_check(c, ex, cfg);
     EXPECT_TRUE(o.passed) << c.name << ": " << o.message;
   }

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::traces {
 

@@ -1,6 +1,8 @@
 // The arena battery: every property of an offloader, written once against the interface and
-// instantiated for every implementation type (reference, optimized, planted bugs). Run by the
-// ctest suites on both executors and by `offloadkit check` through arena_checks().
+// listed for an implementation descriptor (testing::arena_implementation) by what it declares:
+// each promise in its caps is checked (and the instance's promises() must agree with them), and
+// fault injection applies only when its allocations and copies go through the executor. Run by
+// the generated ctest suites on both executors and by `offloadkit check` through arena_checks().
 #pragma once
 
 #include <rapidcheck.h>
@@ -9,18 +11,22 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
-#include "offloadkit/arena/arena_checks.hpp"
-#include "offloadkit/arena/battery_support.hpp"
 #include "offloadkit/arena/offloader.hpp"
-#include "offloadkit/check.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/arena_battery_support.hpp"
+#include "offloadkit/testing/arena_checks.hpp"
+#include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/implementation.hpp"
 
 namespace offloadkit::arena::testing {
+
+using offloadkit::testing::arena_implementation;
 
 /// Host bytes the ctest-sized sets stay under.
 inline constexpr std::size_t battery_max_bytes = std::size_t{3} << 20;
@@ -111,11 +117,27 @@ std::string expect_throw(Fn&& fn, const char* what) {
   return {};
 }
 
+/// An offloader from the descriptor's factory. The promises the instance makes agree with the
+/// ones its descriptor declares, which are the ones the properties below check.
+inline std::unique_ptr<offloader> make_offloader(const arena_implementation& impl, executor& ex) {
+  auto off = impl.make(ex);
+  const offload_promises made = off->promises();
+  if (made.asynchronous != impl.caps.asynchronous ||
+      made.pinned_steady_state != impl.caps.pinned_steady_state ||
+      made.single_host_buffer != impl.caps.single_host_buffer) {
+    RC_FAIL(offloadkit::detail::concat(
+        impl.name, ": promises() says asynchronous=", made.asynchronous, " pinned_steady_state=",
+        made.pinned_steady_state, " single_host_buffer=", made.single_host_buffer,
+        ", the descriptor declares ", impl.caps.asynchronous, " ", impl.caps.pinned_steady_state,
+        " ", impl.caps.single_host_buffer));
+  }
+  return off;
+}
+
 // ---- the properties ---------------------------------------------------------------------------
 
 /// offload then reload restores every byte, in place and into other buffers of the same sizes.
-template <class Impl>
-void prop_round_trip(executor& ex) {
+inline void prop_round_trip(const arena_implementation& impl, executor& ex) {
   const set_spec spec = *gen_set_spec();
   const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
   stream s(ex);
@@ -123,29 +145,28 @@ void prop_round_trip(executor& ex) {
   device_set b = make_device_set(ex, *gen_regrouped(spec));
   fill_pattern(ex, a.view(), seed, s);
   const snapshot expected = read_set(ex, a.view(), s);
-  Impl off(ex);
-  ex.synchronize(off.offload(a.view(), s).ref());
-  RC_ASSERT(off.holds_copy());
+  auto off = make_offloader(impl, ex);
+  ex.synchronize(off->offload(a.view(), s).ref());
+  RC_ASSERT(off->holds_copy());
   scribble(ex, a.view(), 0x5a, s);
-  ex.synchronize(off.reload(a.view(), s).ref());
+  ex.synchronize(off->reload(a.view(), s).ref());
   assert_same(expected, read_set(ex, a.view(), s), "reload in place");
-  ex.synchronize(off.reload(b.view(), s).ref());
+  ex.synchronize(off->reload(b.view(), s).ref());
   assert_same(expected, read_set(ex, b.view(), s), "reload into other buffers");
-  RC_ASSERT(off.host_bytes() >= spec.total());
-  off.release();
-  RC_ASSERT(off.host_bytes() == 0u);
+  RC_ASSERT(off->host_bytes() >= spec.total());
+  off->release();
+  RC_ASSERT(off->host_bytes() == 0u);
 }
 
 /// Cycles of changing shapes, chained through the returned events across two streams with
 /// random delays: the event of offload() must not complete before the host copy is whole, and
 /// reload() must wait for the offload() it reloads.
-template <class Impl>
-void prop_event_chain(executor& base) {
+inline void prop_event_chain(const arena_implementation& impl, executor& base) {
   delay_adaptor ex(base);
   stream s1(base), s2(base);
   ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 400)),
                     *rc::gen::arbitrary<std::uint64_t>());
-  Impl off(ex);
+  auto off = make_offloader(impl, ex);
   const int cycles = *rc::gen::inRange(1, 5);
   for (int c = 0; c < cycles; ++c) {
     const set_spec spec = *gen_set_spec(std::size_t{1} << 20, 100);
@@ -153,13 +174,13 @@ void prop_event_chain(executor& base) {
     device_set b = make_device_set(base, *gen_regrouped(spec));
     fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s1);
     const snapshot expected = read_set(base, a.view(), s1);
-    event done = off.offload(a.view(), s1);
+    event done = off->offload(a.view(), s1);
     // Chain: overwrite the source on s2 once the offload's event completes, then reload on s2.
     ex.wait(done, s2);
     for (const device_tensor& t : a.tensors) {
       if (t.bytes != 0) ex.fill(t.data, 0xc3, t.bytes, s2);
     }
-    event back = off.reload(b.view(), s2);
+    event back = off->reload(b.view(), s2);
     ex.synchronize(back.ref());
     assert_same(expected, read_set(base, b.view(), s2), "reload after chained overwrite");
     ex.synchronize(s1);
@@ -169,23 +190,21 @@ void prop_event_chain(executor& base) {
 
 /// After the first cycle of a shape, more cycles allocate no host memory, copy no byte through
 /// pageable memory, and issue at most one copy per run of device-contiguous tensors.
-template <class Impl>
-void prop_steady_state(executor& base) {
+inline void prop_steady_state(const arena_implementation& impl, executor& base) {
   counting_adaptor ex(base);
-  Impl off(ex);
-  if (!off.promises().pinned_steady_state) return;
+  auto off = make_offloader(impl, ex);
   const set_spec spec = *gen_set_spec();
   stream s(base);
   device_set a = make_device_set(base, spec);
   fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
   const snapshot expected = read_set(base, a.view(), s);
-  ex.synchronize(off.offload(a.view(), s).ref());
-  ex.synchronize(off.reload(a.view(), s).ref());
+  ex.synchronize(off->offload(a.view(), s).ref());
+  ex.synchronize(off->reload(a.view(), s).ref());
   ex.reset();
   const std::size_t cycles = 3;
   for (std::size_t c = 0; c < cycles; ++c) {
-    ex.synchronize(off.offload(a.view(), s).ref());
-    ex.synchronize(off.reload(a.view(), s).ref());
+    ex.synchronize(off->offload(a.view(), s).ref());
+    ex.synchronize(off->reload(a.view(), s).ref());
   }
   const counting_adaptor::counts n = ex.snapshot();
   RC_ASSERT(n.allocations_of(memory_kind::pinned) == 0u);
@@ -198,8 +217,7 @@ void prop_steady_state(executor& base) {
 /// release() frees all host memory; every use after it is a state_error saying so; destroying
 /// an offloader without release() frees too; an arena-backed offloader never holds two host
 /// buffers, also when it grows, and does not allocate for a set that fits.
-template <class Impl>
-void prop_lifetime(executor& base) {
+inline void prop_lifetime(const arena_implementation& impl, executor& base) {
   host_memory_tracker ex(base);
   stream s(base);
   const set_spec small = *gen_set_spec(std::size_t{1} << 19, 100);
@@ -218,47 +236,46 @@ void prop_lifetime(executor& base) {
   fill_pattern(base, c.view(), 3, s);
   const snapshot expect_c = read_set(base, c.view(), s);
   {
-    Impl off(ex);
-    const bool single = off.promises().single_host_buffer;
-    ex.synchronize(off.offload(a.view(), s).ref());
-    ex.synchronize(off.offload(b.view(), s).ref());
+    auto off = make_offloader(impl, ex);
+    const bool single = impl.caps.single_host_buffer;
+    ex.synchronize(off->offload(a.view(), s).ref());
+    ex.synchronize(off->offload(b.view(), s).ref());
     const std::size_t after_growth = ex.host().allocations;
-    ex.synchronize(off.offload(c.view(), s).ref());
+    ex.synchronize(off->offload(c.view(), s).ref());
     scribble(base, c.view(), 0, s);
-    ex.synchronize(off.reload(c.view(), s).ref());
+    ex.synchronize(off->reload(c.view(), s).ref());
     assert_same(expect_c, read_set(base, c.view(), s), "after growth");
     if (single) {
       RC_ASSERT(ex.host().peak_allocations <= 1u);
       RC_ASSERT(ex.host().allocations == after_growth);
     }
-    off.release();
-    RC_ASSERT(off.released());
-    RC_ASSERT(off.host_bytes() == 0u);
+    off->release();
+    RC_ASSERT(off->released());
+    RC_ASSERT(off->host_bytes() == 0u);
     RC_ASSERT(ex.host().live_bytes == 0u);
     RC_ASSERT(ex.host().live_allocations == 0u);
     const std::string m1 =
-        expect_throw<state_error>([&] { off.offload(a.view(), s); }, "offload after release");
+        expect_throw<state_error>([&] { off->offload(a.view(), s); }, "offload after release");
     RC_ASSERT(contains(m1, "release"));
     const std::string m2 =
-        expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after release");
+        expect_throw<state_error>([&] { off->reload(a.view(), s); }, "reload after release");
     RC_ASSERT(contains(m2, "release"));
-    off.release();  // idempotent
+    off->release();  // idempotent
   }
   {
-    Impl off(ex);
-    ex.synchronize(off.offload(b.view(), s).ref());
+    auto off = make_offloader(impl, ex);
+    ex.synchronize(off->offload(b.view(), s).ref());
   }
   RC_ASSERT(ex.host().live_allocations == 0u);
   {
-    Impl off(ex);  // reload before any offload: a state_error, not garbage
-    expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload before offload");
+    auto off = make_offloader(impl, ex);  // reload before any offload: a state_error, not garbage
+    expect_throw<state_error>([&] { off->reload(a.view(), s); }, "reload before offload");
   }
 }
 
 /// Host allocation fails at every point of offload(): the error is out_of_memory naming the
 /// offload, the device tensors are untouched, and a retry round-trips every byte.
-template <class Impl>
-void prop_fault_allocation(executor& base) {
+inline void prop_fault_allocation(const arena_implementation& impl, executor& base) {
   fault_injection_adaptor ex(base);
   stream s(base);
   const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
@@ -268,13 +285,13 @@ void prop_fault_allocation(executor& base) {
   device_set a = make_device_set(base, spec);
   fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
   const snapshot expected = read_set(base, a.view(), s);
-  Impl off(ex);
-  if (*rc::gen::arbitrary<bool>()) ex.synchronize(off.offload(h.view(), s).ref());
+  auto off = make_offloader(impl, ex);
+  if (*rc::gen::arbitrary<bool>()) ex.synchronize(off->offload(h.view(), s).ref());
   for (std::size_t n = 0; n < 64; ++n) {
     ex.arm({op_kind::allocate_pinned, op_kind::allocate_pageable}, n);
     bool threw = false;
     try {
-      ex.synchronize(off.offload(a.view(), s).ref());
+      ex.synchronize(off->offload(a.view(), s).ref());
     } catch (const out_of_memory& e) {
       threw = true;
       RC_ASSERT(contains(e.what(), "offload"));
@@ -286,11 +303,11 @@ void prop_fault_allocation(executor& base) {
     RC_ASSERT(threw == fired);
     assert_same(expected, read_set(base, a.view(), s), "device tensors after a failed offload");
     if (threw) {  // no half-written copy is ever reloaded
-      expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after failed offload");
+      expect_throw<state_error>([&] { off->reload(a.view(), s); }, "reload after failed offload");
     }
-    ex.synchronize(off.offload(a.view(), s).ref());
+    ex.synchronize(off->offload(a.view(), s).ref());
     scribble(base, a.view(), 0x11, s);
-    ex.synchronize(off.reload(a.view(), s).ref());
+    ex.synchronize(off->reload(a.view(), s).ref());
     assert_same(expected, read_set(base, a.view(), s), "round trip after a failed allocation");
     if (!fired) break;
   }
@@ -299,20 +316,19 @@ void prop_fault_allocation(executor& base) {
 /// A copy fails at every tensor of offload() and of reload(): the error names the tensor and the
 /// direction, offload() leaves the device untouched, reload() keeps the host copy, and a retry
 /// restores every byte.
-template <class Impl>
-void prop_fault_copy(executor& base) {
+inline void prop_fault_copy(const arena_implementation& impl, executor& base) {
   fault_injection_adaptor ex(base);
   stream s(base);
   const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
   device_set a = make_device_set(base, spec);
   fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
   const snapshot expected = read_set(base, a.view(), s);
-  Impl off(ex);
+  auto off = make_offloader(impl, ex);
   for (std::size_t n = 0; n < 64; ++n) {  // offload
     ex.arm({op_kind::copy}, n);
     bool threw = false;
     try {
-      ex.synchronize(off.offload(a.view(), s).ref());
+      ex.synchronize(off->offload(a.view(), s).ref());
     } catch (const injected_fault& e) {
       threw = true;
       RC_ASSERT(contains(e.what(), "offload"));
@@ -324,17 +340,17 @@ void prop_fault_copy(executor& base) {
     RC_ASSERT(threw == fired);
     assert_same(expected, read_set(base, a.view(), s), "device tensors after a failed offload");
     if (threw) {
-      expect_throw<state_error>([&] { off.reload(a.view(), s); }, "reload after failed offload");
+      expect_throw<state_error>([&] { off->reload(a.view(), s); }, "reload after failed offload");
     }
     if (!fired) break;
   }
-  ex.synchronize(off.offload(a.view(), s).ref());
+  ex.synchronize(off->offload(a.view(), s).ref());
   for (std::size_t n = 0; n < 64; ++n) {  // reload
     scribble(base, a.view(), 0x22, s);
     ex.arm({op_kind::copy}, n);
     bool threw = false;
     try {
-      ex.synchronize(off.reload(a.view(), s).ref());
+      ex.synchronize(off->reload(a.view(), s).ref());
     } catch (const injected_fault& e) {
       threw = true;
       RC_ASSERT(contains(e.what(), "reload"));
@@ -344,7 +360,7 @@ void prop_fault_copy(executor& base) {
     ex.disarm();
     base.synchronize(s);
     RC_ASSERT(threw == fired);
-    if (fired) ex.synchronize(off.reload(a.view(), s).ref());
+    if (fired) ex.synchronize(off->reload(a.view(), s).ref());
     assert_same(expected, read_set(base, a.view(), s), "reload after a failed reload");
     if (!fired) break;
   }
@@ -352,8 +368,7 @@ void prop_fault_copy(executor& base) {
 
 /// Offload of set A and reload of set B at once on two streams, with delays injected on both,
 /// then A reloaded on the other stream without a host wait: always correct.
-template <class Impl>
-void prop_concurrent(executor& base) {
+inline void prop_concurrent(const arena_implementation& impl, executor& base) {
   delay_adaptor ex(base);
   stream s1(base), s2(base);
   const set_spec spec_a = *gen_set_spec(std::size_t{1} << 20, 100);
@@ -365,8 +380,9 @@ void prop_concurrent(executor& base) {
   fill_pattern(base, b.view(), *rc::gen::arbitrary<std::uint64_t>(), s2);
   const snapshot expect_a = read_set(base, a.view(), s1);
   const snapshot expect_b = read_set(base, b.view(), s2);
-  Impl off_a(ex), off_b(ex);
-  ex.synchronize(off_b.offload(b.view(), s2).ref());
+  auto off_a = make_offloader(impl, ex);
+  auto off_b = make_offloader(impl, ex);
+  ex.synchronize(off_b->offload(b.view(), s2).ref());
   scribble(base, b.view(), 0x77, s2);
   // The offload starts late (0.5 ms at least, so that every case has the window), so a reload
   // that does not wait for it reads a stale arena.
@@ -375,9 +391,9 @@ void prop_concurrent(executor& base) {
                     *rc::gen::arbitrary<std::uint64_t>());
   ex.delay_randomly(s2, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
                     *rc::gen::arbitrary<std::uint64_t>());
-  event ea = off_a.offload(a.view(), s1);
-  event eb = off_b.reload(b.view(), s2);
-  event ea2 = off_a.reload(a2.view(), s2);
+  event ea = off_a->offload(a.view(), s1);
+  event eb = off_b->reload(b.view(), s2);
+  event ea2 = off_a->reload(a2.view(), s2);
   ex.synchronize(ea.ref());
   ex.synchronize(eb.ref());
   ex.synchronize(ea2.ref());
@@ -391,8 +407,7 @@ void prop_concurrent(executor& base) {
 /// Random sequences of offload, reload (same or other shape), overwrite, release and failing
 /// copies, run against a plain model: which copy is held, what each set holds, whether released.
 /// After every step the implementation agrees with the model; no failure loses the host copy.
-template <class Impl>
-void prop_model_sequence(executor& base) {
+inline void prop_model_sequence(const arena_implementation& impl, executor& base) {
   fault_injection_adaptor ex(base);
   stream s(base);
   const set_spec shape_a = *gen_set_spec(std::size_t{128} << 10, 24);
@@ -415,7 +430,7 @@ void prop_model_sequence(executor& base) {
   bool released = false, held = false;
   std::vector<std::size_t> held_sizes;
   snapshot held_copy;
-  Impl off(ex);
+  auto off = make_offloader(impl, ex);
   const int steps = *rc::gen::inRange(1, 40);
   for (int step = 0; step < steps; ++step) {
     const int op = *rc::gen::inRange(0, 12);
@@ -428,17 +443,17 @@ void prop_model_sequence(executor& base) {
       scribble(base, view, step, s);
       for (auto& t : content[k]) std::fill(t.begin(), t.end(), static_cast<unsigned char>(step));
     } else if (op == 2 && *rc::gen::inRange(0, 4) == 0) {  // rare: it ends the sequence's use
-      off.release();
+      off->release();
       released = true;
       held = false;
-      RC_ASSERT(off.host_bytes() == 0u);
+      RC_ASSERT(off->host_bytes() == 0u);
     } else if (op <= 5 || op == 9 || op == 10) {  // offload
       if (released) {
-        expect_throw<state_error>([&] { off.offload(view, s); }, "offload after release");
+        expect_throw<state_error>([&] { off->offload(view, s); }, "offload after release");
       } else {
         bool threw = false;
         try {
-          ex.synchronize(off.offload(view, s).ref());
+          ex.synchronize(off->offload(view, s).ref());
         } catch (const injected_fault&) {
           threw = true;
         }
@@ -452,13 +467,13 @@ void prop_model_sequence(executor& base) {
       }
     } else {  // reload
       if (released || !held) {
-        expect_throw<state_error>([&] { off.reload(view, s); }, "reload without a copy");
+        expect_throw<state_error>([&] { off->reload(view, s); }, "reload without a copy");
       } else if (sizes_of(k) != held_sizes) {
-        expect_throw<out_of_range>([&] { off.reload(view, s); }, "reload of another shape");
+        expect_throw<out_of_range>([&] { off->reload(view, s); }, "reload of another shape");
       } else {
         bool threw = false;
         try {
-          ex.synchronize(off.reload(view, s).ref());
+          ex.synchronize(off->reload(view, s).ref());
         } catch (const injected_fault&) {
           threw = true;
         }
@@ -468,30 +483,12 @@ void prop_model_sequence(executor& base) {
       }
     }
     ex.disarm();
-    RC_ASSERT(off.released() == released);
-    RC_ASSERT(off.holds_copy() == held);
+    RC_ASSERT(off->released() == released);
+    RC_ASSERT(off->holds_copy() == held);
     for (std::size_t j = 0; j < sets.size(); ++j) {
       assert_same(content[j], read_set(base, sets[j].view(), s), "a set after a step");
     }
   }
-}
-
-/// The battery for one implementation type, named `implementation` in the results.
-template <class Impl>
-std::vector<check_case> arena_battery(const std::string& implementation) {
-  auto make = [&implementation](const char* name, void (*fn)(executor&), int cases) {
-    return check_case{"arena", implementation, name, fn, cases};
-  };
-  return {
-      make("round_trip", &prop_round_trip<Impl>, 60),
-      make("event_chain", &prop_event_chain<Impl>, 15),
-      make("steady_state", &prop_steady_state<Impl>, 30),
-      make("lifetime", &prop_lifetime<Impl>, 20),
-      make("fault_allocation", &prop_fault_allocation<Impl>, 15),
-      make("fault_copy", &prop_fault_copy<Impl>, 15),
-      make("concurrent", &prop_concurrent<Impl>, 15),
-      make("model_sequence", &prop_model_sequence<Impl>, 40),
-  };
 }
 
 }  // namespace offloadkit::arena::testing

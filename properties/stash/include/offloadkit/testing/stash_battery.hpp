@@ -1,11 +1,8 @@
 // The paged-stash battery: every property written once against stash_interface and an executor,
-// instantiated by type for each implementation (reference, optimized, planted-bug variants in the
-// tests) and run by ctest and by `offloadkit check`.
-//
-// An implementation type provides:
-//   static constexpr const char* name;
-//   static constexpr bool capturable;  (graph-capture properties run only when true)
-//   static std::unique_ptr<stash_interface> make(executor&, const stash_config&, stream_ref);
+// listed for an implementation descriptor (testing::stash_implementation) by what it declares:
+// id-level page conservation only with caps.page_ids, graph capture only with caps.capturable,
+// countdown fault injection only when its allocations go through the executor. Run by ctest and
+// by `offloadkit check`; the reference and optimized stashes are the built-in descriptors.
 #pragma once
 
 #include <rapidcheck.h>
@@ -21,31 +18,18 @@
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
-#include "offloadkit/check.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/key.hpp"
 #include "offloadkit/stash/planner.hpp"
 #include "offloadkit/stash/schedule.hpp"
 #include "offloadkit/stash/stash.hpp"
+#include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/implementation.hpp"
 
-namespace offloadkit::stash {
+namespace offloadkit::stash::testing {
 
-/// The reference implementation, for batteries.
-struct reference_impl {
-  static constexpr const char* name = "reference";
-  static constexpr bool capturable = false;
-  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s);
-};
-
-/// The optimized implementation, for batteries.
-struct optimized_impl {
-  static constexpr const char* name = "optimized";
-  static constexpr bool capturable = true;
-  static std::unique_ptr<stash_interface> make(executor& ex, const stash_config& c, stream_ref s);
-};
-
-namespace testing {
+using offloadkit::testing::stash_implementation;
 
 /// Non-zero byte `offset` of key `code`'s activation in generation `salt`.
 inline unsigned char pattern_byte(std::uint32_t code, std::uint32_t salt, std::uint64_t offset) {
@@ -222,8 +206,7 @@ inline void run_workload(stash_interface& st, device_io& io, const workload& w,
 /// Differential: for random schedules, row counts, row sizes and page sizes, restores give back
 /// exactly the model's bytes, pages are conserved after every step (none lost, none owned twice)
 /// and the freelists are full at the end.
-template <class Impl>
-void prop_round_trip(executor& ex) {
+inline void prop_round_trip(const stash_implementation& impl, executor& ex) {
   const random_workload r = gen_workload();
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -231,13 +214,14 @@ void prop_round_trip(executor& ex) {
   const std::uint64_t pin = plan.peak_pages - dev + *rc::gen::inRange<std::uint64_t>(0, 3);
   const stash_config cfg = config_for(r, dev, pin);
   stream s(ex);
-  auto st = Impl::make(ex, cfg, s);
+  auto st = impl.make(ex, cfg, s);
+  // What the instance says of itself agrees with what its descriptor declares.
+  RC_ASSERT(st->capturable() == impl.caps.capturable);
   device_io io(ex, s, r.w.max_rows * r.w.row_bytes);
-  const std::string name = st->name();
-  run_workload(*st, io, r.w, {}, true, name != "reference", 1);
+  run_workload(*st, io, r.w, {}, true, impl.caps.page_ids, 1);
   RC_ASSERT(st->status(s).ok());
   // A second training step on the same pool behaves the same.
-  run_workload(*st, io, r.w, {}, false, name != "reference", 2);
+  run_workload(*st, io, r.w, {}, false, impl.caps.page_ids, 2);
   RC_ASSERT(st->status(s).ok());
 }
 
@@ -245,8 +229,7 @@ void prop_round_trip(executor& ex) {
 /// exactly the first overflowing key with its row count, need and free pages in both tiers;
 /// every other key restores correctly; overflowed keys restore nothing; pages are conserved. At
 /// the peak nothing overflows (the planner is exact).
-template <class Impl>
-void prop_capacity_sweep(executor& ex) {
+inline void prop_capacity_sweep(const stash_implementation& impl, executor& ex) {
   const random_workload r = gen_workload(true);
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -256,11 +239,10 @@ void prop_capacity_sweep(executor& ex) {
   for (std::uint64_t cap = 0; cap <= plan.peak_pages; ++cap) {
     const std::uint64_t dev = cap * split_percent / 100, pin = cap - dev;
     const stash_config cfg = config_for(r, dev, pin);
-    auto st = Impl::make(ex, cfg, s);
+    auto st = impl.make(ex, cfg, s);
     std::vector<stash_key> dropped;
     const auto predicted = predict_overflow(r.w, r.rows_per_page, dev, pin, &dropped);
-    run_workload(*st, io, r.w, dropped, false, st->name() != "reference",
-                 static_cast<std::uint32_t>(cap));
+    run_workload(*st, io, r.w, dropped, false, impl.caps.page_ids, static_cast<std::uint32_t>(cap));
     const stash_status got = st->status(s);
     if (cap == plan.peak_pages) {
       if (!got.ok())
@@ -289,8 +271,7 @@ void prop_capacity_sweep(executor& ex) {
 
 /// Keys at their limits work and keys one past throw out_of_range naming the field, the value and
 /// the limit, from make_key and from stash(), which stays usable afterwards.
-template <class Impl>
-void prop_key_limits(executor& ex) {
+inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
   const int field = *rc::gen::inRange(0, 3);
   const char* names[] = {"vp", "layer", "microbatch"};
   const std::uint64_t limits[] = {key_limits::vp, key_limits::layer, key_limits::microbatch};
@@ -317,7 +298,7 @@ void prop_key_limits(executor& ex) {
   cfg.pinned_pages = 1;
   cfg.max_keys = 2;
   stream s(ex);
-  auto st = Impl::make(ex, cfg, s);
+  auto st = impl.make(ex, cfg, s);
   device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
   const stash_key bad{static_cast<std::uint32_t>(f[0]), static_cast<std::uint32_t>(f[1]),
                       static_cast<std::uint32_t>(f[2])};
@@ -338,7 +319,7 @@ void prop_key_limits(executor& ex) {
   w.rows = {{ok, 5}};
   w.row_bytes = 3;
   w.max_rows = 5;
-  run_workload(*st, io, w, {}, true, st->name() != "reference", 7);
+  run_workload(*st, io, w, {}, true, impl.caps.page_ids, 7);
   // More distinct keys than max_keys is a typed error, not a silent overwrite.
   io.write_u64(io.rows.data(), 1);
   st->stash({0, 0, 1}, io.src.data(), io.rows.as<std::uint64_t>(), s);
@@ -349,15 +330,14 @@ void prop_key_limits(executor& ex) {
     threw = std::string(e.what()).find("max_keys = 2") != std::string::npos;
   }
   RC_ASSERT(threw);
-  RC_ASSERT(check_conservation(st->snapshot(s), cfg, st->name() != "reference").empty());
+  RC_ASSERT(check_conservation(st->snapshot(s), cfg, impl.caps.page_ids).empty());
 }
 
 /// Countdown fault injection (abseil style): fail the Nth allocation, copy, fill or launch the
 /// stash issues, for N = 0, 1, 2, ... until a whole step runs without a fault. Every injected
 /// fault surfaces as a typed exception; afterwards the pages are conserved and, after reset(), the
 /// same stash runs the whole step correctly.
-template <class Impl>
-void prop_injected_faults(executor& ex) {
+inline void prop_injected_faults(const stash_implementation& impl, executor& ex) {
   const random_workload r = gen_workload(true);
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -373,7 +353,7 @@ void prop_injected_faults(executor& ex) {
     std::unique_ptr<stash_interface> st;
     bool threw = false;
     try {
-      st = Impl::make(faulty, cfg, s);
+      st = impl.make(faulty, cfg, s);
       for (const schedule_step& step : r.w.sched.steps) {
         if (step.kind == step_kind::stash) {
           io.write_u64(io.rows.data(), rows_of(r.w, step.key));
@@ -395,11 +375,10 @@ void prop_injected_faults(executor& ex) {
           threw ? " was not injected but a call threw" : " was injected but nothing threw"));
     }
     if (st) {
-      const std::string err = check_conservation(st->snapshot(s), cfg, st->name() != "reference");
+      const std::string err = check_conservation(st->snapshot(s), cfg, impl.caps.page_ids);
       if (!err.empty()) RC_FAIL(detail::concat("after fault number ", n, ": ", err));
       st->reset(s);
-      run_workload(*st, io, r.w, {}, false, st->name() != "reference",
-                   static_cast<std::uint32_t>(n + 1));
+      run_workload(*st, io, r.w, {}, false, impl.caps.page_ids, static_cast<std::uint32_t>(n + 1));
       RC_ASSERT(st->status(s).ok());
     }
     if (!fired) return;
@@ -544,8 +523,7 @@ struct clear_status_command : rc::state::Command<model_state, model_sut> {
 
 /// Model-based: random stash/restore/reset/clear sequences (double stashes, empty restores and
 /// overflows included) against a plain model of the freelists, page table and status word.
-template <class Impl>
-void prop_model(executor& ex) {
+inline void prop_model(const stash_implementation& impl, executor& ex) {
   stash_config cfg;
   cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 3, 8, 16, 24});
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 5);
@@ -554,7 +532,7 @@ void prop_model(executor& ex) {
   cfg.pinned_pages = *rc::gen::inRange<std::size_t>(0, 6);
   cfg.max_keys = 8;
   stream s(ex);
-  auto st = Impl::make(ex, cfg, s);
+  auto st = impl.make(ex, cfg, s);
   device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
   model_state m;
   m.free_dev = cfg.device_pages;
@@ -564,7 +542,7 @@ void prop_model(executor& ex) {
   m.row_bytes = cfg.row_bytes;
   m.rows_per_page = cfg.rows_per_page;
   m.max_rows = cfg.max_rows;
-  model_sut sut{st.get(), &io, st->name() != "reference"};
+  model_sut sut{st.get(), &io, impl.caps.page_ids};
   rc::state::check(
       m, sut,
       rc::state::gen::execOneOfWithArgs<stash_command, stash_command, restore_command,
@@ -575,8 +553,7 @@ void prop_model(executor& ex) {
 
 /// A captured step (two stashes, two restores) replays correctly with different row counts
 /// written to the device before each replay, overflow included; the host never reads a row count.
-template <class Impl>
-void prop_graph_replay(executor& ex) {
+inline void prop_graph_replay(const stash_implementation& impl, executor& ex) {
   stash_config cfg;
   cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 6, 16, 2 * 64});
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 6);
@@ -586,7 +563,7 @@ void prop_graph_replay(executor& ex) {
   cfg.pinned_pages = *rc::gen::inRange<std::uint64_t>(0, 2 * per_key + 1);
   cfg.max_keys = 2;
   stream s(ex);
-  auto st = Impl::make(ex, cfg, s);
+  auto st = impl.make(ex, cfg, s);
   RC_ASSERT(st->capturable());
   device_io a(ex, s, cfg.max_rows * cfg.row_bytes), b(ex, s, cfg.max_rows * cfg.row_bytes);
   const stash_key ka{0, 0, 0}, kb{0, 1, 0};
@@ -674,36 +651,24 @@ inline check_case legacy_collision_search(std::shared_ptr<std::pair<stash_key, s
   return c;
 }
 
-}  // namespace testing
+}  // namespace offloadkit::stash::testing
 
-/// The battery for one implementation type.
-template <class Impl>
-std::vector<check_case> stash_battery() {
-  auto make = [](const char* name, std::function<void(executor&)> f, int cases) {
-    check_case c;
-    c.feature = "stash";
-    c.implementation = Impl::name;
-    c.name = name;
-    c.property = std::move(f);
-    c.default_cases = cases;
-    return c;
-  };
-  std::vector<check_case> out;
-  out.push_back(make("round_trip_and_conservation", testing::prop_round_trip<Impl>, 200));
-  out.push_back(make("capacity_sweep_first_overflow", testing::prop_capacity_sweep<Impl>, 80));
-  out.push_back(make("key_limits", testing::prop_key_limits<Impl>, 30));
-  out.push_back(make("injected_faults_countdown", testing::prop_injected_faults<Impl>, 15));
-  out.push_back(make("model_based", testing::prop_model<Impl>, 200));
-  if constexpr (Impl::capturable) {
-    out.push_back(make("graph_replay_row_counts", testing::prop_graph_replay<Impl>, 40));
-  }
-  return out;
-}
+namespace offloadkit::testing {
+
+/// The battery for one implementation: the properties its capabilities and executor support
+/// call for, named after it in the results.
+std::vector<check_case> stash_battery(const stash_implementation& impl);
 
 /// Key-codec properties (no implementation involved).
 std::vector<check_case> stash_codec_checks();
 
-/// Every paged-stash case: the battery for the reference and the optimized stash, and the codecs.
+/// The built-in stashes as descriptors, with their true capabilities: the eager reference
+/// (synchronizes with the host, keeps no page ids) and the paged optimized stash (both).
+stash_implementation reference_stash_implementation();
+stash_implementation optimized_stash_implementation();
+std::vector<stash_implementation> builtin_stash_implementations();
+
+/// Every paged-stash case: the codecs, and the battery of every built-in implementation.
 std::vector<check_case> stash_checks();
 
-}  // namespace offloadkit::stash
+}  // namespace offloadkit::testing

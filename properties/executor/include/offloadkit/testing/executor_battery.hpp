@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "offloadkit/check.hpp"
+#include "offloadkit/testing/check.hpp"
 
 namespace offloadkit {
 

@@ -1,8 +1,8 @@
 // Property batteries: each feature's checks are written once, as rapidcheck properties against the
 // feature's interface and an executor, and run from two places: the ctest suites (through
-// GoogleTest) and `offloadkit check` (through run_check). A battery is registered by type:
-// feature code writes `template <class Impl> std::vector<check_case> my_battery()` and the
-// registry instantiates it for every implementation type.
+// GoogleTest) and `offloadkit check` (through run_check). A feature's battery takes an
+// implementation descriptor (implementation.hpp) and lists the properties its declared
+// capabilities call for: `std::vector<check_case> stash_battery(const stash_implementation&)`.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +24,14 @@ struct check_case {
   std::function<void(executor&)> property;
   /// Cases to run by default (heavy properties lower it).
   int default_cases = 100;
+  /// Devices the property needs on its executor. With fewer it has nothing to check there, and a
+  /// runner that can say so (the ctest suites) reports it skipped rather than passed.
+  int min_devices = 1;
 };
 
 struct check_config {
   std::uint64_t seed = 0;  ///< 0: a fresh seed per run (printed in the result)
-  int cases = 0;           ///< 0: each case's default_cases; otherwise at most this many
+  int cases = 0;           ///< 0: each case's default_cases; otherwise exactly this many
   int max_size = 100;      ///< rapidcheck's size bound
   bool shrink = true;      ///< false: report the first failing case as found, without shrinking it
 };
@@ -42,11 +45,18 @@ struct check_outcome {
   std::string message;  ///< rapidcheck's counterexample and failure text; empty on success
 };
 
+/// The case count run_check asks rapidcheck for: cfg.cases when set (it may lower or raise the
+/// property's default), otherwise the property's default_cases; never below 1.
+int planned_cases(const check_case& c, const check_config& cfg);
+
 /// Runs one property under rapidcheck with the configured seed and case count. Never throws for a
 /// failing property: the failure, its counterexample and the seed are in the outcome.
 check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg);
 
 /// How to reproduce an outcome: the command line that replays its seed.
 std::string reproduce_command(const check_outcome& o);
+/// The same for a program other than `offloadkit` that runs the same check command (a test
+/// binary with its own cases): `program` replaces the leading "offloadkit".
+std::string reproduce_command(const check_outcome& o, const std::string& program);
 
 }  // namespace offloadkit

@@ -1,0 +1,28 @@
+# Runs `offloadkit check` on a planted-bug plugin and checks that it is caught as a user would see
+# it: exit code 1, a FAILED row with a seed, every regex of EXPECT (';'-separated) in the output,
+# and a printed reproduce line that, run as printed, fails again.
+#   cmake -DOFFLOADKIT=<program> "-DARGS=<check arguments>" "-DEXPECT=<regexes>" -P <this file>
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+execute_process(COMMAND ${OFFLOADKIT} ${args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}\n${err}")
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "expected exit code 1 from 'offloadkit ${ARGS}', got '${rc}'\n${all}")
+endif()
+foreach(want IN LISTS EXPECT)
+  if(NOT all MATCHES "${want}")
+    message(FATAL_ERROR "'${want}' not found in the output of 'offloadkit ${ARGS}':\n${all}")
+  endif()
+endforeach()
+if(NOT all MATCHES "reproduce: offloadkit (check [^\n]*--seed [0-9]+[^\n]*)")
+  message(FATAL_ERROR "no reproduce line with a seed in the output of 'offloadkit ${ARGS}':\n${all}")
+endif()
+set(replay "${CMAKE_MATCH_1}")
+separate_arguments(replay_args UNIX_COMMAND "${replay}")
+execute_process(COMMAND ${OFFLOADKIT} ${replay_args}
+  RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
+if(NOT rc2 EQUAL 1)
+  message(FATAL_ERROR "the reproduce line 'offloadkit ${replay}' exited with '${rc2}', not 1:\n"
+                      "${out2}\n${err2}")
+endif()
+message(STATUS "caught, and the reproduce line fails again: offloadkit ${replay}")

@@ -1,0 +1,108 @@
+// What a battery needs to know about an implementation: its name (for results only), the
+// capabilities it declares, and a factory. Batteries decide which properties apply from the
+// capabilities, never from the name, so an outside implementation (a plugin, a Python module)
+// that declares the same capabilities as a built-in one faces exactly the same checks.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "offloadkit/activation/offloader.hpp"
+#include "offloadkit/arena/offloader.hpp"
+#include "offloadkit/executor.hpp"
+#include "offloadkit/region/region.hpp"
+#include "offloadkit/stash/stash.hpp"
+
+namespace offloadkit::testing {
+
+/// Where an implementation can run, and whether the executor's adaptors can see and fail its
+/// allocations. Common to every feature.
+struct executor_support {
+  bool cuda = true;  ///< runs on the cuda executor
+  bool host = true;  ///< runs on the host executor (all its memory and stream work goes through it)
+  /// Allocates, maps and copies through the executor it is given: fault-injection properties
+  /// apply. False for code that calls CUDA itself.
+  bool executor_allocations = true;
+
+  [[nodiscard]] bool runs_on(backend b) const noexcept { return b == backend::cuda ? cuda : host; }
+};
+
+// ---- paged stash ----------------------------------------------------------------------------
+
+struct stash_capabilities {
+  /// stash()/restore() issue no host synchronization: graph-capture properties apply.
+  bool capturable = false;
+  /// snapshot() reports page ids of the free lists and entries: id-level conservation applies.
+  bool page_ids = false;
+};
+
+using stash_factory = std::function<std::unique_ptr<stash::stash_interface>(
+    executor&, const stash::stash_config&, stream_ref)>;
+
+struct stash_implementation {
+  std::string name;
+  stash_capabilities caps;
+  executor_support support;
+  stash_factory make;
+};
+
+// ---- graph-stable region --------------------------------------------------------------------
+
+struct region_capabilities {
+  /// data() never changes across pause/resume (otherwise graphs are re-captured on resume).
+  bool address_stable = false;
+  /// pause() gives the device memory back to the driver (its free memory grows by the footprint).
+  bool releases_memory = true;
+  /// A region may live on any device, whatever device is current.
+  bool multi_device = true;
+  /// One managed (unified-memory) allocation: a paused region stays readable (pages migrate on
+  /// access instead of faulting), even a discarding pause keeps the contents, and on the host
+  /// back end, where managed memory is host memory, device memory never moves.
+  bool managed_memory = false;
+};
+
+using region_factory =
+    std::function<std::unique_ptr<region::offload_region>(executor&, region::region_config)>;
+
+struct region_implementation {
+  std::string name;
+  region_capabilities caps;
+  executor_support support;
+  region_factory make;
+};
+
+// ---- coalesced arena ------------------------------------------------------------------------
+
+using arena_factory = std::function<std::unique_ptr<arena::offloader>(executor&)>;
+
+struct arena_implementation {
+  std::string name;
+  /// asynchronous, pinned_steady_state, single_host_buffer: each promise made is checked.
+  arena::offload_promises caps;
+  executor_support support;
+  arena_factory make;
+};
+
+// ---- activation offload ---------------------------------------------------------------------
+
+struct activation_capabilities {
+  /// Tensors packed from several devices come back on their own device.
+  bool origin_device = true;
+  /// Honours offload_options::prefetch_bytes (device memory held for prefetch stays within it).
+  bool prefetch_bound = true;
+  /// Honours offload_options::max_pending_bytes.
+  bool pending_bound = true;
+};
+
+using activation_factory = std::function<std::unique_ptr<activation::offloader>(
+    executor&, const activation::offload_options&)>;
+
+struct activation_implementation {
+  std::string name;
+  activation_capabilities caps;
+  executor_support support;
+  activation_factory make;
+};
+
+}  // namespace offloadkit::testing

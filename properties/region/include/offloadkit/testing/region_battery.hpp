@@ -1,0 +1,34 @@
+// The region battery: every property an offload_region must have, written once against the
+// interface and listed for an implementation descriptor (testing::region_implementation) by what
+// it declares: release_is_real and many_cycles only when pause releases memory, multi_device only
+// for regions that may live on any device, fault countdowns only when the region's allocations go
+// through the executor, address checks only for a stable address, and the managed-memory release
+// behaviour only for a managed region. Run by the generated GoogleTest suites and by
+// `offloadkit check`.
+#pragma once
+
+#include <vector>
+
+#include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/implementation.hpp"
+
+namespace offloadkit::testing {
+
+/// The cases for one implementation, in this order where they apply: model_based,
+/// release_is_real, graph_replay_after_resume, fault_countdown_pause, fault_countdown_resume,
+/// many_cycles, state_errors, multi_device, cross_stream_order, unified_release_behaviour.
+std::vector<check_case> region_battery(const region_implementation& impl);
+
+/// The library's regions as descriptors, with their true capabilities: the reference region
+/// (moves on resume), the optimized virtual-memory region, and the unified-memory region (keeps
+/// its managed allocation while paused and calls CUDA itself, so the executor's fault adaptors
+/// cannot fail its allocations).
+region_implementation reference_region_implementation();
+region_implementation optimized_region_implementation();
+region_implementation unified_region_implementation();
+std::vector<region_implementation> builtin_region_implementations();
+
+/// The battery of every built-in region implementation.
+std::vector<check_case> region_checks();
+
+}  // namespace offloadkit::testing

@@ -1,0 +1,752 @@
+// The check command. By default every property runs in a child process: this same binary,
+// re-executed with the hidden option --run-one, which runs exactly one property in-process and
+// writes its check_outcome as JSON into a file descriptor the parent reads. The parent turns a
+// child that crashed, exited without a result or ran past the time limit into one failure row and
+// goes on. --in-process runs the properties one after another in this process (for a debugger).
+#include "check_cli.hpp"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "isolation.hpp"
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/host_executor.hpp"
+
+namespace offloadkit::tools {
+namespace {
+
+constexpr int default_timeout_s = 600;
+constexpr long max_timeout_s = 86400;
+constexpr long max_cases = 1000000;
+/// The descriptor a child finds its result file on.
+constexpr int child_result_fd = 3;
+/// Lines of a failed child's output shown under its row.
+constexpr std::size_t output_lines_shown = 20;
+
+/// What an option does beyond setting its value: which of them a child gets.
+enum class option_role {
+  /// Chooses the properties or how each runs; the parent passes each child its own value.
+  per_property,
+  /// Acts in the parent only (--timeout, --list, ...).
+  parent_only,
+  /// Passed to every child unchanged and added to every reproduce command: any option that shapes
+  /// the case list or a property's run and is none of the above belongs here.
+  forwarded,
+  /// Only for the child a parent starts (hidden from the usage text).
+  child_only,
+};
+
+struct option_spec {
+  const char* name;
+  bool takes_value;
+  option_role role;
+};
+
+constexpr option_spec option_specs[] = {
+    {"--executor", true, option_role::per_property},
+    {"--seed", true, option_role::per_property},
+    {"--cases", true, option_role::per_property},
+    {"--feature", true, option_role::per_property},
+    {"--implementation", true, option_role::per_property},
+    {"--property", true, option_role::per_property},
+    {"--no-shrink", false, option_role::forwarded},
+    {"--plugin", true, option_role::forwarded},
+    {"--timeout", true, option_role::parent_only},
+    {"--in-process", false, option_role::parent_only},
+    {"--list", false, option_role::parent_only},
+    {"--help", false, option_role::parent_only},
+    {"--run-one", false, option_role::child_only},
+    {"--result-fd", true, option_role::child_only},
+};
+
+struct check_options {
+  std::string executor = "auto";
+  std::uint64_t seed = 0;
+  int cases = 0;
+  std::string feature;
+  std::string implementation;
+  std::string property;
+  std::string plugin;  ///< absolute path of the plugin library, empty for the built-in batteries
+  bool shrink = true;
+  int timeout_s = default_timeout_s;
+  bool timeout_given = false;
+  bool in_process = false;
+  bool list = false;
+  bool help = false;
+  bool run_one = false;
+  int result_fd = -1;
+  /// The forwarded options as given, each name followed by its value (if it takes one).
+  std::vector<std::string> forwarded;
+};
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += ", ";
+    out += s;
+  }
+  return out;
+}
+
+std::uint64_t parse_seed(const std::string& v) {
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    if (v.empty() || v[0] == '-' || v[0] == '+') throw std::invalid_argument(v);
+    n = std::stoull(v, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;  // not a number: reported below with the valid range
+  }
+  if (used != v.size() || used == 0 || n == 0) {
+    throw usage_error("--seed '" + v + "' is not a valid seed: expected an integer in [1, " +
+                      std::to_string(UINT64_MAX) + "]");
+  }
+  return n;
+}
+
+/// An integer in [lo, hi], or a usage_error that names the option, the value and the range.
+long parse_bounded(const std::string& option, const std::string& v, long lo, long hi,
+                   const std::string& what) {
+  std::size_t used = 0;
+  long n = 0;
+  try {
+    n = std::stol(v, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;  // not a number: reported below with the valid range
+  }
+  if (used != v.size() || used == 0 || n < lo || n > hi) {
+    throw usage_error(option + " '" + v + "' is not a valid " + what +
+                      ": expected an integer in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+  }
+  return n;
+}
+
+check_options parse_check_options(const std::vector<std::string>& args) {
+  std::vector<std::string> shown;
+  for (const auto& spec : option_specs) {
+    if (spec.role != option_role::child_only) shown.push_back(spec.name);
+  }
+  check_options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i] == "-h" ? "--help" : args[i];
+    std::string value;
+    bool has_value = false;
+    const auto eq = name.find('=');
+    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const auto spec = std::find_if(std::begin(option_specs), std::end(option_specs),
+                                   [&name](const option_spec& s) { return name == s.name; });
+    if (spec == std::end(option_specs)) {
+      throw usage_error("unknown option '" + args[i] + "' for check: valid options are " +
+                        join(shown));
+    }
+    if (!spec->takes_value && has_value) {
+      throw usage_error("option " + name + " takes no value, got '" + value + "'");
+    }
+    if (spec->takes_value && !has_value) {
+      if (i + 1 >= args.size()) throw usage_error("option " + name + " needs a value");
+      value = args[++i];
+    }
+    if (name == "--plugin") {
+      if (value.empty()) throw usage_error("--plugin needs the path of a plugin library");
+      // Absolute, so that the reproduce commands and the children find it from anywhere.
+      std::error_code ec;
+      const auto absolute = std::filesystem::absolute(value, ec);
+      if (!ec) value = absolute.lexically_normal().string();
+      o.plugin = value;
+    }
+    if (spec->role == option_role::forwarded) {
+      o.forwarded.push_back(name);
+      if (spec->takes_value) o.forwarded.push_back(value);
+    }
+
+    if (name == "--executor") {
+      if (value != "auto" && value != "host" && value != "cuda") {
+        throw usage_error("unknown executor '" + value + "': valid executors are auto, host, cuda");
+      }
+      o.executor = value;
+    } else if (name == "--seed") {
+      o.seed = parse_seed(value);
+    } else if (name == "--cases") {
+      o.cases = static_cast<int>(parse_bounded("--cases", value, 1, max_cases, "case count"));
+    } else if (name == "--feature") {
+      o.feature = value;
+    } else if (name == "--implementation") {
+      o.implementation = value;
+    } else if (name == "--property") {
+      o.property = value;
+    } else if (name == "--no-shrink") {
+      o.shrink = false;
+    } else if (name == "--timeout") {
+      o.timeout_s = static_cast<int>(
+          parse_bounded("--timeout", value, 1, max_timeout_s, "time limit in seconds"));
+      o.timeout_given = true;
+    } else if (name == "--in-process") {
+      o.in_process = true;
+    } else if (name == "--list") {
+      o.list = true;
+    } else if (name == "--help") {
+      o.help = true;
+    } else if (name == "--run-one") {
+      o.run_one = true;
+    } else if (name == "--result-fd") {
+      o.result_fd = static_cast<int>(parse_bounded("--result-fd", value, 0, 1 << 20, "descriptor"));
+    }
+  }
+  if (o.run_one != (o.result_fd >= 0)) {
+    throw usage_error(
+        "--run-one and --result-fd go together: they are how a parent check runs one "
+        "property in a child process");
+  }
+  return o;
+}
+
+/// Throws a usage_error unless `value` is one of the values the registered cases have in `field`.
+template <class Field>
+void expect_known(const std::string& option, const std::string& plural, const std::string& value,
+                  const std::vector<check_case>& cases, Field field) {
+  if (value.empty()) return;
+  std::vector<std::string> known;
+  for (const auto& c : cases) {
+    const std::string& v = field(c);
+    if (std::find(known.begin(), known.end(), v) == known.end()) known.push_back(v);
+  }
+  if (std::find(known.begin(), known.end(), value) == known.end()) {
+    throw usage_error("unknown " + option + " '" + value + "': valid " + plural + " are " +
+                      join(known));
+  }
+}
+
+/// The registered cases that --feature, --implementation and --property select.
+std::vector<check_case> select_cases(const check_program& program, const std::string& executor_name,
+                                     const check_options& opt) {
+  if (!program.cases) throw std::logic_error("check_main: the program has no case source");
+  std::vector<check_case> cases;
+  if (opt.plugin.empty()) {
+    cases = program.cases(executor_name);
+  } else {
+    if (!program.plugin_cases) {
+      throw usage_error("--plugin is not supported by " + program.name);
+    }
+    std::vector<std::string> notes;
+    try {
+      cases = program.plugin_cases(opt.plugin, executor_name, notes);
+    } catch (const std::exception& e) {
+      throw plugin_unusable(e.what());
+    }
+    if (!opt.run_one) {
+      for (const auto& n : notes) std::cout << "plugin: " << n << "\n";
+    }
+    if (cases.empty()) {
+      throw plugin_unusable("plugin " + opt.plugin + " has no property to run on the " +
+                            executor_name + " executor");
+    }
+  }
+  expect_known("feature", "features", opt.feature, cases,
+               [](const auto& c) -> const std::string& { return c.feature; });
+  expect_known("implementation", "implementations", opt.implementation, cases,
+               [](const auto& c) -> const std::string& { return c.implementation; });
+  expect_known("property", "properties", opt.property, cases,
+               [](const auto& c) -> const std::string& { return c.name; });
+  cases.erase(std::remove_if(cases.begin(), cases.end(),
+                             [&opt](const check_case& c) {
+                               return (!opt.feature.empty() && c.feature != opt.feature) ||
+                                      (!opt.implementation.empty() &&
+                                       c.implementation != opt.implementation) ||
+                                      (!opt.property.empty() && c.name != opt.property);
+                             }),
+              cases.end());
+  if (cases.empty()) {
+    throw usage_error("no registered property matches --feature '" + opt.feature +
+                      "', --implementation '" + opt.implementation + "' and --property '" +
+                      opt.property + "' together");
+  }
+  return cases;
+}
+
+/// The executor to run on, and why; empty name when --executor cuda cannot run here (`why` then
+/// says what is missing).
+std::pair<std::string, std::string> choose_executor(const std::string& asked) {
+  if (asked == "host") return {"host", "asked for with --executor host"};
+  const std::string reason = cuda_unavailable_reason();
+  if (reason.empty()) {
+    return {"cuda", asked == "auto" ? "a GPU is usable" : "asked for with --executor cuda"};
+  }
+  if (asked == "cuda") return {"", reason};
+  return {"host", "the cuda back end is unavailable: " + reason};
+}
+
+std::unique_ptr<executor> make_executor(const std::string& name) {
+  if (name == "cuda") return std::make_unique<cuda_executor>();
+  return std::make_unique<host_executor>();
+}
+
+std::string seconds(double s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(s < 10 ? 1 : 0) << s << " s";
+  return os.str();
+}
+
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!out.empty()) out += '\n';
+    if (!line.empty()) out += prefix + line;
+  }
+  return out;
+}
+
+/// `s` as one shell word.
+std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) ||
+           std::string("-_./=:,+@%").find(ch) != std::string::npos;
+  });
+  if (plain) return s;
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+/// One property's result as the report shows it.
+struct property_row {
+  check_outcome outcome;
+  /// Empty for a property that ran to its own result; otherwise how its process ended
+  /// ("crashed: signal 11 (SIGSEGV)", "timed out after 600 s", ...).
+  std::string abnormal_end;
+  bool has_result = true;  ///< false: the process ended before it reported an outcome
+  std::string output;      ///< the tail of the child's stdout and stderr (isolated runs)
+  double seconds = 0;
+};
+
+/// The commands that replay a row: the isolated replay, and for a process that ended abnormally
+/// the same under a debugger with --in-process.
+struct replay_commands {
+  std::string replay;
+  std::string debug;  ///< empty for a failure that is the property's own
+};
+
+replay_commands replay_for(const property_row& row, const check_program& program,
+                           const check_options& opt) {
+  std::string base = reproduce_command(row.outcome, program.name);
+  for (const auto& word : opt.forwarded) base += " " + shell_quote(word);
+  replay_commands r;
+  r.replay = base;
+  if (opt.timeout_given) r.replay += " --timeout " + std::to_string(opt.timeout_s);
+  if (!row.abnormal_end.empty()) r.debug = "gdb --args " + base + " --in-process";
+  return r;
+}
+
+void print_row_result(const property_row& row, const check_program& program,
+                      const check_options& opt) {
+  const auto& o = row.outcome;
+  if (o.passed) {
+    std::cout << "ok (" << o.cases_run << " cases, " << seconds(row.seconds) << ")\n";
+    return;
+  }
+  if (!row.has_result) {
+    std::cout << "FAILED (" << row.abnormal_end << ", " << o.cases_planned << " cases planned, "
+              << seconds(row.seconds) << ")\n";
+  } else if (!row.abnormal_end.empty()) {
+    std::cout << "FAILED (" << row.abnormal_end << ", " << o.cases_run << " of " << o.cases_planned
+              << " cases run, " << seconds(row.seconds) << ")\n"
+              << indent(o.message, "      ") << "\n";
+  } else {
+    std::cout << "FAILED (case " << o.cases_run << " of " << o.cases_planned << ", "
+              << seconds(row.seconds) << ")\n"
+              << indent(o.message, "      ") << "\n";
+  }
+  const std::string tail = last_lines(row.output, output_lines_shown);
+  if (!tail.empty()) {
+    std::cout << "      last lines of its output:\n" << indent(tail, "      | ") << "\n";
+  }
+  const auto commands = replay_for(row, program, opt);
+  std::cout << "      reproduce: " << commands.replay << "\n";
+  if (!commands.debug.empty()) std::cout << "      in a debugger: " << commands.debug << "\n";
+}
+
+void print_table(const std::vector<property_row>& rows_in) {
+  const std::vector<std::string> header = {
+      "feature", "implementation", "property", "executor", "cases", "result", "seed-to-reproduce"};
+  constexpr std::size_t cases_column = 4;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& row : rows_in) {
+    const auto& o = row.outcome;
+    std::string result = o.passed ? "ok" : "FAILED";
+    if (!row.abnormal_end.empty()) result += ", " + row.abnormal_end;
+    rows.push_back({o.feature, o.implementation, o.name, o.executor_name,
+                    row.has_result ? std::to_string(o.cases_run) : "-", result,
+                    o.passed ? "" : std::to_string(o.seed)});
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows) {
+    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  auto print = [&width](const std::vector<std::string>& r) {
+    std::string line;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (i > 0) line += " | ";
+      // The case count is a number: right-aligned.
+      const std::string pad(width[i] - r[i].size(), ' ');
+      line += i == cases_column ? pad + r[i] : r[i] + pad;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  };
+  print(header);
+  std::string rule;
+  for (std::size_t i = 0; i < width.size(); ++i) {
+    if (i > 0) rule += "-+-";
+    rule += std::string(width[i], '-');
+  }
+  std::cout << rule << "\n";
+  for (const auto& r : rows) print(r);
+}
+
+/// The table, the counts and the replay commands; returns the exit status they amount to.
+int print_summary(const std::vector<property_row>& rows, double total_s,
+                  const check_program& program, const check_options& opt) {
+  std::cout << "\n";
+  print_table(rows);
+  const auto failed = static_cast<std::size_t>(std::count_if(
+      rows.begin(), rows.end(), [](const property_row& r) { return !r.outcome.passed; }));
+  std::cout << "\n"
+            << rows.size() - failed << " passed, " << failed << " failed, " << seconds(total_s)
+            << "\n";
+  if (failed > 0) {
+    std::cout << "replay a failure with:\n";
+    for (const auto& row : rows) {
+      if (row.outcome.passed) continue;
+      const auto commands = replay_for(row, program, opt);
+      std::cout << "  " << commands.replay << "\n";
+      if (!commands.debug.empty()) std::cout << "    in a debugger: " << commands.debug << "\n";
+    }
+  }
+  return failed == 0 ? check_exit::passed : check_exit::failed;
+}
+
+// ---- the child's result ------------------------------------------------------------------------
+
+nlohmann::json to_json(const check_outcome& o) {
+  return {{"feature", o.feature},     {"implementation", o.implementation},
+          {"name", o.name},           {"executor", o.executor_name},
+          {"cases_run", o.cases_run}, {"cases_planned", o.cases_planned},
+          {"passed", o.passed},       {"seed", o.seed},
+          {"message", o.message}};
+}
+
+check_outcome outcome_from_json(const nlohmann::json& j) {
+  check_outcome o;
+  o.feature = j.at("feature").get<std::string>();
+  o.implementation = j.at("implementation").get<std::string>();
+  o.name = j.at("name").get<std::string>();
+  o.executor_name = j.at("executor").get<std::string>();
+  o.cases_run = j.at("cases_run").get<int>();
+  o.cases_planned = j.at("cases_planned").get<int>();
+  o.passed = j.at("passed").get<bool>();
+  o.seed = j.at("seed").get<std::uint64_t>();
+  o.message = j.at("message").get<std::string>();
+  return o;
+}
+
+/// --run-one: the child side. Runs the one selected property in this process and writes
+/// {"outcome": ...} (or {"unavailable": reason} when the executor cannot be created) to the
+/// result descriptor. The executor is destroyed after the result is written, so that a crash in
+/// its teardown is still reported, as a crash after the result.
+int run_one(const check_program& program, const check_options& opt) {
+  if (opt.timeout_given || opt.list || opt.in_process) {
+    throw usage_error(
+        "--run-one runs a single property for a parent check: it takes no "
+        "--timeout, --list or --in-process");
+  }
+  if (opt.feature.empty() || opt.implementation.empty() || opt.property.empty() || opt.seed == 0) {
+    throw usage_error("--run-one needs --feature, --implementation, --property and --seed");
+  }
+  // Processes the code under test starts must not inherit the result descriptor.
+  if (::fcntl(opt.result_fd, F_SETFD, FD_CLOEXEC) != 0) {
+    throw usage_error("--result-fd " + std::to_string(opt.result_fd) + " is not an open file");
+  }
+  const auto [executor_name, why] = choose_executor(opt.executor);
+  if (executor_name.empty()) {
+    write_result(
+        opt.result_fd,
+        nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
+    return check_exit::unavailable;
+  }
+  const std::vector<check_case> cases = select_cases(program, executor_name, opt);
+  if (cases.size() != 1) {
+    throw usage_error("--run-one selects " + std::to_string(cases.size()) +
+                      " properties; it runs exactly one");
+  }
+  std::unique_ptr<executor> ex;
+  try {
+    ex = make_executor(executor_name);
+  } catch (const std::exception& e) {
+    write_result(opt.result_fd, nlohmann::json{{"unavailable", "the " + executor_name +
+                                                                   " executor could not be "
+                                                                   "created: " +
+                                                                   e.what()}}
+                                    .dump());
+    return check_exit::unavailable;
+  }
+  check_config cfg;
+  cfg.seed = opt.seed;
+  cfg.cases = opt.cases;
+  cfg.shrink = opt.shrink;
+  const check_outcome o = run_check(cases.front(), *ex, cfg);
+  write_result(opt.result_fd, nlohmann::json{{"outcome", to_json(o)}}.dump());
+  ex.reset();
+  return o.passed ? check_exit::passed : check_exit::failed;
+}
+
+/// The row for one child run: its own outcome when it reported one and ended as a child that
+/// reported it does; one failure row naming how it ended otherwise.
+property_row row_from_child(const check_case& c, const check_config& cfg,
+                            const std::string& executor_name, const child_run& run,
+                            const std::string& result_text, std::chrono::milliseconds timeout) {
+  property_row row;
+  row.output = run.output;
+  row.seconds = run.seconds;
+
+  std::string unreadable;
+  if (!result_text.empty()) {
+    try {
+      row.outcome = outcome_from_json(nlohmann::json::parse(result_text).at("outcome"));
+    } catch (const std::exception& e) {
+      unreadable = e.what();
+      row.has_result = false;
+    }
+  } else {
+    row.has_result = false;
+  }
+
+  const std::string ended = describe_end(run, timeout);
+  if (row.has_result) {
+    const int expected = row.outcome.passed ? check_exit::passed : check_exit::failed;
+    if (run.how == child_run::end::exited && run.exit_code == expected) return row;
+    // It reported, then went wrong on the way out (executor teardown, static destructors, a
+    // thread the code under test left running): a failure of the code under test all the same.
+    row.abnormal_end = ended + " after its result";
+    const std::string then = "then the process " + ended + " while shutting down";
+    row.outcome.message =
+        row.outcome.passed
+            ? "the property passed " + std::to_string(row.outcome.cases_run) + " case(s), " + then
+            : row.outcome.message + "\n" + then;
+    row.outcome.passed = false;
+    return row;
+  }
+
+  row.outcome.feature = c.feature;
+  row.outcome.implementation = c.implementation;
+  row.outcome.name = c.name;
+  row.outcome.executor_name = executor_name;
+  row.outcome.seed = cfg.seed;
+  row.outcome.cases_planned = planned_cases(c, cfg);
+  row.outcome.passed = false;
+  row.abnormal_end = run.how == child_run::end::exited ? ended + " without a result" : ended;
+  row.outcome.message = "the property's process " + row.abnormal_end;
+  if (!unreadable.empty()) {
+    row.outcome.message += " (its result was unreadable: " + unreadable + ")";
+  }
+  return row;
+}
+
+std::vector<std::string> child_arguments(const check_program& program, const check_options& opt,
+                                         const std::string& executor_name, const check_case& c,
+                                         std::uint64_t seed) {
+  std::vector<std::string> argv = {self_executable()};
+  argv.insert(argv.end(), program.command.begin(), program.command.end());
+  argv.insert(argv.end(), {"--run-one", "--result-fd", std::to_string(child_result_fd),
+                           "--executor", executor_name, "--feature", c.feature, "--implementation",
+                           c.implementation, "--property", c.name, "--seed", std::to_string(seed)});
+  // Without --cases the child uses the property's default, exactly as the parent planned.
+  if (opt.cases > 0) argv.insert(argv.end(), {"--cases", std::to_string(opt.cases)});
+  argv.insert(argv.end(), opt.forwarded.begin(), opt.forwarded.end());
+  return argv;
+}
+
+void print_progress(std::size_t i, std::size_t n, const check_case& c) {
+  const std::size_t digits = std::to_string(n).size();
+  std::cout << "[" << std::setw(static_cast<int>(digits)) << i + 1 << "/" << n << "] " << c.feature
+            << "/" << c.implementation << " " << c.name << " ... " << std::flush;
+}
+
+}  // namespace
+
+std::string check_options_text() {
+  std::ostringstream os;
+  os << "check options:\n"
+        "  --executor auto|host|cuda   where to run (default auto: cuda when a GPU is usable)\n"
+        "  --seed N                    seed for every property (default: a fresh one, printed)\n"
+        "  --cases N                   run exactly N cases per property, fewer or more than its\n"
+        "                              own count (N in [1, "
+     << max_cases
+     << "]; default: each property's own)\n"
+        "  --feature NAME              only this feature's properties (executor, stash, ...)\n"
+        "  --implementation NAME       only this implementation's properties\n"
+        "  --property NAME             only the properties with this name\n"
+        "  --no-shrink                 report a failing case as found, without shrinking it\n"
+        "  --plugin PATH               check the plugin library at PATH (offloadkit/plugin.h)\n"
+        "                              instead of offloadkit's own implementations: every\n"
+        "                              feature it provides, by the capabilities it declares\n"
+        "  --timeout SECONDS           stop a property still running after SECONDS, in [1, "
+     << max_timeout_s << "]\n"
+     << "                              (default " << default_timeout_s
+     << ")\n"
+        "  --in-process                run the properties in this process, one after another:\n"
+        "                              no isolation and no time limit, --timeout is ignored\n"
+        "                              (for a debugger)\n"
+        "  --list                      list the selected properties instead of running them\n"
+        "  --help                      print this text\n"
+        "\n"
+        "Each property runs in a child process of its own, so that a crash, an exit() or a\n"
+        "hang in the code under test ends only that property. A child that dies by a signal,\n"
+        "exits without a result or runs past --timeout is one FAILED row (\"crashed: signal\n"
+        "11 (SIGSEGV)\", \"exited with code 1 without a result\", \"timed out after 600 s\")\n"
+        "with the last lines of its output, and the run goes on. Every failure prints the\n"
+        "command that replays it (same seed and case count); a crash or a time-out also\n"
+        "prints it with --in-process under gdb, which stops at the crash or lets you\n"
+        "interrupt the hang.\n"
+        "\n"
+        "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
+        "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
+        "nothing to run on this executor; 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
+        "table of the properties that finished)\n";
+  return os.str();
+}
+
+int check_main(const std::vector<std::string>& args, const check_program& program) {
+  const check_options opt = parse_check_options(args);
+  if (opt.help) {
+    std::cout << "usage: " << program.name << " check [options]\n\n"
+              << "Runs every registered property battery and prints a table of the results.\n\n"
+              << check_options_text();
+    return check_exit::passed;
+  }
+  if (opt.run_one) return run_one(program, opt);
+
+  // Choose the executor first: the registered cases are labelled with its name.
+  const auto [executor_name, why] = choose_executor(opt.executor);
+  if (executor_name.empty()) {
+    std::cerr << program.name
+              << " check: --executor cuda was asked for, but the cuda back end cannot run here: "
+              << why << "\n(use --executor host or auto)\n";
+    return check_exit::unavailable;
+  }
+  const std::vector<check_case> cases = select_cases(program, executor_name, opt);
+
+  std::cout << program.name << " check: " << executor_name << " executor (" << why << ")\n";
+  if (opt.list) {
+    for (const auto& c : cases) {
+      std::cout << "  " << c.feature << "/" << c.implementation << " " << c.name << " ("
+                << c.default_cases << " cases by default)\n";
+    }
+    return check_exit::passed;
+  }
+
+  // In-process runs share one executor, created up front as before; isolated runs create one in
+  // each child and never touch the device here.
+  std::unique_ptr<executor> ex;
+  if (opt.in_process) {
+    try {
+      ex = make_executor(executor_name);
+    } catch (const std::exception& e) {
+      std::cerr << program.name << " check: the " << executor_name
+                << " executor could not be created: " << e.what() << "\n";
+      return check_exit::unavailable;
+    }
+  }
+
+  check_config cfg;
+  cfg.seed = opt.seed;
+  if (cfg.seed == 0) {
+    std::random_device rd;
+    while (cfg.seed == 0) cfg.seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }
+  cfg.cases = opt.cases;
+  cfg.shrink = opt.shrink;
+  std::cout << "seed " << cfg.seed << (opt.seed == 0 ? " (fresh; --seed replays it)" : "") << ", "
+            << cases.size() << " properties, "
+            << (opt.in_process ? std::string("in this process") +
+                                     (opt.timeout_given ? " (where --timeout does not apply)" : "")
+                               : "each in a child process (time limit " +
+                                     std::to_string(opt.timeout_s) + " s)")
+            << "\n"
+            << std::flush;
+
+  const std::chrono::milliseconds timeout = std::chrono::seconds(opt.timeout_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<property_row> rows;
+  std::unique_ptr<result_file> result;
+  if (!opt.in_process) result = std::make_unique<result_file>();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    print_progress(i, cases.size(), c);
+    property_row row;
+    if (opt.in_process) {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        row.outcome = run_check(c, *ex, cfg);
+      } catch (const std::exception& e) {
+        // run_check reports failures as outcomes; this is only a last line of defence.
+        row.outcome.feature = c.feature;
+        row.outcome.implementation = c.implementation;
+        row.outcome.name = c.name;
+        row.outcome.executor_name = executor_name;
+        row.outcome.seed = cfg.seed;
+        row.outcome.cases_planned = planned_cases(c, cfg);
+        row.outcome.message = std::string("run_check threw: ") + e.what();
+      }
+      row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      result->clear();
+      const child_run run = run_child(child_arguments(program, opt, executor_name, c, cfg.seed),
+                                      timeout, result->fd(), child_result_fd);
+      if (run.how == child_run::end::interrupted) {
+        std::cout << "interrupted by " << signal_name(run.signal) << "\n";
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!rows.empty()) print_summary(rows, total, program, opt);
+        return 128 + run.signal;
+      }
+      const std::string text = result->read_all();
+      const auto reported = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (reported.is_object() && reported.contains("unavailable")) {
+        // The same holds for every later property: stop, as an in-process run does up front.
+        std::cout << "not run\n";
+        const auto& why_not = reported["unavailable"];
+        std::cerr << program.name << " check: "
+                  << (why_not.is_string() ? why_not.get<std::string>() : why_not.dump()) << "\n";
+        return check_exit::unavailable;
+      }
+      row = row_from_child(c, cfg, executor_name, run, text, timeout);
+    }
+    print_row_result(row, program, opt);
+    std::cout << std::flush;
+    rows.push_back(std::move(row));
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return print_summary(rows, total, program, opt);
+}
+
+}  // namespace offloadkit::tools
