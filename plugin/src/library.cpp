@@ -52,8 +52,8 @@ library::library(std::string path, void* handle, const okit_plugin* plugin)
     : path_(std::move(path)), handle_(handle), plugin_(plugin) {}
 
 library::~library() {
-  // Objects made from the plugin hold this library alive; by now none remains. A failing
-  // dlclose only leaves the library mapped, which is harmless at this point.
+  // Objects made from the plugin hold this library alive; by now none remains. The library stays
+  // mapped (RTLD_NODELETE); a failing dlclose changes nothing more.
   if (handle_ != nullptr) dlclose(handle_);
 }
 
@@ -68,7 +68,9 @@ std::string library::context(const std::string& feature) const {
 std::shared_ptr<const library> library::open(const std::string& path) {
   const std::string where = "plugin " + path;
   // RTLD_LOCAL: two plugins (or a plugin and offloadkit) may carry the same symbols.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: a plugin that links the CUDA runtime statically registers its kernels and exit
+  // handlers with the driver; unmapping it would leave those pointing into freed code.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     const char* why = dlerror();
     throw plugin_error(where + ": cannot be loaded: " + (why != nullptr ? why : "dlopen failed") +

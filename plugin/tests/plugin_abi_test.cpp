@@ -129,10 +129,13 @@ TEST(PluginExecutor, RoundTripThroughTheTable) {
 
 template <class Backend>
 class PluginStash : public ::testing::Test {};
-using backends = ::testing::Types<ok::testing::host_backend>;
-TYPED_TEST_SUITE(PluginStash, backends);
+TYPED_TEST_SUITE_P(PluginStash);
 
-TYPED_TEST(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
+TYPED_TEST_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
+  if (std::string(TypeParam::name) == "cuda") {
+    const std::string reason = ok::cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
+  }
   auto ex = TypeParam::make();
   for (const char* path : {REFERENCE_PLUGIN, OPTIMIZED_PLUGIN}) {
     auto lib = op::library::open(path);
@@ -176,5 +179,9 @@ TYPED_TEST(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
     }
   }
 }
+
+REGISTER_TYPED_TEST_SUITE_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin);
+INSTANTIATE_TYPED_TEST_SUITE_P(Host, PluginStash, ok::testing::host_backend);
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, PluginStash, ok::testing::cuda_backend);
 
 }  // namespace
