@@ -9,9 +9,7 @@
 #include "offloadkit/traces/export.hpp"
 #include "offloadkit/traces/replay.hpp"
 #include "offloadkit/traces/schedule_format.hpp"
-#ifdef OFFLOADKIT_TRACES_HAVE_STASH
 #include "offloadkit/traces/stash_bridge.hpp"
-#endif
 
 namespace offloadkit::traces {
 namespace {
@@ -64,7 +62,6 @@ void model_replay(executor& ex) {
   RC_ASSERT(r.overflow.has_value() == plan(s, o.pools).overflow.has_value());
 }
 
-#ifdef OFFLOADKIT_TRACES_HAVE_STASH
 void stash_replay(executor& ex, const char* impl) {
   const schedule s = gen_schedule(true);
   const schedule_pools pools = gen_pools(s);
@@ -81,7 +78,6 @@ void stash_replay(executor& ex, const char* impl) {
   const replay_result r = replay_stash(s, *impl_ptr, ex, {});
   if (r.mismatches != 0u) RC_FAIL(std::string(impl) + ": " + r.first_mismatch);
 }
-#endif
 
 void schedule_round_trip(executor&) {
   const schedule s = gen_schedule(false);
@@ -131,12 +127,10 @@ void timeline_round_trip(executor&) {
 std::vector<check_case> traces_checks() {
   std::vector<check_case> v;
   v.push_back({"traces", "model", "replay_restores_every_byte", model_replay, 50});
-#ifdef OFFLOADKIT_TRACES_HAVE_STASH
   v.push_back({"traces", "reference", "replay_restores_every_byte",
                [](executor& ex) { stash_replay(ex, "reference"); }, 30});
   v.push_back({"traces", "optimized", "replay_restores_every_byte",
                [](executor& ex) { stash_replay(ex, "optimized"); }, 30});
-#endif
   v.push_back({"traces", "format", "schedule_round_trip", schedule_round_trip, 100});
   v.push_back({"traces", "format", "timeline_round_trip", timeline_round_trip, 100});
   return v;

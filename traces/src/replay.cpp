@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -15,9 +16,8 @@
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/cli.hpp"
 #include "tier_accounting.hpp"
-#ifdef OFFLOADKIT_TRACES_HAVE_STASH
+#include "offloadkit/plugin/host.hpp"
 #include "offloadkit/traces/stash_bridge.hpp"
-#endif
 
 namespace offloadkit::traces {
 namespace {
@@ -161,16 +161,18 @@ std::string human(std::uint64_t b) {
 }
 
 const char* replay_usage =
-    "usage: offloadkit replay FILE [--impl model|reference|optimized] [--executor host|cuda]\n"
-    "                         [--pool-pages DEVICE,PINNED] [--data-row-bytes N] [--plan-only]\n"
-    "                         [--quiet]\n"
-    "exit: 0 ok, 1 restored bytes differ or the file is invalid, 3 the pool overflows, 77 "
-    "skipped\n";
+    "usage: offloadkit replay FILE [--impl model|reference|optimized | --plugin PATH]\n"
+    "                         [--executor host|cuda] [--pool-pages DEVICE,PINNED]\n"
+    "                         [--data-row-bytes N] [--plan-only] [--quiet]\n"
+    "  --plugin PATH   replay through the paged stash of a plugin library (offloadkit/plugin.h)\n"
+    "exit: 0 ok, 1 restored bytes differ or the file is invalid, 2 bad usage, 3 the pool\n"
+    "overflows, 4 the plugin cannot be loaded, has no stash or none for this executor, 77 skipped\n";
 
 }  // namespace
 
 int replay_main(int argc, char** argv) {
-  std::string path, impl = "model", exec_name = "host";
+  std::string path, impl = "model", exec_name = "host", plugin_path;
+  bool impl_given = false;
   replay_options ro;
   bool plan_only = false, quiet = false;
   try {
@@ -185,6 +187,10 @@ int replay_main(int argc, char** argv) {
         return 0;
       } else if (a == "--impl") {
         impl = value();
+        impl_given = true;
+      } else if (a == "--plugin") {
+        plugin_path = value();
+        if (plugin_path.empty()) throw std::invalid_argument("--plugin needs a library path");
       } else if (a == "--executor") {
         exec_name = value();
       } else if (a == "--pool-pages") {
@@ -209,6 +215,9 @@ int replay_main(int argc, char** argv) {
       }
     }
     if (path.empty()) throw std::invalid_argument("missing the schedule FILE");
+    if (!plugin_path.empty() && impl_given) {
+      throw std::invalid_argument("--plugin and --impl choose the same thing: give one of them");
+    }
     if (impl != "model" && impl != "reference" && impl != "optimized") {
       throw std::invalid_argument("--impl '" + impl +
                                   "' is not one of: model, reference, optimized");
@@ -278,13 +287,29 @@ int replay_main(int argc, char** argv) {
     std::printf("overflow: none\n");
   }
   if (plan_only) return p.overflow ? 3 : 0;
-#ifndef OFFLOADKIT_TRACES_HAVE_STASH
-  if (impl != "model") {
-    std::printf("note: --impl %s is not in this build (no paged stash); replaying the model\n",
-                impl.c_str());
-    impl = "model";
+  // The plugin is loaded before the executor is made, so that a broken one is named at once.
+  std::optional<testing::stash_implementation> from_plugin;
+  if (!plugin_path.empty()) {
+    try {
+      from_plugin = plugin::stash_of(plugin::library::open(plugin_path));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "offloadkit replay: %s\n", e.what());
+      return 4;
+    }
+    if (!from_plugin) {
+      std::fprintf(stderr, "offloadkit replay: plugin %s provides no paged stash\n",
+                   plugin_path.c_str());
+      return 4;
+    }
+    if (!from_plugin->support.runs_on(exec_name == "cuda" ? backend::cuda : backend::host)) {
+      std::fprintf(stderr,
+                   "offloadkit replay: plugin %s declares no support for the %s executor "
+                   "(capability OKIT_CAP_%s_EXECUTOR)\n",
+                   plugin_path.c_str(), exec_name.c_str(), exec_name == "cuda" ? "CUDA" : "HOST");
+      return 4;
+    }
+    impl = "plugin " + from_plugin->name;
   }
-#endif
   std::unique_ptr<executor> ex;
   if (exec_name == "cuda") {
     const std::string why = cuda_unavailable_reason();
@@ -311,8 +336,7 @@ int replay_main(int argc, char** argv) {
   }
   replay_result r;
   try {
-#ifdef OFFLOADKIT_TRACES_HAVE_STASH
-    if (impl != "model") {
+    if (from_plugin || impl != "model") {
       stash::stash_config cfg;
       cfg.row_bytes = ro.data_row_bytes != 0 ? ro.data_row_bytes : max_row_bytes_of(s);
       cfg.rows_per_page = s.page_rows;
@@ -321,15 +345,13 @@ int replay_main(int argc, char** argv) {
       cfg.pinned_pages = pools ? pools->pinned_pages : 0;
       cfg.max_keys = s.key_count();
       stream setup(*ex);
-      auto st = make_stash(impl, *ex, cfg, setup);
+      std::unique_ptr<stash::stash_interface> st;
+      st = from_plugin ? from_plugin->make(*ex, cfg, setup) : make_stash(impl, *ex, cfg, setup);
       setup.synchronize();
       r = replay_stash(s, *st, *ex, ro);
     } else {
       r = replay_model(s, *ex, ro);
     }
-#else
-    r = replay_model(s, *ex, ro);
-#endif
   } catch (const std::exception& e) {
     std::printf("replay failed: %s\n", e.what());
     return 1;

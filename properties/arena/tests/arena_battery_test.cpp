@@ -7,7 +7,7 @@
 #include <string>
 
 #include "offloadkit/testing/arena_checks.hpp"
-#include "offloadkit/testing/battery_tests.hpp"
+#include "battery_tests.hpp"
 
 namespace {
 

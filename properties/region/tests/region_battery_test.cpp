@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "offloadkit/testing/battery_tests.hpp"
+#include "battery_tests.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "offloadkit/testing/battery_tests.hpp"
+#include "battery_tests.hpp"
 
 namespace {
 
