@@ -7,9 +7,9 @@
 #include <iterator>
 #include <utility>
 
+#include "offloadkit/plugin/checks.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
 #include "offloadkit/testing/arena_checks.hpp"
-#include "offloadkit/plugin/checks.hpp"
 #include "offloadkit/testing/executor_battery.hpp"
 #include "offloadkit/testing/region_battery.hpp"
 #include "offloadkit/testing/stash_battery.hpp"

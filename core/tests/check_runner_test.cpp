@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "offloadkit/testing/check.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/testing/check.hpp"
 
 namespace {
 

@@ -4,11 +4,10 @@
 #include <rapidcheck.h>
 
 #include <cstdio>
-#include <vector>
-
 #include <offloadkit/host_executor.hpp>
 #include <offloadkit/resources.hpp>
 #include <offloadkit/testing/check.hpp>
+#include <vector>
 
 namespace {
 

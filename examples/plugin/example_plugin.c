@@ -64,7 +64,8 @@ static okit_status offload(void* self, okit_error* err, const okit_tensor* t, si
   arena* a = self;
   size_t total = 0, offset = 0, i;
   okit_status st;
-  if (a->released) return okit_set_error(err, OKIT_ERR_STATE, "example arena: offload after release");
+  if (a->released)
+    return okit_set_error(err, OKIT_ERR_STATE, "example arena: offload after release");
   a->valid = 0;
   for (i = 0; i < n; ++i) total += t[i].bytes;
   if (total > a->capacity) { /* grow: free first, so that one buffer is held at most */
@@ -98,10 +99,12 @@ static okit_status reload(void* self, okit_error* err, const okit_tensor* t, siz
   size_t offset = 0, i;
   char msg[160];
   okit_status st;
-  if (a->released) return okit_set_error(err, OKIT_ERR_STATE, "example arena: reload after release");
+  if (a->released)
+    return okit_set_error(err, OKIT_ERR_STATE, "example arena: reload after release");
   if (!a->valid) return okit_set_error(err, OKIT_ERR_STATE, "example arena: no complete host copy");
   if (n != a->count) {
-    snprintf(msg, sizeof msg, "example arena: reload of %zu tensors, the copy holds %zu", n, a->count);
+    snprintf(msg, sizeof msg, "example arena: reload of %zu tensors, the copy holds %zu", n,
+             a->count);
     return okit_set_error(err, OKIT_ERR_OUT_OF_RANGE, msg);
   }
   for (i = 0; i < n; ++i) {
@@ -138,7 +141,7 @@ OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_versio
       OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_CAP_EXECUTOR_ALLOCATIONS |
           OKIT_ARENA_CAP_SINGLE_HOST_BUFFER,
       "example-arena", create, destroy, offload, reload, release, info};
-  static const okit_plugin plugin = {OKIT_ABI_VERSION, sizeof(okit_plugin), "example", "1.0",
-                                     NULL, NULL, &table, NULL};
+  static const okit_plugin plugin = {
+      OKIT_ABI_VERSION, sizeof(okit_plugin), "example", "1.0", NULL, NULL, &table, NULL};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : NULL;
 }

@@ -43,7 +43,13 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_activation_vtable activation = op::activation_vtable<&make_activation>(
       "reference", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE | OKIT_ACTIVATION_CAP_PREFETCH_BOUND |
                        OKIT_ACTIVATION_CAP_PENDING_BOUND);
-  static const okit_plugin plugin{OKIT_ABI_VERSION, sizeof(okit_plugin), "offloadkit-reference",
-                                  OFFLOADKIT_VERSION, &stash, &region, &arena, &activation};
+  static const okit_plugin plugin{OKIT_ABI_VERSION,
+                                  sizeof(okit_plugin),
+                                  "offloadkit-reference",
+                                  OFFLOADKIT_VERSION,
+                                  &stash,
+                                  &region,
+                                  &arena,
+                                  &activation};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

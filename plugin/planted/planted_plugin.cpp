@@ -72,9 +72,7 @@ class planted_region final : public ok::region::offload_region {
   [[nodiscard]] ok::region::region_state do_state() const noexcept override {
     return inner_.state();
   }
-  [[nodiscard]] bool do_address_stable() const noexcept override {
-    return inner_.address_stable();
-  }
+  [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
   void do_pause(ok::stream_ref s, ok::region::pause_mode m) override { inner_.pause(s, m); }
@@ -86,9 +84,7 @@ class planted_region final : public ok::region::offload_region {
     return inner_.register_graph(std::move(fn), s);
   }
   void do_replay(ok::region::graph_id g, ok::stream_ref s) override { inner_.replay(g, s); }
-  void do_unregister_graph(ok::region::graph_id g) noexcept override {
-    inner_.unregister_graph(g);
-  }
+  void do_unregister_graph(ok::region::graph_id g) noexcept override { inner_.unregister_graph(g); }
 
   ok::executor* ex_;
   ok::region::reference_region inner_;
@@ -190,12 +186,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                      OKIT_ACTIVATION_CAP_PENDING_BOUND);
   const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash;
   static const okit_plugin plugin{
-      OKIT_ABI_VERSION,
-      sizeof(okit_plugin),
-      "planted-" OKIT_PLANTED_NAME,
-      OFFLOADKIT_VERSION,
-      stash_like ? &stash : nullptr,
-      PLANTED == OKIT_PLANTED_region ? &region : nullptr,
+      OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,
+      stash_like ? &stash : nullptr, PLANTED == OKIT_PLANTED_region ? &region : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
       PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash ? &arena : nullptr,
       PLANTED == OKIT_PLANTED_activation ? &activation : nullptr};

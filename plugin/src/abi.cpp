@@ -46,16 +46,26 @@ std::function<void()> from_c_callback(okit_callback cb) {
 
 const char* status_name(okit_status code) noexcept {
   switch (code) {
-    case OKIT_OK: return "ok";
-    case OKIT_ERR_OUT_OF_RANGE: return "out of range";
-    case OKIT_ERR_STATE: return "invalid state";
-    case OKIT_ERR_LOGIC: return "logic error";
-    case OKIT_ERR_OUT_OF_MEMORY: return "out of memory";
-    case OKIT_ERR_CUDA: return "cuda error";
-    case OKIT_ERR_RUNTIME: return "runtime error";
-    case OKIT_ERR_INJECTED: return "injected fault";
-    case OKIT_ERR_UNSUPPORTED: return "unsupported";
-    default: return "unknown status code";
+    case OKIT_OK:
+      return "ok";
+    case OKIT_ERR_OUT_OF_RANGE:
+      return "out of range";
+    case OKIT_ERR_STATE:
+      return "invalid state";
+    case OKIT_ERR_LOGIC:
+      return "logic error";
+    case OKIT_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case OKIT_ERR_CUDA:
+      return "cuda error";
+    case OKIT_ERR_RUNTIME:
+      return "runtime error";
+    case OKIT_ERR_INJECTED:
+      return "injected fault";
+    case OKIT_ERR_UNSUPPORTED:
+      return "unsupported";
+    default:
+      return "unknown status code";
   }
 }
 
@@ -90,14 +100,22 @@ void throw_error(const okit_error& err, const std::string& context) {
   const std::string message(err.message, strnlen(err.message, sizeof(err.message)));
   const std::string what = context + ": " + (message.empty() ? "(no message)" : message);
   switch (err.code) {
-    case OKIT_ERR_OUT_OF_RANGE: throw out_of_range(what);
-    case OKIT_ERR_STATE: throw state_error(what);
-    case OKIT_ERR_LOGIC: throw logic_error(what);
-    case OKIT_ERR_OUT_OF_MEMORY: throw out_of_memory(what);
-    case OKIT_ERR_CUDA: throw cuda_error(what, err.cuda_code);
-    case OKIT_ERR_INJECTED: throw injected_fault(what);
-    case OKIT_ERR_RUNTIME: throw runtime_error(what);
-    case OKIT_ERR_UNSUPPORTED: throw logic_error(what + " (operation not supported)");
+    case OKIT_ERR_OUT_OF_RANGE:
+      throw out_of_range(what);
+    case OKIT_ERR_STATE:
+      throw state_error(what);
+    case OKIT_ERR_LOGIC:
+      throw logic_error(what);
+    case OKIT_ERR_OUT_OF_MEMORY:
+      throw out_of_memory(what);
+    case OKIT_ERR_CUDA:
+      throw cuda_error(what, err.cuda_code);
+    case OKIT_ERR_INJECTED:
+      throw injected_fault(what);
+    case OKIT_ERR_RUNTIME:
+      throw runtime_error(what);
+    case OKIT_ERR_UNSUPPORTED:
+      throw logic_error(what + " (operation not supported)");
     default:
       throw runtime_error(what + " (status code " + std::to_string(err.code) +
                           ", not one of plugin.h's okit_status_code values)");
@@ -112,9 +130,12 @@ executor& self_of(void* self) { return *static_cast<executor*>(self); }
 
 memory_kind memory_kind_of(std::int32_t k) {
   switch (k) {
-    case OKIT_MEMORY_DEVICE: return memory_kind::device;
-    case OKIT_MEMORY_PINNED: return memory_kind::pinned;
-    case OKIT_MEMORY_PAGEABLE: return memory_kind::pageable;
+    case OKIT_MEMORY_DEVICE:
+      return memory_kind::device;
+    case OKIT_MEMORY_PINNED:
+      return memory_kind::pinned;
+    case OKIT_MEMORY_PAGEABLE:
+      return memory_kind::pageable;
     default:
       OFFLOADKIT_FAIL(out_of_range, "memory kind ", k,
                       " is not one of OKIT_MEMORY_DEVICE (0), OKIT_MEMORY_PINNED (1), "
@@ -124,29 +145,40 @@ memory_kind memory_kind_of(std::int32_t k) {
 
 std::int32_t to_c(memory_kind k) noexcept {
   switch (k) {
-    case memory_kind::device: return OKIT_MEMORY_DEVICE;
-    case memory_kind::pinned: return OKIT_MEMORY_PINNED;
-    case memory_kind::pageable: break;
+    case memory_kind::device:
+      return OKIT_MEMORY_DEVICE;
+    case memory_kind::pinned:
+      return OKIT_MEMORY_PINNED;
+    case memory_kind::pageable:
+      break;
   }
   return OKIT_MEMORY_PAGEABLE;
 }
 
 std::int32_t to_c(pointer_kind k) noexcept {
   switch (k) {
-    case pointer_kind::device: return OKIT_POINTER_DEVICE;
-    case pointer_kind::pinned: return OKIT_POINTER_PINNED;
-    case pointer_kind::managed: return OKIT_POINTER_MANAGED;
-    case pointer_kind::pageable: break;
+    case pointer_kind::device:
+      return OKIT_POINTER_DEVICE;
+    case pointer_kind::pinned:
+      return OKIT_POINTER_PINNED;
+    case pointer_kind::managed:
+      return OKIT_POINTER_MANAGED;
+    case pointer_kind::pageable:
+      break;
   }
   return OKIT_POINTER_PAGEABLE;
 }
 
 pointer_kind pointer_kind_of(std::int32_t k) noexcept {
   switch (k) {
-    case OKIT_POINTER_DEVICE: return pointer_kind::device;
-    case OKIT_POINTER_PINNED: return pointer_kind::pinned;
-    case OKIT_POINTER_MANAGED: return pointer_kind::managed;
-    default: return pointer_kind::pageable;
+    case OKIT_POINTER_DEVICE:
+      return pointer_kind::device;
+    case OKIT_POINTER_PINNED:
+      return pointer_kind::pinned;
+    case OKIT_POINTER_MANAGED:
+      return pointer_kind::managed;
+    default:
+      return pointer_kind::pageable;
   }
 }
 
@@ -220,7 +252,9 @@ executor_table::executor_table(executor& ex) : ex_(&ex), name_(ex.name()) {
   t.create_event = [](void* self, okit_error* err, std::int32_t device, okit_event* out) noexcept {
     return guard(err, [&] { *out = to_c(self_of(self).create_event(device)); });
   };
-  t.destroy_event = [](void* self, okit_event e) noexcept { self_of(self).destroy_event(from_c(e)); };
+  t.destroy_event = [](void* self, okit_event e) noexcept {
+    self_of(self).destroy_event(from_c(e));
+  };
   t.copy = [](void* self, okit_error* err, void* dst, const void* src, std::size_t bytes,
               okit_stream s) noexcept {
     return guard(err, [&] { self_of(self).copy(dst, src, bytes, from_c(s)); });
@@ -291,7 +325,9 @@ executor_table::executor_table(executor& ex) : ex_(&ex), name_(ex.name()) {
   t.replay = [](void* self, okit_error* err, okit_graph g, okit_stream s) noexcept {
     return guard(err, [&] { self_of(self).replay(from_c(g), from_c(s)); });
   };
-  t.destroy_graph = [](void* self, okit_graph g) noexcept { self_of(self).destroy_graph(from_c(g)); };
+  t.destroy_graph = [](void* self, okit_graph g) noexcept {
+    self_of(self).destroy_graph(from_c(g));
+  };
 }
 
 // ---- plugin side: an executor over the lent table -------------------------------------------
@@ -368,7 +404,9 @@ void abi_executor::do_launch(const launch_request& r, stream_ref s) {
   c.name = r.name;
   // The table takes ownership of one reference to the body, also when the launch fails.
   c.owner = new std::shared_ptr<const void>(r.body);
-  c.drop_owner = [](void* owner) noexcept { delete static_cast<std::shared_ptr<const void>*>(owner); };
+  c.drop_owner = [](void* owner) noexcept {
+    delete static_cast<std::shared_ptr<const void>*>(owner);
+  };
   call_checked_self(lent, "launch", t_->launch, t_->self, &c, to_c(s));
 }
 void abi_executor::do_host_function(std::function<void()> fn, stream_ref s) {

@@ -19,8 +19,9 @@ void add_feature(plugin_checks& out, const char* feature, const std::optional<Im
     return;
   }
   if (!impl->support.runs_on(on)) {
-    out.not_run.push_back(std::string(feature) + ": not run: the plugin declares no support for the " +
-                          to_string(on) + " executor (capability OKIT_CAP_" +
+    out.not_run.push_back(std::string(feature) +
+                          ": not run: the plugin declares no support for the " + to_string(on) +
+                          " executor (capability OKIT_CAP_" +
                           (on == backend::cuda ? "CUDA" : "HOST") + "_EXECUTOR)");
     return;
   }
@@ -39,10 +40,9 @@ plugin_checks plugin_check_cases(const std::shared_ptr<const library>& lib, back
               [](const testing::region_implementation& i) { return testing::region_battery(i); });
   add_feature(out, "arena", arena_of(lib), on,
               [](const testing::arena_implementation& i) { return testing::arena_battery(i); });
-  add_feature(out, "activation", activation_of(lib), on,
-              [](const testing::activation_implementation& i) {
-                return testing::activation_battery(i);
-              });
+  add_feature(
+      out, "activation", activation_of(lib), on,
+      [](const testing::activation_implementation& i) { return testing::activation_battery(i); });
   return out;
 }
 

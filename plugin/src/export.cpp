@@ -44,7 +44,9 @@ struct stash_object : object<stash::stash_interface> {
 };
 
 stash::stash_key key_of(okit_stash_key k) { return stash::stash_key{k.vp, k.layer, k.microbatch}; }
-okit_stash_key key_to_c(const stash::stash_key& k) { return okit_stash_key{k.vp, k.layer, k.microbatch}; }
+okit_stash_key key_to_c(const stash::stash_key& k) {
+  return okit_stash_key{k.vp, k.layer, k.microbatch};
+}
 
 okit_stash_status status_to_c(const stash::stash_status& s) {
   okit_stash_status c{};
@@ -250,8 +252,8 @@ arena::tensor_set_view view_of(const okit_tensor* tensors, std::size_t count) {
   static_assert(sizeof(okit_tensor) == sizeof(arena::device_tensor) &&
                     offsetof(okit_tensor, bytes) == offsetof(arena::device_tensor, bytes),
                 "okit_tensor and arena::device_tensor share one layout");
-  OFFLOADKIT_EXPECTS(tensors != nullptr || count == 0, logic_error, "the tensor array is NULL with ",
-                     count, " tensors");
+  OFFLOADKIT_EXPECTS(tensors != nullptr || count == 0, logic_error,
+                     "the tensor array is NULL with ", count, " tensors");
   return arena::tensor_set_view(reinterpret_cast<const arena::device_tensor*>(tensors), count);
 }
 }  // namespace

@@ -29,9 +29,12 @@ class plugin_region final : public region::offload_region {
   [[nodiscard]] int do_device() const noexcept override { return info().device; }
   [[nodiscard]] region::region_state do_state() const noexcept override {
     switch (info().state) {
-      case OKIT_REGION_ACTIVE: return region::region_state::active;
-      case OKIT_REGION_PAUSED: return region::region_state::paused;
-      default: return region::region_state::partial;
+      case OKIT_REGION_ACTIVE:
+        return region::region_state::active;
+      case OKIT_REGION_PAUSED:
+        return region::region_state::paused;
+      default:
+        return region::region_state::partial;
     }
   }
   [[nodiscard]] bool do_address_stable() const noexcept override {

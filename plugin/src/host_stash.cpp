@@ -4,8 +4,12 @@
 namespace offloadkit::plugin {
 namespace {
 
-okit_stash_key key_to_c(const stash::stash_key& k) { return okit_stash_key{k.vp, k.layer, k.microbatch}; }
-stash::stash_key key_of(const okit_stash_key& k) { return stash::stash_key{k.vp, k.layer, k.microbatch}; }
+okit_stash_key key_to_c(const stash::stash_key& k) {
+  return okit_stash_key{k.vp, k.layer, k.microbatch};
+}
+stash::stash_key key_of(const okit_stash_key& k) {
+  return stash::stash_key{k.vp, k.layer, k.microbatch};
+}
 
 stash::stash_status status_of(const okit_stash_status& c) {
   stash::stash_status s;
@@ -45,7 +49,8 @@ class plugin_stash final : public stash::stash_interface {
   }
   void do_stash(const stash::stash_key& key, const void* src, const std::uint64_t* rows,
                 stream_ref s) override {
-    call_checked_self(obj_.context, "stash", t_->stash, obj_.self, key_to_c(key), src, rows, to_c(s));
+    call_checked_self(obj_.context, "stash", t_->stash, obj_.self, key_to_c(key), src, rows,
+                      to_c(s));
   }
   void do_restore(const stash::stash_key& key, void* dst, std::uint64_t* rows_out,
                   stream_ref s) override {

@@ -10,7 +10,9 @@
 namespace offloadkit::plugin {
 namespace {
 
-std::string quoted(const char* s) { return s == nullptr ? std::string("(null)") : "'" + std::string(s) + "'"; }
+std::string quoted(const char* s) {
+  return s == nullptr ? std::string("(null)") : "'" + std::string(s) + "'";
+}
 
 /// Names every null entry among `entries` (pairs of name and pointer).
 void expect_entries(const std::string& context,
@@ -84,8 +86,8 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   void* sym = dlsym(handle, OKIT_PLUGIN_ENTRY_SYMBOL);
   if (sym == nullptr) {
     close_on_error(where + ": does not export the entry point " OKIT_PLUGIN_ENTRY_SYMBOL
-                   " (declare it extern \"C\" OKIT_PLUGIN_EXPORT const okit_plugin* "
-                   "okit_plugin_entry(uint32_t))");
+                           " (declare it extern \"C\" OKIT_PLUGIN_EXPORT const okit_plugin* "
+                           "okit_plugin_entry(uint32_t))");
   }
   auto entry = reinterpret_cast<okit_plugin_entry_fn>(sym);
   const okit_plugin* desc = entry(OKIT_ABI_VERSION);
@@ -107,8 +109,9 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   const std::string name = lib->context("");
   if (desc->stash == nullptr && desc->region == nullptr && desc->arena == nullptr &&
       desc->activation == nullptr) {
-    throw plugin_error(name + ": provides no feature (stash, region, arena and activation are all "
-                              "NULL)");
+    throw plugin_error(name +
+                       ": provides no feature (stash, region, arena and activation are all "
+                       "NULL)");
   }
   if (const auto* t = desc->stash) {
     const std::string c = lib->context("stash");

@@ -99,7 +99,9 @@ TEST(PluginExecutor, RoundTripThroughTheTable) {
   EXPECT_EQ(ex.classify(d).kind, ok::pointer_kind::device);
   EXPECT_EQ(ex.extent_of(d + 10).base, d);
   ex.fill(d, 7, n, s);
-  ok::launch(ex, n, [d] OFFLOADKIT_HD(std::size_t i) { d[i] = static_cast<unsigned char>(d[i] + i % 3); }, s);
+  ok::launch(
+      ex, n, [d] OFFLOADKIT_HD(std::size_t i) { d[i] = static_cast<unsigned char>(d[i] + i % 3); },
+      s);
   int ran = 0;
   ex.host_function([&ran] { ++ran; }, s);
   ex.copy(h, d, n, s);
@@ -159,17 +161,20 @@ TYPED_TEST_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
     ex->copy(src.data(), host.data(), bytes, s);
     ex->copy(rows.data(), &nrows, sizeof nrows, s);
     ex->fill(dst.data(), 0, bytes, s);
-    st->stash(ok::stash::make_key(0, 1, 2), src.data(), static_cast<const std::uint64_t*>(rows.data()), s);
+    st->stash(ok::stash::make_key(0, 1, 2), src.data(),
+              static_cast<const std::uint64_t*>(rows.data()), s);
     st->restore(ok::stash::make_key(0, 1, 2), dst.data(), nullptr, s);
     std::vector<unsigned char> back(bytes);
     ex->copy(back.data(), dst.data(), bytes, s);
     ex->synchronize(static_cast<ok::stream_ref>(s));
-    for (std::size_t i = 0; i < nrows * cfg.row_bytes; ++i) ASSERT_EQ(back[i], host[i]) << path << " byte " << i;
+    for (std::size_t i = 0; i < nrows * cfg.row_bytes; ++i)
+      ASSERT_EQ(back[i], host[i]) << path << " byte " << i;
     EXPECT_TRUE(st->status(s).ok());
     // Past max_keys: out_of_range, named after the plugin and the entry.
     try {
       for (std::uint32_t k = 0; k < 8; ++k) {
-        st->stash(ok::stash::make_key(1, k, 0), src.data(), static_cast<const std::uint64_t*>(rows.data()), s);
+        st->stash(ok::stash::make_key(1, k, 0), src.data(),
+                  static_cast<const std::uint64_t*>(rows.data()), s);
         st->restore(ok::stash::make_key(1, k, 0), dst.data(), nullptr, s);
       }
       ADD_FAILURE() << path << ": more keys than max_keys were accepted";

@@ -13,11 +13,11 @@
 
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/plugin/host.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/cli.hpp"
-#include "tier_accounting.hpp"
-#include "offloadkit/plugin/host.hpp"
 #include "offloadkit/traces/stash_bridge.hpp"
+#include "tier_accounting.hpp"
 
 namespace offloadkit::traces {
 namespace {
@@ -166,7 +166,8 @@ const char* replay_usage =
     "                         [--data-row-bytes N] [--plan-only] [--quiet]\n"
     "  --plugin PATH   replay through the paged stash of a plugin library (offloadkit/plugin.h)\n"
     "exit: 0 ok, 1 restored bytes differ or the file is invalid, 2 bad usage, 3 the pool\n"
-    "overflows, 4 the plugin cannot be loaded, has no stash or none for this executor, 77 skipped\n";
+    "overflows, 4 the plugin cannot be loaded, has no stash or none for this executor, 77 "
+    "skipped\n";
 
 }  // namespace
 

@@ -13,7 +13,11 @@ class buffer {
  public:
   buffer() = default;
   buffer(executor& ex, memory_kind kind, std::size_t bytes, int device = 0)
-      : ex_(&ex), kind_(kind), bytes_(bytes), device_(device), ptr_(ex.allocate(kind, bytes, device)) {}
+      : ex_(&ex),
+        kind_(kind),
+        bytes_(bytes),
+        device_(device),
+        ptr_(ex.allocate(kind, bytes, device)) {}
   buffer(buffer&& o) noexcept { swap(o); }
   buffer& operator=(buffer&& o) noexcept {
     buffer tmp(std::move(o));

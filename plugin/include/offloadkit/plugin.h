@@ -77,7 +77,8 @@ static inline okit_status okit_set_error(okit_error* err, okit_status code, cons
     err->code = code;
     err->cuda_code = 0;
     if (message != NULL) {
-      for (; message[i] != '\0' && i + 1 < OKIT_ERROR_MESSAGE_BYTES; ++i) err->message[i] = message[i];
+      for (; message[i] != '\0' && i + 1 < OKIT_ERROR_MESSAGE_BYTES; ++i)
+        err->message[i] = message[i];
     }
     err->message[i] = '\0';
   }
@@ -198,21 +199,27 @@ typedef struct okit_executor {
 /* ---- capabilities ------------------------------------------------------------------------- */
 
 /* Common to every feature. */
-#define OKIT_CAP_CUDA_EXECUTOR (1ull << 0)       /* runs on the cuda executor */
-#define OKIT_CAP_HOST_EXECUTOR (1ull << 1)       /* runs on the host executor (uses only okit_executor) */
-#define OKIT_CAP_EXECUTOR_ALLOCATIONS (1ull << 2) /* allocates through okit_executor: faults reach it */
+#define OKIT_CAP_CUDA_EXECUTOR (1ull << 0) /* runs on the cuda executor */
+#define OKIT_CAP_HOST_EXECUTOR (1ull << 1) /* runs on the host executor (uses only okit_executor) \
+                                            */
+#define OKIT_CAP_EXECUTOR_ALLOCATIONS \
+  (1ull << 2) /* allocates through okit_executor: faults reach it */
 
 /* Paged stash. */
-#define OKIT_STASH_CAP_CAPTURABLE (1ull << 8) /* stash/restore issue no host sync: graph-capturable */
-#define OKIT_STASH_CAP_PAGE_IDS (1ull << 9)   /* snapshot reports page ids of free lists and entries */
+#define OKIT_STASH_CAP_CAPTURABLE \
+  (1ull << 8) /* stash/restore issue no host sync: graph-capturable */
+#define OKIT_STASH_CAP_PAGE_IDS \
+  (1ull << 9) /* snapshot reports page ids of free lists and entries */
 
 /* Region. */
-#define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8)  /* data() never changes */
-#define OKIT_REGION_CAP_RELEASES_MEMORY (1ull << 9) /* pause gives device memory back to the driver */
-#define OKIT_REGION_CAP_MULTI_DEVICE (1ull << 10)   /* a region may live on any device */
+#define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8) /* data() never changes */
+#define OKIT_REGION_CAP_RELEASES_MEMORY \
+  (1ull << 9)                                     /* pause gives device memory back to the driver */
+#define OKIT_REGION_CAP_MULTI_DEVICE (1ull << 10) /* a region may live on any device */
 
 /* Arena. */
-#define OKIT_ARENA_CAP_ASYNCHRONOUS (1ull << 8)       /* offload/reload may return before the copies end */
+#define OKIT_ARENA_CAP_ASYNCHRONOUS \
+  (1ull << 8) /* offload/reload may return before the copies end */
 #define OKIT_ARENA_CAP_PINNED_STEADY_STATE (1ull << 9) /* a repeated shape allocates nothing */
 #define OKIT_ARENA_CAP_SINGLE_HOST_BUFFER (1ull << 10) /* never more than one host buffer */
 

@@ -6,8 +6,8 @@
 #include <set>
 #include <string>
 
-#include "offloadkit/testing/arena_checks.hpp"
 #include "battery_tests.hpp"
+#include "offloadkit/testing/arena_checks.hpp"
 
 namespace {
 

@@ -26,8 +26,8 @@ using stash_maker = std::unique_ptr<stash::stash_interface> (*)(executor&,
 using region_maker = std::unique_ptr<region::offload_region> (*)(executor&,
                                                                  const region::region_config&);
 using arena_maker = std::unique_ptr<arena::offloader> (*)(executor&);
-using activation_maker = std::unique_ptr<activation::offloader> (*)(
-    executor&, const activation::offload_options&);
+using activation_maker =
+    std::unique_ptr<activation::offloader> (*)(executor&, const activation::offload_options&);
 
 namespace detail {
 okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities,
@@ -59,28 +59,27 @@ okit_status create_activation(activation_maker make, okit_error* err, const okit
 /// The table of a stash implementation made by `Make`.
 template <stash_maker Make>
 okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities) {
-  return detail::stash_vtable(implementation, capabilities,
-                              [](okit_error* err, const okit_executor* ex,
-                                 const okit_stash_config* cfg, void** out, okit_stream s) {
-                                return detail::create_stash(Make, err, ex, cfg, out, s);
-                              });
+  return detail::stash_vtable(
+      implementation, capabilities,
+      [](okit_error* err, const okit_executor* ex, const okit_stash_config* cfg, void** out,
+         okit_stream s) { return detail::create_stash(Make, err, ex, cfg, out, s); });
 }
 
 template <region_maker Make>
 okit_region_vtable region_vtable(const char* implementation, std::uint64_t capabilities) {
-  return detail::region_vtable(implementation, capabilities,
-                               [](okit_error* err, const okit_executor* ex,
-                                  const okit_region_config* cfg, void** out) {
-                                 return detail::create_region(Make, err, ex, cfg, out);
-                               });
+  return detail::region_vtable(
+      implementation, capabilities,
+      [](okit_error* err, const okit_executor* ex, const okit_region_config* cfg, void** out) {
+        return detail::create_region(Make, err, ex, cfg, out);
+      });
 }
 
 template <arena_maker Make>
 okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabilities) {
-  return detail::arena_vtable(
-      implementation, capabilities, [](okit_error* err, const okit_executor* ex, void** out) {
-        return detail::create_arena(Make, err, ex, out);
-      });
+  return detail::arena_vtable(implementation, capabilities,
+                              [](okit_error* err, const okit_executor* ex, void** out) {
+                                return detail::create_arena(Make, err, ex, out);
+                              });
 }
 
 template <activation_maker Make>
