@@ -9,43 +9,29 @@
 
 namespace {
 
-namespace ok = offloadkit;
-
-std::unique_ptr<ok::stash::stash_interface> make_stash(ok::executor& ex,
-                                                       const ok::stash::stash_config& c,
-                                                       ok::stream_ref s) {
-  return std::make_unique<ok::stash::paged_stash>(ex, c, s);
-}
-std::unique_ptr<ok::region::offload_region> make_region(ok::executor& ex,
-                                                        const ok::region::region_config& c) {
-  return std::make_unique<ok::region::vmm_region>(ex, c);
-}
-std::unique_ptr<ok::arena::offloader> make_arena(ok::executor& ex) {
-  return std::make_unique<ok::arena::coalesced_offloader>(ex);
-}
-std::unique_ptr<ok::activation::offloader> make_activation(
-    ok::executor& ex, const ok::activation::offload_options& o) {
-  return std::make_unique<ok::activation::async_offloader>(ex, o);
-}
-
 constexpr std::uint64_t common =
     OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_CAP_EXECUTOR_ALLOCATIONS;
 
 }  // namespace
 
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
+  namespace ok = offloadkit;
   namespace op = offloadkit::plugin;
-  static const okit_stash_vtable stash = op::stash_vtable<&make_stash>(
-      "optimized", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
-  static const okit_region_vtable region = op::region_vtable<&make_region>(
-      "optimized", common | OKIT_REGION_CAP_ADDRESS_STABLE | OKIT_REGION_CAP_RELEASES_MEMORY |
-                       OKIT_REGION_CAP_MULTI_DEVICE);
-  static const okit_arena_vtable arena = op::arena_vtable<&make_arena>(
-      "optimized", common | OKIT_ARENA_CAP_ASYNCHRONOUS | OKIT_ARENA_CAP_PINNED_STEADY_STATE |
-                       OKIT_ARENA_CAP_SINGLE_HOST_BUFFER);
-  static const okit_activation_vtable activation = op::activation_vtable<&make_activation>(
-      "optimized", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE | OKIT_ACTIVATION_CAP_PREFETCH_BOUND |
-                       OKIT_ACTIVATION_CAP_PENDING_BOUND);
+  static const okit_stash_vtable stash =
+      op::stash_vtable<&op::make_stash_as<ok::stash::paged_stash>>(
+          "optimized", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
+  static const okit_region_vtable region =
+      op::region_vtable<&op::make_region_as<ok::region::vmm_region>>(
+          "optimized", common | OKIT_REGION_CAP_ADDRESS_STABLE | OKIT_REGION_CAP_RELEASES_MEMORY |
+                           OKIT_REGION_CAP_MULTI_DEVICE);
+  static const okit_arena_vtable arena =
+      op::arena_vtable<&op::make_arena_as<ok::arena::coalesced_offloader>>(
+          "optimized", common | OKIT_ARENA_CAP_ASYNCHRONOUS | OKIT_ARENA_CAP_PINNED_STEADY_STATE |
+                           OKIT_ARENA_CAP_SINGLE_HOST_BUFFER);
+  static const okit_activation_vtable activation =
+      op::activation_vtable<&op::make_activation_as<ok::activation::async_offloader>>(
+          "optimized", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
+                           OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
   static const okit_plugin plugin{OKIT_ABI_VERSION,
                                   sizeof(okit_plugin),
                                   "offloadkit-optimized",

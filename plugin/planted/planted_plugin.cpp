@@ -156,34 +156,20 @@ class planted_activation final : public ok::activation::offloader {
   ok::activation::reference_offloader inner_;
 };
 
-std::unique_ptr<ok::stash::stash_interface> make_stash(ok::executor& ex,
-                                                       const ok::stash::stash_config& c,
-                                                       ok::stream_ref s) {
-  return std::make_unique<planted_stash>(ex, c, s);
-}
-std::unique_ptr<ok::region::offload_region> make_region(ok::executor& ex,
-                                                        const ok::region::region_config& c) {
-  return std::make_unique<planted_region>(ex, c);
-}
-std::unique_ptr<ok::arena::offloader> make_arena(ok::executor& ex) {
-  return std::make_unique<planted_arena>(ex);
-}
-std::unique_ptr<ok::activation::offloader> make_activation(
-    ok::executor& ex, const ok::activation::offload_options& o) {
-  return std::make_unique<planted_activation>(ex, o);
-}
-
 }  // namespace
 
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace op = offloadkit::plugin;
-  static const okit_stash_vtable stash = op::stash_vtable<&make_stash>("planted", common);
-  static const okit_region_vtable region = op::region_vtable<&make_region>(
+  static const okit_stash_vtable stash =
+      op::stash_vtable<&op::make_stash_as<planted_stash>>("planted", common);
+  static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
-  static const okit_arena_vtable arena = op::arena_vtable<&make_arena>("planted", common);
-  static const okit_activation_vtable activation = op::activation_vtable<&make_activation>(
-      "planted", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE | OKIT_ACTIVATION_CAP_PREFETCH_BOUND |
-                     OKIT_ACTIVATION_CAP_PENDING_BOUND);
+  static const okit_arena_vtable arena =
+      op::arena_vtable<&op::make_arena_as<planted_arena>>("planted", common);
+  static const okit_activation_vtable activation =
+      op::activation_vtable<&op::make_activation_as<planted_activation>>(
+          "planted", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
+                         OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
   const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash;
   static const okit_plugin plugin{
       OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,

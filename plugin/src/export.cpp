@@ -12,6 +12,7 @@
 
 #include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/resources.hpp"
+#include "stash_conversions.hpp"
 
 namespace offloadkit::plugin::detail {
 namespace {
@@ -42,22 +43,6 @@ struct stash_object : object<stash::stash_interface> {
   std::vector<std::vector<std::uint32_t>> entry_ids;
   std::vector<okit_stash_entry> entries;
 };
-
-stash::stash_key key_of(okit_stash_key k) { return stash::stash_key{k.vp, k.layer, k.microbatch}; }
-okit_stash_key key_to_c(const stash::stash_key& k) {
-  return okit_stash_key{k.vp, k.layer, k.microbatch};
-}
-
-okit_stash_status status_to_c(const stash::stash_status& s) {
-  okit_stash_status c{};
-  c.code = static_cast<std::uint32_t>(s.code);
-  c.key = key_to_c(s.key);
-  c.rows = s.rows;
-  c.needed = s.needed;
-  c.free_device = s.free_device;
-  c.free_pinned = s.free_pinned;
-  return c;
-}
 
 // ---- region -----------------------------------------------------------------------------------
 

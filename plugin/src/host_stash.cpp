@@ -1,26 +1,13 @@
 // A plugin's paged stash behind stash_interface.
 #include "host_common.hpp"
+#include "stash_conversions.hpp"
 
 namespace offloadkit::plugin {
 namespace {
 
-okit_stash_key key_to_c(const stash::stash_key& k) {
-  return okit_stash_key{k.vp, k.layer, k.microbatch};
-}
-stash::stash_key key_of(const okit_stash_key& k) {
-  return stash::stash_key{k.vp, k.layer, k.microbatch};
-}
-
-stash::stash_status status_of(const okit_stash_status& c) {
-  stash::stash_status s;
-  s.code = static_cast<stash::status_code>(c.code);
-  s.key = key_of(c.key);
-  s.rows = c.rows;
-  s.needed = c.needed;
-  s.free_device = c.free_device;
-  s.free_pinned = c.free_pinned;
-  return s;
-}
+using detail::key_of;
+using detail::key_to_c;
+using detail::status_of;
 
 class plugin_stash final : public stash::stash_interface {
  public:

@@ -4,9 +4,10 @@
 // abi_executor over the okit_executor offloadkit lends it, and every entry turns exceptions into
 // error codes. offloadkit's own dogfood plugins are built this way; so can anyone's.
 //
-//   std::unique_ptr<offloadkit::stash::stash_interface> make(offloadkit::executor&,
-//       const offloadkit::stash::stash_config&, offloadkit::stream_ref);
-//   static const okit_stash_vtable t = offloadkit::plugin::stash_vtable<&make>("mine", caps);
+//   static const okit_stash_vtable t =
+//       offloadkit::plugin::stash_vtable<&offloadkit::plugin::make_stash_as<my_stash>>("mine",
+//       caps);
+// (or any function of the maker's signature in place of make_stash_as).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,28 @@ using region_maker = std::unique_ptr<region::offload_region> (*)(executor&,
 using arena_maker = std::unique_ptr<arena::offloader> (*)(executor&);
 using activation_maker =
     std::unique_ptr<activation::offloader> (*)(executor&, const activation::offload_options&);
+
+/// Makers for an implementation type constructed the usual way, e.g.
+/// stash_vtable<&make_stash_as<my_stash>>("mine", caps).
+template <class Impl>
+std::unique_ptr<stash::stash_interface> make_stash_as(executor& ex, const stash::stash_config& c,
+                                                      stream_ref s) {
+  return std::make_unique<Impl>(ex, c, s);
+}
+template <class Impl>
+std::unique_ptr<region::offload_region> make_region_as(executor& ex,
+                                                       const region::region_config& c) {
+  return std::make_unique<Impl>(ex, c);
+}
+template <class Impl>
+std::unique_ptr<arena::offloader> make_arena_as(executor& ex) {
+  return std::make_unique<Impl>(ex);
+}
+template <class Impl>
+std::unique_ptr<activation::offloader> make_activation_as(executor& ex,
+                                                          const activation::offload_options& o) {
+  return std::make_unique<Impl>(ex, o);
+}
 
 namespace detail {
 okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities,
