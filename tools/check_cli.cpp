@@ -235,9 +235,10 @@ void expect_known(const std::string& option, const std::string& plural, const st
   }
 }
 
-/// The registered cases that --feature, --implementation and --property select.
+/// The registered cases that --feature, --implementation and --property select. With --plugin,
+/// `notes` gets a line per feature of the plugin that yields no case, and why.
 std::vector<check_case> select_cases(const check_program& program, const std::string& executor_name,
-                                     const check_options& opt) {
+                                     const check_options& opt, std::vector<std::string>& notes) {
   if (!program.cases) throw std::logic_error("check_main: the program has no case source");
   std::vector<check_case> cases;
   if (opt.plugin.empty()) {
@@ -246,16 +247,13 @@ std::vector<check_case> select_cases(const check_program& program, const std::st
     if (!program.plugin_cases) {
       throw usage_error("--plugin is not supported by " + program.name);
     }
-    std::vector<std::string> notes;
     try {
       cases = program.plugin_cases(opt.plugin, executor_name, notes);
     } catch (const std::exception& e) {
       throw plugin_unusable(e.what());
     }
-    if (!opt.run_one) {
-      for (const auto& n : notes) std::cout << "plugin: " << n << "\n";
-    }
     if (cases.empty()) {
+      for (const auto& n : notes) std::cerr << "  " << n << "\n";
       throw plugin_unusable("plugin " + opt.plugin + " has no property to run on the " +
                             executor_name + " executor");
     }
@@ -425,7 +423,8 @@ void print_table(const std::vector<property_row>& rows_in) {
 
 /// The table, the counts and the replay commands; returns the exit status they amount to.
 int print_summary(const std::vector<property_row>& rows, double total_s,
-                  const check_program& program, const check_options& opt) {
+                  const check_program& program, const check_options& opt,
+                  const std::vector<std::string>& notes) {
   std::cout << "\n";
   print_table(rows);
   const auto failed = static_cast<std::size_t>(std::count_if(
@@ -433,6 +432,8 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
   std::cout << "\n"
             << rows.size() - failed << " passed, " << failed << " failed, " << seconds(total_s)
             << "\n";
+  // What the plugin did not give to check is said next to the counts, never counted as passed.
+  for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (failed > 0) {
     std::cout << "replay a failure with:\n";
     for (const auto& row : rows) {
@@ -493,7 +494,8 @@ int run_one(const check_program& program, const check_options& opt) {
         nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
     return check_exit::unavailable;
   }
-  const std::vector<check_case> cases = select_cases(program, executor_name, opt);
+  std::vector<std::string> notes;  // the parent reports them
+  const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
   if (cases.size() != 1) {
     throw usage_error("--run-one selects " + std::to_string(cases.size()) +
                       " properties; it runs exactly one");
@@ -653,9 +655,12 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
               << why << "\n(use --executor host or auto)\n";
     return check_exit::unavailable;
   }
-  const std::vector<check_case> cases = select_cases(program, executor_name, opt);
+  std::vector<std::string> notes;
+  const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
 
   std::cout << program.name << " check: " << executor_name << " executor (" << why << ")\n";
+  if (!opt.plugin.empty()) std::cout << "plugin: " << opt.plugin << "\n";
+  for (const auto& n : notes) std::cout << "  " << n << "\n";
   if (opt.list) {
     for (const auto& c : cases) {
       std::cout << "  " << c.feature << "/" << c.implementation << " " << c.name << " ("
@@ -726,7 +731,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
         const double total =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (!rows.empty()) print_summary(rows, total, program, opt);
+        if (!rows.empty()) print_summary(rows, total, program, opt, notes);
         return 128 + run.signal;
       }
       const std::string text = result->read_all();
@@ -746,7 +751,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     rows.push_back(std::move(row));
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return print_summary(rows, total, program, opt);
+  return print_summary(rows, total, program, opt, notes);
 }
 
 }  // namespace offloadkit::tools
