@@ -7,8 +7,10 @@ JOBS="${JOBS:-$(nproc)}"
 
 log() { printf '\n== %s\n' "$*"; }
 
-# Debian packages every build needs; installed with apt-get only where missing.
-OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev)
+# Debian packages every build needs; installed with apt-get only where missing. pybind11-dev and
+# python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations.
+OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev
+  pybind11-dev python3-dev python3-numpy)
 
 install_deps() {
   local missing=() extra=("$@")
@@ -100,4 +102,19 @@ check_installed_package() {
   log "$okit check --executor host --plugin $consumer/liboffloadkit_example_plugin.so --cases 20"
   "$okit" check --executor host --plugin "$consumer/liboffloadkit_example_plugin.so" --cases 20 ||
     return 1
+  if [ -f "$prefix/lib/liboffloadkit_python_plugin.so" ]; then
+    # The installed bridge must load the package installed beside it, not the source tree's: the
+    # factory refuses to load otherwise.
+    cat >"$work/installed_python.py" <<PY
+import sys
+import offloadkit
+if not offloadkit.__file__.startswith("$prefix/lib/python3/dist-packages/"):
+    raise ImportError(f"offloadkit was imported from {offloadkit.__file__}, not from $prefix")
+sys.path.insert(0, "$OFFLOADKIT_ROOT/python/examples")
+from numpy_offload import make_arena as make
+PY
+    log "$okit check --executor host --python $work/installed_python.py:make --cases 10"
+    "$okit" check --executor host --cases 10 --python "$work/installed_python.py:make" ||
+      return 1
+  fi
 }

@@ -100,6 +100,14 @@ if(TARGET offloadkit_injection)
   install(TARGETS offloadkit_injection EXPORT offloadkitTargets LIBRARY DESTINATION lib)
 endif()
 
+if(TARGET offloadkit_interpose)
+  # `offloadkit check --driver-faults` preloads the interposer from ../lib beside the command; its
+  # control header is for programs that steer it. Not a link target: it is only ever preloaded.
+  install(TARGETS offloadkit_interpose LIBRARY DESTINATION lib)
+  install(FILES ${PROJECT_SOURCE_DIR}/interpose/include/offloadkit/interpose/control.h
+    DESTINATION include/offloadkit/interpose)
+endif()
+
 install(EXPORT offloadkitTargets NAMESPACE offloadkit:: DESTINATION ${OFFLOADKIT_INSTALL_CMAKEDIR})
 
 # ---- package configuration ----------------------------------------------------------------------

@@ -44,4 +44,14 @@ std::vector<check_case> plugin_check_cases(const std::string& path,
   return std::move(checks.cases);
 }
 
+interpose::fault_subjects plugin_fault_subjects(const std::string& path) {
+  const auto lib = plugin::library::open(path);
+  interpose::fault_subjects s;
+  s.stash = plugin::stash_of(lib);
+  s.region = plugin::region_of(lib);
+  s.arena = plugin::arena_of(lib);
+  s.activation = plugin::activation_of(lib);
+  return s;
+}
+
 }  // namespace offloadkit::tools

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/interpose/scenarios.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::tools {
@@ -17,5 +18,9 @@ std::vector<check_case> all_check_cases(const std::string& executor_name);
 std::vector<check_case> plugin_check_cases(const std::string& path,
                                            const std::string& executor_name,
                                            std::vector<std::string>& notes);
+
+/// The implementations of the plugin library at `path`, by feature (`check --driver-faults`).
+/// Throws plugin::plugin_error when it cannot be loaded.
+interpose::fault_subjects plugin_fault_subjects(const std::string& path);
 
 }  // namespace offloadkit::tools

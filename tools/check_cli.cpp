@@ -11,7 +11,9 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -22,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "driver_faults.hpp"
 #include "isolation.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
@@ -65,6 +68,9 @@ constexpr option_spec option_specs[] = {
     {"--property", true, option_role::per_property},
     {"--no-shrink", false, option_role::forwarded},
     {"--plugin", true, option_role::forwarded},
+    {"--python", true, option_role::forwarded},
+    {"--driver-faults", false, option_role::forwarded},
+    {"--fault-call", true, option_role::parent_only},
     {"--timeout", true, option_role::parent_only},
     {"--in-process", false, option_role::parent_only},
     {"--list", false, option_role::parent_only},
@@ -81,6 +87,8 @@ struct check_options {
   std::string implementation;
   std::string property;
   std::string plugin;  ///< absolute path of the plugin library, empty for the built-in batteries
+  /// MODULE:FACTORY of --python (a module given as a file path made absolute), empty without it.
+  std::string python;
   bool shrink = true;
   int timeout_s = default_timeout_s;
   bool timeout_given = false;
@@ -89,6 +97,9 @@ struct check_options {
   bool help = false;
   bool run_one = false;
   int result_fd = -1;
+  /// --driver-faults: the driver-call countdown instead of the property batteries.
+  bool driver_faults = false;
+  std::int64_t fault_call = -1;  ///< --fault-call N; -1: every case
   /// The forwarded options as given, each name followed by its value (if it takes one).
   std::vector<std::string> forwarded;
 };
@@ -136,6 +147,46 @@ long parse_bounded(const std::string& option, const std::string& v, long lo, lon
   return n;
 }
 
+/// The value of --python checked to be MODULE:FACTORY; a module given as a file path (with a '/' or
+/// ending in .py) is made absolute, so that reproduce commands and children find it from anywhere.
+std::string python_factory(const std::string& value) {
+  const auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
+    throw usage_error("--python '" + value +
+                      "' is not MODULE:FACTORY: expected a module name or a .py file, a colon "
+                      "and the factory to call (e.g. my_offload:make or ./my_offload.py:make)");
+  }
+  std::string module = value.substr(0, colon);
+  const bool is_path = module.find('/') != std::string::npos ||
+                       (module.size() > 3 && module.compare(module.size() - 3, 3, ".py") == 0);
+  if (is_path) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(module, ec);
+    if (!ec) module = absolute.lexically_normal().string();
+  }
+  return module + value.substr(colon);
+}
+
+/// The Python bridge plugin: beside an installed command (<prefix>/lib, from <prefix>/bin), else
+/// the one of the build tree this command was built in.
+std::string python_bridge_path() {
+  namespace fs = std::filesystem;
+  constexpr const char* file = "liboffloadkit_python_plugin.so";
+  std::error_code ec;
+  const fs::path installed = fs::path(self_executable()).parent_path() / ".." / "lib" / file;
+  std::vector<std::string> tried = {installed.lexically_normal().string()};
+  if (fs::exists(installed, ec)) return tried.front();
+#ifdef OFFLOADKIT_PYTHON_BRIDGE
+  if (fs::exists(OFFLOADKIT_PYTHON_BRIDGE, ec)) return OFFLOADKIT_PYTHON_BRIDGE;
+  tried.emplace_back(OFFLOADKIT_PYTHON_BRIDGE);
+#endif
+  throw plugin_unusable(
+      std::string("--python needs offloadkit's Python bridge, ") + file +
+      ", which is not there (looked for " + join(tried) +
+      "): build offloadkit where pybind11 and the Python development files are installed "
+      "(Debian: pybind11-dev python3-dev)");
+}
+
 check_options parse_check_options(const std::vector<std::string>& args) {
   std::vector<std::string> shown;
   for (const auto& spec : option_specs) {
@@ -173,6 +224,10 @@ check_options parse_check_options(const std::vector<std::string>& args) {
       if (!ec) value = absolute.lexically_normal().string();
       o.plugin = value;
     }
+    if (name == "--python") {
+      value = python_factory(value);
+      o.python = value;
+    }
     if (spec->role == option_role::forwarded) {
       o.forwarded.push_back(name);
       if (spec->takes_value) o.forwarded.push_back(value);
@@ -209,7 +264,35 @@ check_options parse_check_options(const std::vector<std::string>& args) {
       o.run_one = true;
     } else if (name == "--result-fd") {
       o.result_fd = static_cast<int>(parse_bounded("--result-fd", value, 0, 1 << 20, "descriptor"));
+    } else if (name == "--driver-faults") {
+      o.driver_faults = true;
+    } else if (name == "--fault-call") {
+      o.fault_call = parse_bounded("--fault-call", value, 0, max_cases, "call number");
     }
+  }
+  if (o.fault_call >= 0 && !o.driver_faults) {
+    throw usage_error(
+        "--fault-call N runs case N of --driver-faults alone: give --driver-faults too");
+  }
+  if (o.driver_faults) {
+    if (o.plugin.empty() && o.python.empty()) {
+      throw usage_error(
+          "--driver-faults fails the CUDA calls that a plugin makes itself: give --plugin LIB or "
+          "--python MODULE:FACTORY (offloadkit's own implementations allocate through the "
+          "executor, whose faults the batteries already inject)");
+    }
+    if (o.seed != 0 || o.cases != 0 || !o.implementation.empty() || !o.property.empty() ||
+        !o.shrink || o.in_process || o.list) {
+      throw usage_error(
+          "--driver-faults runs one fixed scenario per feature, each case in a child process: "
+          "--seed, --cases, --implementation, --property, --no-shrink, --in-process and --list "
+          "do not apply to it");
+    }
+  }
+  if (!o.plugin.empty() && !o.python.empty()) {
+    throw usage_error(
+        "--plugin and --python cannot be used together: --python runs its factory through "
+        "offloadkit's Python bridge, which is itself the plugin; give one of them");
   }
   if (o.run_one != (o.result_fd >= 0)) {
     throw usage_error(
@@ -241,21 +324,30 @@ std::vector<check_case> select_cases(const check_program& program, const std::st
                                      const check_options& opt, std::vector<std::string>& notes) {
   if (!program.cases) throw std::logic_error("check_main: the program has no case source");
   std::vector<check_case> cases;
-  if (opt.plugin.empty()) {
+  if (opt.plugin.empty() && opt.python.empty()) {
     cases = program.cases(executor_name);
   } else {
+    const char* option = opt.python.empty() ? "--plugin" : "--python";
     if (!program.plugin_cases) {
-      throw usage_error("--plugin is not supported by " + program.name);
+      throw usage_error(std::string(option) + " is not supported by " + program.name);
+    }
+    std::string library = opt.plugin;
+    if (!opt.python.empty()) {
+      // The bridge reads its factory from the environment, which the children inherit (and
+      // set again from their own --python).
+      ::setenv("OFFLOADKIT_PYTHON_FACTORY", opt.python.c_str(), 1);
+      library = python_bridge_path();
     }
     try {
-      cases = program.plugin_cases(opt.plugin, executor_name, notes);
+      cases = program.plugin_cases(library, executor_name, notes);
     } catch (const std::exception& e) {
       throw plugin_unusable(e.what());
     }
     if (cases.empty()) {
       for (const auto& n : notes) std::cerr << "  " << n << "\n";
-      throw plugin_unusable("plugin " + opt.plugin + " has no property to run on the " +
-                            executor_name + " executor");
+      throw plugin_unusable(
+          (opt.python.empty() ? "plugin " + opt.plugin : "Python plugin " + opt.python) +
+          " has no property to run on the " + executor_name + " executor");
     }
   }
   expect_known("feature", "features", opt.feature, cases,
@@ -611,6 +703,18 @@ std::string check_options_text() {
         "  --plugin PATH               check the plugin library at PATH (offloadkit/plugin.h)\n"
         "                              instead of offloadkit's own implementations: every\n"
         "                              feature it provides, by the capabilities it declares\n"
+        "  --python MODULE:FACTORY     check an implementation written in Python: the plugin\n"
+        "                              that MODULE.FACTORY() returns (MODULE: a module on the\n"
+        "                              path or a .py file; OFFLOADKIT_PYTHONPATH adds folders),\n"
+        "                              run through offloadkit's Python bridge (not with --plugin)\n"
+        "  --driver-faults             with --plugin or --python, instead of the batteries: run\n"
+        "                              each feature's scenario with the implementation's own\n"
+        "                              N-th allocation or mapping call failed (CUDA runtime or\n"
+        "                              driver, seen by a preloaded interposer), N = 0, 1, 2, ...\n"
+        "                              each case in a child process, and classify every case:\n"
+        "                              clean, retry failed, data lost, inconsistent, leak,\n"
+        "                              exited, crashed, hung (cuda executor only)\n"
+        "  --fault-call N              with --driver-faults: run case N alone\n"
         "  --timeout SECONDS           stop a property still running after SECONDS, in [1, "
      << max_timeout_s << "]\n"
      << "                              (default " << default_timeout_s
@@ -637,6 +741,30 @@ std::string check_options_text() {
   return os.str();
 }
 
+namespace {
+
+/// What --driver-faults needs of the options; the plugin library is resolved as for the batteries.
+driver_fault_request driver_fault_request_of(const check_options& opt) {
+  driver_fault_request r;
+  r.library = opt.plugin;
+  r.subject = "plugin " + opt.plugin;
+  if (!opt.python.empty()) {
+    ::setenv("OFFLOADKIT_PYTHON_FACTORY", opt.python.c_str(), 1);
+    r.library = python_bridge_path();
+    r.subject = "Python plugin " + opt.python;
+  }
+  r.feature = opt.feature;
+  r.executor = opt.executor;
+  if (opt.fault_call >= 0) r.only_call = static_cast<std::uint64_t>(opt.fault_call);
+  r.timeout_s = opt.timeout_s;
+  r.run_one = opt.run_one;
+  r.result_fd = opt.result_fd;
+  r.forwarded = opt.forwarded;
+  return r;
+}
+
+}  // namespace
+
 int check_main(const std::vector<std::string>& args, const check_program& program) {
   const check_options opt = parse_check_options(args);
   if (opt.help) {
@@ -645,6 +773,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
               << check_options_text();
     return check_exit::passed;
   }
+  if (opt.driver_faults) return driver_faults_main(program, driver_fault_request_of(opt));
   if (opt.run_one) return run_one(program, opt);
 
   // Choose the executor first: the registered cases are labelled with its name.
@@ -660,6 +789,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
 
   std::cout << program.name << " check: " << executor_name << " executor (" << why << ")\n";
   if (!opt.plugin.empty()) std::cout << "plugin: " << opt.plugin << "\n";
+  if (!opt.python.empty()) std::cout << "python: " << opt.python << "\n";
   for (const auto& n : notes) std::cout << "  " << n << "\n";
   if (opt.list) {
     for (const auto& c : cases) {

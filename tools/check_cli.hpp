@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/interpose/scenarios.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::tools {
@@ -52,6 +53,9 @@ struct check_program {
   std::function<std::vector<check_case>(const std::string& path, const std::string& executor_name,
                                         std::vector<std::string>& notes)>
       plugin_cases;
+  /// The implementations of the plugin library at `path`, by feature, for --driver-faults.
+  /// Throws when the plugin cannot be used. Null: the program takes no --driver-faults.
+  std::function<interpose::fault_subjects(const std::string& path)> fault_subjects;
 };
 
 /// The options, notes and exit statuses of the check command (part of `help` and all of

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -143,12 +144,26 @@ std::string format_seconds(std::chrono::milliseconds d) {
 }  // namespace
 
 child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                    int extra_fd, int child_fd, std::size_t output_tail_bytes) {
+                    int extra_fd, int child_fd, std::size_t output_tail_bytes,
+                    const std::vector<std::string>& environment) {
   if (argv.empty()) throw std::invalid_argument("run_child: empty argv");
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // This process's environment less the variables `environment` sets, then those.
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto replaced = std::any_of(environment.begin(), environment.end(), [&](const auto& v) {
+      const auto eq = v.find('=');
+      return eq != std::string::npos &&
+             entry.substr(0, eq + 1) == std::string_view(v).substr(0, eq + 1);
+    });
+    if (!replaced) env.push_back(*e);
+  }
+  for (const auto& v : environment) env.push_back(const_cast<char*>(v.c_str()));
+  env.push_back(nullptr);
 
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw_errno(errno, "pipe2");
@@ -196,7 +211,7 @@ child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseco
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   pid_t pid = -1;
-  if (int err = posix_spawn(&pid, args[0], &setup.actions, &setup.attr, args.data(), environ);
+  if (int err = posix_spawn(&pid, args[0], &setup.actions, &setup.attr, args.data(), env.data());
       err != 0) {
     throw_errno(err, "cannot start " + argv[0]);
   }

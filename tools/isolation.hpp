@@ -31,13 +31,14 @@ struct child_run {
 
 /// Runs `argv` (argv[0] is the program's path) with stdin from /dev/null and stdout and stderr
 /// into a pipe the parent reads, with `extra_fd` (when not -1) inherited as file descriptor
-/// `child_fd`. Waits for it to end, at most `timeout`. Never returns while a process of the child's
-/// group can still be running: the group is killed once the child has ended (a leftover grandchild
-/// holding the pipe would otherwise keep the run waiting). Throws std::system_error when the child
-/// cannot be started.
+/// `child_fd`, in this process's environment with the NAME=VALUE entries of `environment` added
+/// (replacing variables of the same name). Waits for it to end, at most `timeout`. Never returns
+/// while a process of the child's group can still be running: the group is killed once the child
+/// has ended (a leftover grandchild holding the pipe would otherwise keep the run waiting). Throws
+/// std::system_error when the child cannot be started.
 child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                    int extra_fd = -1, int child_fd = -1,
-                    std::size_t output_tail_bytes = 64 * 1024);
+                    int extra_fd = -1, int child_fd = -1, std::size_t output_tail_bytes = 64 * 1024,
+                    const std::vector<std::string>& environment = {});
 
 /// "SIGSEGV" for 11, "signal 77" for a number without a name.
 std::string signal_name(int signal);

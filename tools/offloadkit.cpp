@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
       offloadkit::tools::check_program program;
       program.cases = offloadkit::tools::all_check_cases;
       program.plugin_cases = offloadkit::tools::plugin_check_cases;
+      program.fault_subjects = offloadkit::tools::plugin_fault_subjects;
       return offloadkit::tools::check_main(rest, program);
     }
     // The trace subcommands parse their own arguments; argv[0] becomes the subcommand's name.

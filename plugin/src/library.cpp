@@ -94,7 +94,8 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   if (desc == nullptr) {
     close_on_error(where + ": " OKIT_PLUGIN_ENTRY_SYMBOL "(" + std::to_string(OKIT_ABI_VERSION) +
                    ") returned NULL: the plugin cannot serve ABI version " +
-                   std::to_string(OKIT_ABI_VERSION));
+                   std::to_string(OKIT_ABI_VERSION) +
+                   " or could not start (a plugin says why in its own output, above)");
   }
   if (desc->abi_version != OKIT_ABI_VERSION) {
     close_on_error(where + ": built for ABI version " + std::to_string(desc->abi_version) +

@@ -1,0 +1,386 @@
+// The countdown's decisions: reading the interposer's report and a scenario's result, classifying
+// a case, and the table.
+#include "offloadkit/interpose/countdown.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "offloadkit/interpose/control.h"
+
+namespace offloadkit::interpose {
+namespace {
+
+using nlohmann::json;
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+std::int64_t get_i64(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
+}  // namespace
+
+interposer_report interposer_report::parse(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("the interposer's report is not JSON: ") + e.what());
+  }
+  if (!j.is_object() || j.value("format", "") != OKIT_INTERPOSE_REPORT_FORMAT) {
+    throw std::runtime_error(
+        "the interposer's report lacks \"format\": \"" OKIT_INTERPOSE_REPORT_FORMAT "\"");
+  }
+  interposer_report r;
+  try {
+    r.reason = j.at("reason").get<std::string>();
+    if (j.at("armed_call").is_number_unsigned())
+      r.armed_call = j["armed_call"].get<std::uint64_t>();
+    r.counted_calls = j.at("counted_calls").get<std::uint64_t>();
+    const auto& injected = j.at("injected");
+    if (!injected.empty()) {
+      r.failed_function = injected.at(0).at("function").get<std::string>();
+      r.failed_error = injected.at(0).at("error").get<int>();
+    }
+    for (const auto& [name, f] : j.at("functions").items()) {
+      r.functions[name] =
+          function_counts{f.value("calls", std::uint64_t{0}), f.value("failed", std::uint64_t{0}),
+                          f.value("errors", std::uint64_t{0})};
+    }
+    const auto& o = j.at("outstanding");
+    r.outstanding.physical_handles = get_i64(o, "physical_handles");
+    r.outstanding.reservations = get_i64(o, "reservations");
+    r.outstanding.mapped_bytes = get_i64(o, "mapped_bytes");
+    r.outstanding.device_allocations = get_i64(o, "device_allocations");
+    r.outstanding.device_bytes = get_i64(o, "device_bytes");
+    r.outstanding.pinned_allocations = get_i64(o, "pinned_allocations");
+    r.outstanding.pinned_bytes = get_i64(o, "pinned_bytes");
+    const auto& u = j.at("untracked");
+    r.untracked_releases = u.value("releases", std::uint64_t{0});
+    r.table_full = u.value("table_full", std::uint64_t{0});
+  } catch (const json::exception& e) {
+    throw std::runtime_error(std::string("the interposer's report is incomplete: ") + e.what());
+  }
+  return r;
+}
+
+std::optional<interposer_report> read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().empty()) return std::nullopt;
+  return interposer_report::parse(text.str());
+}
+
+std::string describe_leak(const outstanding_resources& o) {
+  std::vector<std::string> parts;
+  auto add = [&parts](std::int64_t n, const char* what) {
+    if (n > 0) parts.push_back(std::to_string(n) + " " + what);
+  };
+  add(o.physical_handles, "physical allocation handle(s) created and never released");
+  add(o.reservations, "address reservation(s) not freed");
+  add(o.mapped_bytes, "mapped byte(s) not unmapped");
+  add(o.device_allocations, "device allocation(s) not freed");
+  if (o.device_allocations > 0 && o.device_bytes > 0) {
+    parts.back() += " (" + std::to_string(o.device_bytes) + " bytes)";
+  }
+  add(o.pinned_allocations, "pinned host allocation(s) not freed");
+  if (o.pinned_allocations > 0 && o.pinned_bytes > 0) {
+    parts.back() += " (" + std::to_string(o.pinned_bytes) + " bytes)";
+  }
+  return join(parts, ", ");
+}
+
+std::string scenario_result::to_json() const {
+  return json{{"feature", feature},         {"implementation", implementation},
+              {"failed_step", failed_step}, {"error", error},
+              {"typed_error", typed_error}, {"retried", retried},
+              {"retry_ok", retry_ok},       {"retry_error", retry_error},
+              {"data_ok", data_ok},         {"consistent", consistent},
+              {"problems", problems},       {"unusable", unusable}}
+      .dump();
+}
+
+scenario_result scenario_result::from_json(const std::string& text) {
+  const json j = json::parse(text);
+  scenario_result r;
+  r.feature = j.at("feature").get<std::string>();
+  r.implementation = j.at("implementation").get<std::string>();
+  r.failed_step = j.at("failed_step").get<std::string>();
+  r.error = j.at("error").get<std::string>();
+  r.typed_error = j.at("typed_error").get<bool>();
+  r.retried = j.at("retried").get<bool>();
+  r.retry_ok = j.at("retry_ok").get<bool>();
+  r.retry_error = j.at("retry_error").get<std::string>();
+  r.data_ok = j.at("data_ok").get<bool>();
+  r.consistent = j.at("consistent").get<bool>();
+  r.problems = j.at("problems").get<std::vector<std::string>>();
+  r.unusable = j.at("unusable").get<std::string>();
+  return r;
+}
+
+const char* to_string(fault_class c) noexcept {
+  switch (c) {
+    case fault_class::clean:
+      return "clean";
+    case fault_class::retry_failed:
+      return "retry failed";
+    case fault_class::data_lost:
+      return "data lost";
+    case fault_class::inconsistent:
+      return "inconsistent";
+    case fault_class::leak:
+      return "leak";
+    case fault_class::exited:
+      return "exited";
+    case fault_class::crashed:
+      return "crashed";
+    case fault_class::hung:
+      return "hung";
+    case fault_class::unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+namespace {
+
+/// "after cuMemMap failed (error 2)", or empty when nothing was injected.
+std::string after_failure(const std::optional<interposer_report>& r) {
+  if (!r || !r->failed_function) return "";
+  return " after " + *r->failed_function + " failed (error " + std::to_string(r->failed_error) +
+         ")";
+}
+
+/// The leak verdict from a complete report: fills `row` and returns true when something leaked
+/// or the ledger cannot say.
+bool judge_ledger(const case_run& run, case_row& row) {
+  if (!run.report) {
+    row.cls = fault_class::unknown;
+    row.detail = run.report_error.empty()
+                     ? "the interposer wrote no report (was it loaded?)"
+                     : "the interposer's report could not be read: " + run.report_error;
+    return true;
+  }
+  if (!run.report->complete()) {
+    row.cls = fault_class::unknown;
+    row.detail = "the interposer's report was not completed at the end of the run";
+    return true;
+  }
+  const std::string leaked = describe_leak(run.report->outstanding);
+  if (!leaked.empty()) {
+    row.cls = fault_class::leak;
+    row.detail = leaked;
+    if (run.report->table_full > 0) {
+      row.detail += " (the ledger overflowed: " + std::to_string(run.report->table_full) +
+                    " creation(s) untracked, so some of this may be released memory)";
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+case_row classify(std::uint64_t n, const case_run& run) {
+  case_row row;
+  row.n = n;
+  row.seconds = run.process.seconds;
+  row.output = run.process.output;
+  const bool injected = run.report && run.report->failed_function;
+  if (injected) row.call = *run.report->failed_function;
+  const std::string after = after_failure(run.report);
+
+  switch (run.process.end) {
+    case process_end::how::signaled:
+      row.cls = fault_class::crashed;
+      row.detail = "signal " + std::to_string(run.process.signal) + " (" + run.process.signal_name +
+                   ")" + after;
+      return row;
+    case process_end::how::timed_out:
+      row.cls = fault_class::hung;
+      row.detail = "still running after " + std::to_string(run.process.timeout_s) + " s" + after;
+      return row;
+    case process_end::how::exited:
+      break;
+  }
+
+  if (!run.scenario) {
+    // A black box: its exit status is all it says.
+    if (run.process.exit_code != 0) {
+      row.cls = fault_class::exited;
+      row.detail = "exit code " + std::to_string(run.process.exit_code) + after;
+      return row;
+    }
+  } else {
+    const scenario_result& s = *run.scenario;
+    if (!s.unusable.empty()) {
+      row.cls = fault_class::unknown;
+      row.detail = s.unusable;
+      return row;
+    }
+    if (run.process.exit_code != 0) {
+      row.cls = fault_class::exited;
+      row.detail =
+          "exit code " + std::to_string(run.process.exit_code) + " after its result" + after;
+      return row;
+    }
+    const std::string where = s.failed_step.empty() ? "" : " in " + s.failed_step;
+    if (!s.data_ok) {
+      row.cls = fault_class::data_lost;
+      row.detail = join(s.problems, "; ");
+      return row;
+    }
+    if (s.retried && !s.retry_ok) {
+      row.cls = fault_class::retry_failed;
+      row.detail = s.error + where + "; the retry failed: " + s.retry_error;
+      return row;
+    }
+    if (!s.consistent || !s.typed_error) {
+      row.cls = fault_class::inconsistent;
+      std::vector<std::string> why = s.problems;
+      if (!s.typed_error) {
+        why.push_back("the error" + where +
+                      " was not one of offloadkit's typed errors: " + s.error);
+      }
+      row.detail = join(why, "; ");
+      return row;
+    }
+  }
+
+  if (judge_ledger(run, row)) return row;
+  row.cls = fault_class::clean;
+  if (!injected) {
+    row.detail = "no call " + std::to_string(n) + ": the run made " +
+                 std::to_string(run.report->counted_calls) + " counted call(s)";
+  } else if (run.scenario && !run.scenario->error.empty()) {
+    // The kind of error is enough for a clean row; the message is long (it names the plugin).
+    const std::string& e = run.scenario->error;
+    row.detail =
+        e.substr(0, e.find(':')) + " in " + run.scenario->failed_step + "; the retry worked";
+  } else if (run.scenario) {
+    row.detail = "absorbed: no error reached the caller" +
+                 (run.scenario->failed_step.empty() ? "" : " in " + run.scenario->failed_step);
+  } else {
+    row.detail = "exit code 0";
+  }
+  return row;
+}
+
+countdown_result run_countdown(
+    const std::function<std::optional<case_run>(std::uint64_t n)>& run_case,
+    std::uint64_t max_cases, std::optional<std::uint64_t> only,
+    const std::function<void(const case_row&)>& on_row) {
+  countdown_result out;
+  for (std::uint64_t n = only.value_or(0);; ++n) {
+    if (!only && n >= max_cases) {
+      out.stopped = "stopped after " + std::to_string(max_cases) + " cases";
+      return out;
+    }
+    const std::optional<case_run> run = run_case(n);
+    if (!run) {
+      out.stopped = "interrupted";
+      return out;
+    }
+    case_row row = classify(n, *run);
+    if (on_row) on_row(row);
+    out.rows.push_back(std::move(row));
+    if (run->report) out.calls = run->report->counted_calls;
+    if (only) {
+      out.complete = true;
+      return out;
+    }
+    if (!run->report) {
+      out.stopped = "case " + std::to_string(n) +
+                    " left no interposer report, so whether it reached its call cannot be told";
+      return out;
+    }
+    if (!run->report->failed_function) {
+      out.complete = true;
+      return out;
+    }
+  }
+}
+
+std::vector<std::string> countdown_case_environment(const std::string& interposer, std::uint64_t n,
+                                                    const std::string& report_path,
+                                                    bool window_closed, const std::string& kinds) {
+  std::string preload = interposer;
+  if (const char* existing = std::getenv("LD_PRELOAD"); existing != nullptr && *existing != '\0') {
+    preload += ":" + std::string(existing);
+  }
+  return {"LD_PRELOAD=" + preload, std::string(OKIT_INTERPOSE_ENV_CALL) + "=" + std::to_string(n),
+          std::string(OKIT_INTERPOSE_ENV_REPORT) + "=" + report_path,
+          std::string(OKIT_INTERPOSE_ENV_KINDS) + "=" + kinds,
+          std::string(OKIT_INTERPOSE_ENV_WINDOW) + "=" + (window_closed ? "closed" : "open")};
+}
+
+std::string find_interposer(const std::vector<std::string>& candidates) {
+  for (const auto& c : candidates) {
+    if (!c.empty() && ::access(c.c_str(), R_OK) == 0) return c;
+  }
+  return "";
+}
+
+void print_countdown_table(std::ostream& os, const std::vector<case_row>& rows) {
+  const std::vector<std::string> header = {"N", "failed call", "result", "detail"};
+  std::vector<std::vector<std::string>> cells;
+  for (const auto& r : rows) {
+    cells.push_back({std::to_string(r.n), r.call.empty() ? "(none reached)" : r.call,
+                     to_string(r.cls), r.detail});
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& c : cells) {
+    // The detail is last and may be long: it sets no width.
+    for (std::size_t i = 0; i + 1 < c.size(); ++i) width[i] = std::max(width[i], c[i].size());
+  }
+  auto print = [&](const std::vector<std::string>& c) {
+    std::string line;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (i > 0) line += " | ";
+      const std::string pad(i + 1 < c.size() ? width[i] - c[i].size() : 0, ' ');
+      line += i == 0 ? pad + c[i] : c[i] + pad;  // N is a number: right-aligned
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    os << line << "\n";
+  };
+  print(header);
+  std::string rule;
+  for (std::size_t i = 0; i < width.size(); ++i) {
+    if (i > 0) rule += "-+-";
+    rule += std::string(i + 1 < width.size() ? width[i] : header[i].size(), '-');
+  }
+  os << rule << "\n";
+  for (const auto& c : cells) print(c);
+
+  std::map<std::string, std::size_t> counts;
+  for (const auto& r : rows) ++counts[to_string(r.cls)];
+  std::vector<std::string> parts;
+  for (const auto& [name, count] : counts) parts.push_back(std::to_string(count) + " " + name);
+  os << rows.size() << " case(s): " << join(parts, ", ") << "\n";
+}
+
+bool all_clean(const std::vector<case_row>& rows) {
+  return std::all_of(rows.begin(), rows.end(),
+                     [](const case_row& r) { return r.cls == fault_class::clean; });
+}
+
+}  // namespace offloadkit::interpose

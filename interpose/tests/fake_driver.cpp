@@ -1,0 +1,262 @@
+// A stand-in for the CUDA driver library (built as libcuda.so.1 in a folder of its own) for the
+// interposer's tests on machines without a GPU. It implements the functions the interposer wraps
+// with host memory and the same contracts as the driver: a reservation is a PROT_NONE range, a
+// physical allocation is a memfd, cuMemMap maps it over the reservation, cuMemSetAccess makes it
+// readable and writable, cuMemUnmap puts the reservation back; device and pinned allocations are
+// heap memory. Unknown handles and pointers are refused with CUDA_ERROR_INVALID_VALUE, as the
+// driver refuses them, so that a double release shows. cuGetProcAddress(_v2) hands out the same
+// functions by base name and version. okit_fake_driver_live() counts what is still held, for
+// tests that compare it with the interposer's ledger.
+#include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#undef cuGetProcAddress
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+struct state {
+  std::mutex mutex;
+  std::map<CUdeviceptr, std::size_t> reservations;
+  std::map<CUmemGenericAllocationHandle, std::pair<int, std::size_t>> handles;  // memfd, size
+  std::map<CUdeviceptr, std::size_t> mappings;
+  std::map<std::uintptr_t, std::size_t> device;
+  std::map<std::uintptr_t, std::size_t> pinned;
+  CUmemGenericAllocationHandle next_handle = 1;
+  bool initialized = false;
+};
+
+state& driver() {
+  static state s;
+  return s;
+}
+
+bool page_aligned(std::uint64_t v) {
+  return v % static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) == 0;
+}
+
+// The reservation that holds [ptr, ptr + size), or none.
+bool reserved(const state& s, CUdeviceptr ptr, std::size_t size) {
+  for (const auto& [base, bytes] : s.reservations) {
+    if (ptr >= base && ptr - base <= bytes && size <= bytes - (ptr - base)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+FAKE_EXPORT CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  driver().initialized = true;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t /*alignment*/,
+                                         CUdeviceptr /*addr*/, unsigned long long flags) {
+  if (ptr == nullptr || size == 0 || !page_aligned(size) || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  *ptr = reinterpret_cast<CUdeviceptr>(p);
+  driver().reservations[*ptr] = size;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  auto it = driver().reservations.find(ptr);
+  if (it == driver().reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [va, bytes] : driver().mappings) {
+    if (va >= ptr && va - ptr < size) return CUDA_ERROR_INVALID_VALUE;  // still mapped
+  }
+  munmap(reinterpret_cast<void*>(ptr), size);
+  driver().reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                 const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (handle == nullptr || prop == nullptr || size == 0 || !page_aligned(size) || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int fd = memfd_create("fake-cuda-physical", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  *handle = driver().next_handle++;
+  driver().handles[*handle] = {fd, size};
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  auto it = driver().handles.find(handle);
+  if (it == driver().handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  // A mapping keeps the memory alive after the release, as on the driver: mmap holds the file.
+  close(it->second.first);
+  driver().handles.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  state& s = driver();
+  auto it = s.handles.find(handle);
+  if (it == s.handles.end() || flags != 0 || offset != 0 || size == 0 || size > it->second.second ||
+      !reserved(s, ptr, size) || s.mappings.count(ptr) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+                 it->second.first, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  s.mappings[ptr] = size;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  state& s = driver();
+  auto it = s.mappings.find(ptr);
+  if (it == s.mappings.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  s.mappings.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                    size_t count) {
+  if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  auto it = driver().mappings.find(ptr);
+  if (it == driver().mappings.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  if (mprotect(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = std::malloc(bytes);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  driver().device[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (dptr == 0) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  if (driver().device.erase(static_cast<std::uintptr_t>(dptr)) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::free(reinterpret_cast<void*>(dptr));
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int /*flags*/) {
+  if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = std::malloc(bytes);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  driver().pinned[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  return cuMemHostAlloc(pp, bytes, 0);
+}
+
+FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  if (driver().pinned.erase(reinterpret_cast<std::uintptr_t>(p)) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status);
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                      cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         cuuint64_t /*flags*/,
+                                         CUdriverProcAddressQueryResult* status) {
+  struct entry {
+    const char* name;
+    int since;
+    void* fn;
+  };
+  const entry table[] = {
+      {"cuInit", 2000, reinterpret_cast<void*>(&cuInit)},
+      {"cuDriverGetVersion", 2020, reinterpret_cast<void*>(&cuDriverGetVersion)},
+      {"cuGetProcAddress", 12000, reinterpret_cast<void*>(&cuGetProcAddress_v2)},
+      {"cuGetProcAddress", 11030, reinterpret_cast<void*>(&cuGetProcAddress)},
+      {"cuMemAlloc", 3020, reinterpret_cast<void*>(&cuMemAlloc_v2)},
+      {"cuMemFree", 3020, reinterpret_cast<void*>(&cuMemFree_v2)},
+      {"cuMemAllocHost", 3020, reinterpret_cast<void*>(&cuMemAllocHost_v2)},
+      {"cuMemHostAlloc", 2020, reinterpret_cast<void*>(&cuMemHostAlloc)},
+      {"cuMemFreeHost", 2000, reinterpret_cast<void*>(&cuMemFreeHost)},
+      {"cuMemAddressReserve", 10020, reinterpret_cast<void*>(&cuMemAddressReserve)},
+      {"cuMemAddressFree", 10020, reinterpret_cast<void*>(&cuMemAddressFree)},
+      {"cuMemCreate", 10020, reinterpret_cast<void*>(&cuMemCreate)},
+      {"cuMemRelease", 10020, reinterpret_cast<void*>(&cuMemRelease)},
+      {"cuMemMap", 10020, reinterpret_cast<void*>(&cuMemMap)},
+      {"cuMemUnmap", 10020, reinterpret_cast<void*>(&cuMemUnmap)},
+      {"cuMemSetAccess", 10020, reinterpret_cast<void*>(&cuMemSetAccess)},
+  };
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool named = false;
+  for (const entry& e : table) {
+    if (std::strcmp(symbol, e.name) != 0) continue;
+    named = true;
+    if (version < e.since) continue;
+    *pfn = e.fn;
+    if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  *pfn = nullptr;
+  if (status != nullptr) {
+    *status =
+        named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/// What the stand-in still holds: physical handles, reservations, mappings, device and pinned
+/// allocations, summed.
+FAKE_EXPORT int okit_fake_driver_live(void) {
+  std::lock_guard<std::mutex> lock(driver().mutex);
+  const state& s = driver();
+  return static_cast<int>(s.handles.size() + s.reservations.size() + s.mappings.size() +
+                          s.device.size() + s.pinned.size());
+}

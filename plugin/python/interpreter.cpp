@@ -1,0 +1,293 @@
+// Starting the embedded interpreter, loading the factory, and the errors that cross between Python
+// and C++.
+#include <dlfcn.h>
+#include <pybind11/embed.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bridge.hpp"
+
+#ifndef OFFLOADKIT_PYTHON_SOURCE_DIR
+#define OFFLOADKIT_PYTHON_SOURCE_DIR ""
+#endif
+#ifndef OFFLOADKIT_PYTHON_FROM_LIB
+#define OFFLOADKIT_PYTHON_FROM_LIB "python3/dist-packages"
+#endif
+
+namespace offloadkit::python_bridge {
+namespace {
+
+/// Bits of plugin.h for the capability names of offloadkit.protocol.
+std::uint64_t capability_bit(const std::string& feature, const std::string& name) {
+  if (name == "cuda_executor") return OKIT_CAP_CUDA_EXECUTOR;
+  if (name == "host_executor") return OKIT_CAP_HOST_EXECUTOR;
+  if (name == "executor_allocations") return OKIT_CAP_EXECUTOR_ALLOCATIONS;
+  if (feature == "stash") {
+    if (name == "capturable") return OKIT_STASH_CAP_CAPTURABLE;
+    if (name == "page_ids") return OKIT_STASH_CAP_PAGE_IDS;
+  } else if (feature == "region") {
+    if (name == "address_stable") return OKIT_REGION_CAP_ADDRESS_STABLE;
+    if (name == "releases_memory") return OKIT_REGION_CAP_RELEASES_MEMORY;
+    if (name == "multi_device") return OKIT_REGION_CAP_MULTI_DEVICE;
+  } else if (feature == "arena") {
+    if (name == "asynchronous") return OKIT_ARENA_CAP_ASYNCHRONOUS;
+    if (name == "pinned_steady_state") return OKIT_ARENA_CAP_PINNED_STEADY_STATE;
+    if (name == "single_host_buffer") return OKIT_ARENA_CAP_SINGLE_HOST_BUFFER;
+  } else if (feature == "activation") {
+    if (name == "origin_device") return OKIT_ACTIVATION_CAP_ORIGIN_DEVICE;
+    if (name == "prefetch_bound") return OKIT_ACTIVATION_CAP_PREFETCH_BOUND;
+    if (name == "pending_bound") return OKIT_ACTIVATION_CAP_PENDING_BOUND;
+  }
+  // offloadkit._bridge.describe() has already refused unknown names.
+  OFFLOADKIT_FAIL(out_of_range, "capability '", name, "' is not one of feature ", feature, "'s");
+}
+
+/// Extension modules (NumPy's among them) resolve the C API from the global namespace; offloadkit
+/// opens plugins RTLD_LOCAL, which would hide libpython, so it is promoted to global first.
+void make_libpython_global() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&Py_Initialize), &info) == 0 || info.dli_fname == nullptr) {
+    return;  // statically linked: the symbols are wherever the bridge's are
+  }
+  if (dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL) == nullptr) {
+    const char* why = dlerror();
+    OFFLOADKIT_FAIL(runtime_error, "cannot make ", info.dli_fname,
+                    " global for Python's extension modules: ", why != nullptr ? why : "dlopen");
+  }
+}
+
+/// Where the offloadkit package is: where an installed bridge's install put it (by default
+/// <prefix>/lib/python3/dist-packages), else the source tree the bridge was built from.
+std::string package_directory() {
+  namespace fs = std::filesystem;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&package_directory), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    const fs::path installed = fs::path(info.dli_fname).parent_path() / OFFLOADKIT_PYTHON_FROM_LIB;
+    std::error_code ec;
+    if (fs::exists(installed / "offloadkit" / "__init__.py", ec)) return installed.string();
+  }
+  return OFFLOADKIT_PYTHON_SOURCE_DIR;
+}
+
+std::vector<std::string> split_path(const char* value) {
+  std::vector<std::string> out;
+  if (value == nullptr) return out;
+  std::string s(value);
+  std::size_t begin = 0;
+  while (begin <= s.size()) {
+    const std::size_t end = s.find(':', begin);
+    const std::string part =
+        s.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (!part.empty()) out.push_back(part);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return out;
+}
+
+void set_up_sys() {
+  using namespace pybind11::literals;
+  py::module_ sys = py::module_::import("sys");
+  // Embedded interpreters have no argv; libraries that read sys.argv[0] would fail without one.
+  sys.attr("argv") = py::list(py::make_tuple("offloadkit-python-bridge"));
+  py::list path = sys.attr("path");
+  std::vector<std::string> front = split_path(std::getenv("OFFLOADKIT_PYTHONPATH"));
+  const std::string package = package_directory();
+  if (!package.empty()) front.push_back(package);
+  for (auto it = front.rbegin(); it != front.rend(); ++it) path.insert(0, *it);
+  // A child's output is read after it ends, and the interpreter is never finalized (its buffers
+  // never flushed): line-buffer Python's own output.
+  for (const char* stream : {"stdout", "stderr"}) {
+    py::object f = sys.attr(stream);
+    if (!f.is_none() && py::hasattr(f, "reconfigure")) {
+      f.attr("reconfigure")("line_buffering"_a = true);
+    }
+  }
+}
+
+feature_decl read_feature(const py::dict& features, const char* feature) {
+  feature_decl d;
+  if (!features.contains(feature)) return d;
+  py::tuple t = features[feature];
+  d.present = true;
+  d.make = t[0];
+  for (py::handle cap : t[1]) d.capabilities |= capability_bit(feature, cap.cast<std::string>());
+  d.implementation = t[2].cast<std::string>();
+  d.owner = py::hasattr(d.make, "__qualname__")
+                ? py::str(d.make.attr("__qualname__")).cast<std::string>()
+                : d.implementation;
+  return d;
+}
+
+void load_names() {
+  python_names& n = names();
+  py::module_ package = py::module_::import("offloadkit");
+  n.support = py::module_::import("offloadkit._bridge");
+  for (auto& [field, name] : std::initializer_list<std::pair<py::object*, const char*>>{
+           {&n.buffer, "Buffer"},
+           {&n.stream, "Stream"},
+           {&n.event, "Event"},
+           {&n.graph, "Graph"},
+           {&n.physical, "Physical"},
+           {&n.tensor, "Tensor"},
+           {&n.stash_key, "StashKey"},
+           {&n.stash_config, "StashConfig"},
+           {&n.region_config, "RegionConfig"},
+           {&n.offload_options, "OffloadOptions"},
+           {&n.out_of_range, "OutOfRange"},
+           {&n.state_error, "StateError"},
+           {&n.logic_error, "LogicError"},
+           {&n.out_of_memory, "OutOfMemory"},
+           {&n.injected_fault, "InjectedFault"},
+           {&n.cuda_error, "CudaError"},
+           {&n.platform_error, "PlatformError"}}) {
+    *field = package.attr(name);
+  }
+}
+
+}  // namespace
+
+python_names& names() {
+  // Leaked on purpose (see python_names).
+  static python_names* const n = new python_names();
+  return *n;
+}
+
+namespace {
+
+/// The work of start(), done once.
+const plugin_decl* load_declaration() {
+  // Kept for the life of the process, with the interpreter (see python_names).
+  auto decl = std::make_unique<plugin_decl>();
+  const char* spec_env = std::getenv("OFFLOADKIT_PYTHON_FACTORY");
+  if (spec_env == nullptr || spec_env[0] == '\0') {
+    OFFLOADKIT_FAIL(logic_error,
+                    "OFFLOADKIT_PYTHON_FACTORY is not set: set it to MODULE:FACTORY, the Python "
+                    "factory to check (offloadkit check --python MODULE:FACTORY sets it)");
+  }
+  const std::string spec = spec_env;
+  const bool started_here = !Py_IsInitialized();
+  if (started_here) {
+    make_libpython_global();
+    // No signal handlers: offloadkit's own handle Ctrl-C and the time limit.
+    py::initialize_interpreter(/*init_signal_handlers=*/false, 0, nullptr,
+                               /*add_program_dir_to_path=*/false);
+  }
+  std::string failure;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      set_up_sys();
+      load_names();
+      create_native_module();
+      py::tuple d = names().support.attr("describe")(spec);
+      decl->name = d[0].cast<std::string>();
+      decl->version = d[1].cast<std::string>();
+      py::dict features = d[2];
+      decl->stash = read_feature(features, "stash");
+      decl->region = read_feature(features, "region");
+      decl->arena = read_feature(features, "arena");
+      decl->activation = read_feature(features, "activation");
+    } catch (py::error_already_set& e) {
+      // Not bound for an okit_error: the whole traceback goes to the user.
+      failure = describe_python_error("factory " + spec, e, /*whole=*/true).message;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    if (!failure.empty()) *decl = plugin_decl{};  // its Python objects go with the GIL held
+  }
+  // The thread that started the interpreter gives the GIL up for good; each call takes it.
+  if (started_here) (void)PyEval_SaveThread();
+  if (!failure.empty()) throw logic_error("cannot load the Python plugin: " + failure);
+  return decl.release();
+}
+
+}  // namespace
+
+const plugin_decl& start() {
+  // A failed start throws out of the initialization, which a later call then tries again.
+  static const plugin_decl* const decl = load_declaration();
+  return *decl;
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+void throw_stored(const stored_error& e) {
+  switch (e.code) {
+    case OKIT_ERR_OUT_OF_RANGE:
+      throw out_of_range(e.message);
+    case OKIT_ERR_STATE:
+      throw state_error(e.message);
+    case OKIT_ERR_OUT_OF_MEMORY:
+      throw out_of_memory(e.message);
+    case OKIT_ERR_CUDA:
+      throw cuda_error(e.message, e.cuda_code);
+    case OKIT_ERR_INJECTED:
+      throw injected_fault(e.message);
+    case OKIT_ERR_UNSUPPORTED:
+      throw logic_error(e.message + " (operation not supported)");
+    case OKIT_ERR_LOGIC:
+      throw logic_error(e.message);
+    default:
+      throw runtime_error(e.message);
+  }
+}
+
+stored_error describe_python_error(const std::string& what, py::error_already_set& e, bool whole) {
+  if (!names().support) {
+    // The offloadkit package itself could not be imported: pybind11's own text, with the type.
+    return stored_error{OKIT_ERR_RUNTIME, 0, "python " + what + " raised " + e.what()};
+  }
+  try {
+    py::tuple t = whole ? names().support.attr("format_error")(e.value(), what, e.trace(), 0)
+                        : names().support.attr("format_error")(e.value(), what, e.trace());
+    return stored_error{t[0].cast<int>(), t[1].cast<int>(), t[2].cast<std::string>()};
+  } catch (py::error_already_set& inner) {
+    return stored_error{OKIT_ERR_RUNTIME, 0,
+                        "python " + what + " raised " + e.what() +
+                            " (formatting it failed too: " + inner.what() + ")"};
+  } catch (const std::exception& inner) {
+    return stored_error{OKIT_ERR_RUNTIME, 0,
+                        "python " + what + " raised " + e.what() +
+                            " (formatting it failed too: " + inner.what() + ")"};
+  }
+}
+
+pending_errors::~pending_errors() {
+  if (first_) {
+    std::fprintf(stderr, "offloadkit python bridge: an error no later call reported%s:\n%s\n",
+                 later_ > 0 ? (" (and " + std::to_string(later_) + " more)").c_str() : "",
+                 first_->message.c_str());
+  }
+}
+
+void pending_errors::store(stored_error e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (first_) {
+    ++later_;
+    return;
+  }
+  e.message += "\n(raised where it could not be reported; reported by the next call)";
+  first_ = std::move(e);
+}
+
+void pending_errors::throw_if_any() {
+  std::optional<stored_error> e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!first_) return;
+    e = std::move(first_);
+    first_.reset();
+    later_ = 0;
+  }
+  throw_stored(*e);
+}
+
+}  // namespace offloadkit::python_bridge

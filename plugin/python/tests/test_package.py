@@ -1,0 +1,227 @@
+"""Unit tests of the offloadkit Python package that need no bridge: the schedule recorder, buffers
+and their array interfaces, the errors and how the bridge maps and formats them, and the checks
+the bridge applies to a factory's plugin."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import offloadkit as ok
+from offloadkit import _bridge
+
+
+class RecorderTest(unittest.TestCase):
+    def recorder(self, **kw):
+        args = dict(virtual_stages=2, layers=2, microbatches=2, row_bytes=16, max_rows=100,
+                    page_rows=8)
+        args.update(kw)
+        return ok.ScheduleRecorder(**args)
+
+    def forward(self, rec, mb, rows=5):
+        for vp in range(rec.virtual_stages):
+            for layer in range(rec.layers):
+                rec.record_stash(vp, layer, mb, rows=rows)
+
+    def backward(self, rec, mb):
+        for vp in reversed(range(rec.virtual_stages)):
+            for layer in reversed(range(rec.layers)):
+                rec.record_restore(vp, layer, mb)
+
+    def test_complete_chunks_become_f_and_b_entries(self):
+        rec = self.recorder()
+        self.forward(rec, 0, rows=3)
+        self.forward(rec, 1, rows=100)
+        self.backward(rec, 0)
+        self.backward(rec, 1)
+        doc = rec.to_dict()
+        self.assertEqual(doc["format"], "offloadkit.schedule")
+        self.assertEqual(doc["version"], 1)
+        self.assertEqual(doc["steps"][:2], [["F", 0, 0], ["F", 1, 0]])
+        self.assertEqual(doc["steps"][-1], ["B", 0, 1])
+        self.assertEqual(len(doc["steps"]), 8)
+        self.assertEqual(doc["rows"], [3, 100, 3, 100, 3, 100, 3, 100])
+        self.assertEqual(doc["row_bytes"], 16)
+        self.assertNotIn("pools", doc)
+
+    def test_partial_chunks_become_s_and_r_entries(self):
+        rec = self.recorder(virtual_stages=1, microbatches=2, row_bytes=[4, 8])
+        rec.record_stash(0, 0, 0, rows=1)
+        rec.record_stash(0, 0, 1, rows=2)
+        rec.record_stash(0, 1, 0)
+        rec.record_stash(0, 1, 1)
+        rec.set_rows(0, 1, 0, 7)
+        rec.record_restore(0, 1, 0)
+        rec.record_restore(0, 1, 1)
+        rec.record_restore(0, 0, 1)
+        rec.record_restore(0, 0, 0)
+        rec.set_pools(3, 2)
+        doc = rec.to_dict()
+        self.assertEqual(doc["steps"][0], ["S", 0, 0, 0])
+        self.assertEqual(doc["row_bytes"], [4, 8])
+        self.assertEqual(doc["rows"], [1, 2, 7, 0])
+        self.assertEqual(doc["pools"], {"device_pages": 3, "pinned_pages": 2})
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "s.json")
+            rec.write(path)
+            with open(path, encoding="utf-8") as f:
+                self.assertEqual(json.load(f), doc)
+
+    def test_out_of_order_restore_names_the_step(self):
+        rec = self.recorder(virtual_stages=1, microbatches=1)
+        rec.record_stash(0, 0, 0)
+        rec.record_stash(0, 1, 0)
+        rec.record_restore(0, 0, 0)
+        with self.assertRaises(ok.ScheduleError) as e:
+            rec.validate()
+        self.assertEqual(e.exception.where, "/steps/2")
+        self.assertIn("out of backward (reverse) order", e.exception.reason)
+
+    def test_a_key_never_restored_is_refused(self):
+        rec = self.recorder(virtual_stages=1, layers=1, microbatches=1)
+        rec.record_stash(0, 0, 0)
+        with self.assertRaises(ok.ScheduleError) as e:
+            rec.to_dict()
+        self.assertEqual(e.exception.where, "/steps")
+        self.assertIn("never restored", str(e.exception))
+
+    def test_ranges_are_checked_with_the_bad_value_and_the_range(self):
+        rec = self.recorder()
+        with self.assertRaisesRegex(ok.OutOfRange, r"layer = 2 is outside \[0, 2\)"):
+            rec.record_stash(0, 2, 0)
+        with self.assertRaisesRegex(ok.OutOfRange, r"rows = 101 is outside \[0, max_rows = 100\]"):
+            rec.record_stash(0, 0, 0, rows=101)
+        with self.assertRaisesRegex(ok.ScheduleError, r"/pipeline/virtual_stages: 65 is outside"):
+            self.recorder(virtual_stages=65)
+
+
+class BufferTest(unittest.TestCase):
+    def test_host_buffers_expose_numpys_interface_only(self):
+        b = ok.Buffer(0x1000, 64, "device", 0, "host")
+        face = b.__array_interface__
+        self.assertEqual(face["shape"], (64,))
+        self.assertEqual(face["data"], (0x1000, False))
+        self.assertFalse(hasattr(b, "__cuda_array_interface__"))
+
+    def test_cuda_device_buffers_expose_the_cuda_interface_with_their_stream(self):
+        b = ok.Buffer(0x2000, 8, "device", 1, "cuda", ok.Stream(0xabc, 1))
+        face = b.__cuda_array_interface__
+        self.assertEqual(face["version"], 3)
+        self.assertEqual(face["stream"], 0xabc)
+        self.assertEqual(ok.Buffer(1, 1, "device", 0, "cuda", ok.Stream(0))
+                         .__cuda_array_interface__["stream"], 1)  # the legacy default stream
+        self.assertIsNone(ok.Buffer(1, 1, "device", 0, "cuda").__cuda_array_interface__["stream"])
+        self.assertFalse(hasattr(b, "__array_interface__"))
+        self.assertTrue(hasattr(ok.Buffer(1, 1, "pinned", 0, "cuda"), "__array_interface__"))
+
+    def test_sub_buffers_are_bounds_checked(self):
+        b = ok.Buffer(0x1000, 16)
+        self.assertEqual(b.at(4, 8).ptr, 0x1004)
+        self.assertEqual(b.at(16).nbytes, 0)
+        with self.assertRaisesRegex(ok.OutOfRange, r"nbytes = 9 at offset 8"):
+            b.at(8, 9)
+        with self.assertRaisesRegex(ok.OutOfRange, r"offset = 17"):
+            b.at(17)
+
+    def test_an_empty_buffer_without_an_address_is_an_empty_array(self):
+        import numpy
+
+        self.assertEqual(numpy.asarray(ok.Buffer(0, 0)).size, 0)
+        self.assertEqual(ok.Buffer(0, 0).numpy().size, 0)
+
+    def test_streams_are_their_handles(self):
+        s = ok.Stream(0x10, device=1)
+        self.assertEqual(int(s), 16)
+        self.assertEqual(s.device, 1)
+
+    def test_dtype_names(self):
+        self.assertEqual(ok.dtype_name("float32"), "f32")
+        self.assertEqual(ok.dtype_name("torch.bfloat16"), "bf16")
+        with self.assertRaisesRegex(ok.OutOfRange, "complex64"):
+            ok.dtype_name("complex64")
+
+
+class ErrorTest(unittest.TestCase):
+    def test_codes_follow_the_types(self):
+        self.assertEqual(_bridge.error_code(ok.OutOfRange("x")), (_bridge.OUT_OF_RANGE, 0))
+        self.assertEqual(_bridge.error_code(KeyError(3)), (_bridge.OUT_OF_RANGE, 0))
+        self.assertEqual(_bridge.error_code(ok.StateError("x")), (_bridge.STATE, 0))
+        self.assertEqual(_bridge.error_code(MemoryError()), (_bridge.OUT_OF_MEMORY, 0))
+        self.assertEqual(_bridge.error_code(ok.InjectedFault("x")), (_bridge.INJECTED, 0))
+        self.assertEqual(_bridge.error_code(ok.CudaError("x", 2)), (_bridge.CUDA, 2))
+        self.assertEqual(_bridge.error_code(ValueError()), (_bridge.LOGIC, 0))
+        self.assertEqual(_bridge.error_code(NotImplementedError()), (_bridge.UNSUPPORTED, 0))
+        self.assertEqual(_bridge.error_code(ZeroDivisionError()), (_bridge.RUNTIME, 0))
+
+    def test_with_context_keeps_the_type(self):
+        e = ok.with_context(ok.OutOfMemory("no memory"), "offload: tensor 3")
+        self.assertIsInstance(e, ok.OutOfMemory)
+        self.assertEqual(str(e), "offload: tensor 3: no memory")
+        c = ok.with_context(ok.CudaError("bad", 700), "reload")
+        self.assertEqual(c.code, 700)
+
+    def test_messages_keep_the_innermost_frames_within_the_budget(self):
+        # Two functions in turn, so that no frame repeats the one before (which Python folds).
+        def even(n):
+            if n == 0:
+                raise ok.StateError("innermost")
+            odd(n - 1)
+
+        def odd(n):
+            even(n - 1)
+
+        try:
+            even(40)
+        except ok.StateError as e:
+            code, _, text = _bridge.format_error(e, "X.pause")
+        self.assertEqual(code, _bridge.STATE)
+        self.assertTrue(text.startswith("python X.pause raised StateError: innermost"))
+        self.assertIn("Traceback (most recent call last):", text)
+        self.assertIn("outer frame(s) left out", text)
+        self.assertIn('raise ok.StateError("innermost")', text)
+        self.assertLessEqual(len(text), _bridge.MESSAGE_BUDGET)
+
+
+class DescribeTest(unittest.TestCase):
+    def factory(self, **features):
+        module = type(sys)("offloadkit_test_factory")
+        module.make = lambda: ok.Plugin(name="t", **features)
+        sys.modules[module.__name__] = module
+        self.addCleanup(sys.modules.pop, module.__name__)
+        return f"{module.__name__}:make"
+
+    def test_capabilities_become_a_list_and_the_name_defaults_to_the_class(self):
+        class MyArena(ok.Arena):
+            capabilities = ok.BOTH_EXECUTORS | {"asynchronous"}
+
+        name, _, features = _bridge.describe(self.factory(arena=MyArena))
+        self.assertEqual(name, "t")
+        make, caps, implementation = features["arena"]
+        self.assertIs(make, MyArena)
+        self.assertIn("asynchronous", caps)
+        self.assertEqual(implementation, "MyArena")
+
+    def test_unknown_capabilities_are_named_with_the_valid_ones(self):
+        class Bad(ok.Stash):
+            capabilities = {"host_executor", "asynchronous"}
+
+        with self.assertRaisesRegex(ok.OutOfRange, r"unknown capabilities \['asynchronous'\]; "
+                                    r"valid ones are capturable"):
+            _bridge.describe(self.factory(stash=Bad))
+
+    def test_a_feature_needs_an_executor(self):
+        f = ok.Feature(lambda ex: None, {"executor_allocations"}, "f")
+        with self.assertRaisesRegex(ok.LogicError, "neither cuda_executor nor host_executor"):
+            _bridge.describe(self.factory(arena=f))
+
+    def test_a_factory_value_without_colon_is_refused(self):
+        with self.assertRaisesRegex(ok.LogicError, "is not MODULE:FACTORY"):
+            _bridge.load_factory("just_a_module")
+
+    def test_the_package_does_not_import_torch(self):
+        self.assertNotIn("torch", sys.modules)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,38 @@
+"""offloadkit for Python: check an offload implementation written in Python with offloadkit's
+property batteries, and record a production run's stash schedule for ``offloadkit replay``.
+
+- ``protocol``: what ``offloadkit check --python MODULE:FACTORY`` expects of a Python
+  implementation (``Plugin``, ``Stash``, ``Region``, ``Arena``, ``Activation``, capabilities,
+  stream order, errors, the executor it is lent).
+- ``errors``: the typed errors the batteries recognise (``OutOfRange``, ``StateError``,
+  ``OutOfMemory`` ...).
+- ``saved_tensor_hooks``: a pair of PyTorch saved-tensor hooks as an activation implementation.
+- ``ScheduleRecorder``: writes the schedule format that ``offloadkit replay`` reads.
+- ``torch_stream``: an offloadkit stream as ``torch.cuda.ExternalStream``.
+
+Nothing here imports PyTorch or NumPy until it is used.
+"""
+
+from .errors import (CudaError, Error, InjectedFault, LogicError, OutOfMemory, OutOfRange,
+                     PlatformError, StateError, with_context)
+from .hooks import saved_tensor_hooks
+from .protocol import (BOTH_EXECUTORS, CUDA_EXECUTOR, EXECUTOR_ALLOCATIONS, HOST_EXECUTOR,
+                       Activation, Arena, Feature, Plugin, Region, Stash, capture_graph)
+from .schedule import ScheduleError, ScheduleRecorder
+from .torch_support import as_torch, from_torch, torch_stream
+from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOptions, Physical,
+                    RegionConfig, RegionInfo, StashConfig, StashEntry, StashKey, StashSnapshot,
+                    StashStatus, Stream, Tensor, check_key, dtype_name, encode_key)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Activation", "ActivationStats", "Arena", "ArenaInfo", "BOTH_EXECUTORS", "Buffer",
+    "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",
+    "HOST_EXECUTOR", "InjectedFault", "LogicError", "OffloadOptions", "OutOfMemory", "OutOfRange",
+    "Physical", "PlatformError", "Plugin", "Region", "RegionConfig", "RegionInfo", "ScheduleError",
+    "ScheduleRecorder", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",
+    "StashStatus", "StateError", "Stream", "Tensor", "as_torch", "capture_graph", "check_key",
+    "dtype_name", "encode_key", "from_torch", "saved_tensor_hooks", "torch_stream",
+    "with_context",
+]

@@ -1,0 +1,339 @@
+"""The Python protocol: how an offload implementation written in Python is checked by offloadkit's
+batteries (``offloadkit check --python MODULE:FACTORY``).
+
+The factory
+-----------
+``offloadkit check --python my_module:make`` imports ``my_module`` (a module name on the Python
+path, or the path of a ``.py`` file) in an interpreter that offloadkit embeds, calls ``make()``
+with no arguments, and reads the features of the ``Plugin`` it returns::
+
+    def make():
+        return offloadkit.Plugin(name="mine", stash=MyStash, arena=MyArena)
+
+Each feature is a class (or any callable) that builds one object per battery case, with two class
+attributes: ``capabilities`` (a set of the names below: what the implementation promises, which
+decides the properties it faces) and optionally ``implementation`` (the name in results; default
+the class name). Wrap a plain function in ``Feature(make, capabilities, implementation)``.
+
+=============  ================================  =============================================
+feature        built as                          feature capabilities (besides the common ones)
+=============  ================================  =============================================
+``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``
+``region``     ``make(executor, config)``          ``address_stable``, ``releases_memory``,
+                                                   ``multi_device``
+``arena``      ``make(executor)``                  ``asynchronous``, ``pinned_steady_state``,
+                                                   ``single_host_buffer``
+``activation`` ``make(executor, options)``         ``origin_device``, ``prefetch_bound``,
+                                                   ``pending_bound``
+=============  ================================  =============================================
+
+Common capabilities: ``cuda_executor`` (runs on the GPU), ``host_executor`` (runs on offloadkit's
+CPU-only host executor: all its memory and stream work goes through the executor it is given) and
+``executor_allocations`` (it allocates and copies through that executor, so offloadkit's fault
+injection reaches it). Code that calls CUDA itself (PyTorch, CuPy) declares ``cuda_executor`` only.
+
+Methods mirror the C++ interfaces (``offloadkit/<feature>/...hpp``); the base classes below list
+them with their contracts. Inheriting from them is optional.
+
+Calls and threads
+-----------------
+The bridge calls one object from one thread at a time, holding the GIL only while Python runs.
+``close()``, where defined, is called when the C++ side destroys the object: give back what it
+holds there (``__del__`` runs too late, or never).
+
+Values
+------
+Streams arrive as ``Stream`` (an int: the raw handle, plus ``.device``); ``torch_stream(stream)``
+wraps one as ``torch.cuda.ExternalStream``. Buffers arrive as ``Buffer`` (``.ptr``, ``.nbytes``,
+``__cuda_array_interface__`` on the cuda executor, ``__array_interface__`` where the host can read
+them). Wherever the protocol takes an address back (``Region.info().data``, an unpacked tensor's
+``data``), a Buffer, an int or an object with an array interface (a torch tensor) will do.
+
+Stream order on the host executor
+---------------------------------
+A buffer is valid in the order of the stream it comes with, as on a GPU: work already queued on
+that stream may still be writing it when the method is called. On the host executor a stream is a
+worker thread, so Python code that reads or writes memory directly (NumPy) calls
+``executor.synchronize(stream)`` first; the bridge does not synchronize for it (so that an
+implementation's own stream discipline is what the properties check). Device memory of the cuda
+executor cannot be touched from the host at all: copy it to a pinned buffer with
+``executor.copy(dst, src, nbytes, stream)``, synchronize, then read that. Written that way, with
+NumPy only on memory it allocated as pinned or pageable, an implementation runs unchanged on both
+executors. The one exception: ``Stash.snapshot`` is called after the bridge has synchronized its
+stream, as the C++ contract says.
+
+Errors
+------
+Raise the classes of ``offloadkit.errors`` (``OutOfRange``, ``StateError``, ``OutOfMemory`` ...):
+the batteries check for the C++ types they stand for. Any other exception fails the property with
+its type, message and traceback. The executor raises the same classes, so an injected fault keeps
+its type if you let it through (``errors.with_context`` adds context without losing it).
+
+The executor
+------------
+Every object gets the executor of the battery it runs in (an ``Executor`` of the bridge; its
+methods release the GIL while they run). ``backend`` ("host" or "cuda"), ``name``,
+``device_count``;
+memory: ``allocate(nbytes, kind="device", device=0) -> Buffer``, ``deallocate(buffer)``,
+``classify(address) -> (kind, device)``, ``extent_of(address) -> (base, nbytes)``,
+``device_memory(device=0) -> (free, total)``;
+streams and events: ``create_stream(device=0) -> Stream``, ``destroy_stream(s)``,
+``create_event(device=0) -> Event``, ``destroy_event(e)``, ``copy(dst, src, nbytes, stream)``,
+``fill(dst, value, nbytes, stream)``, ``record(event, stream)``, ``wait(event, stream)``,
+``synchronize(stream_or_event)``, ``ready(event) -> bool``;
+graphs: ``begin_capture(stream)``, ``end_capture(stream) -> Graph``, ``replay(graph, stream)``,
+``destroy_graph(graph)``;
+virtual memory: ``granularity(device=0)``, ``reserve(nbytes, device=0) -> int``,
+``unreserve(address, nbytes)``, ``create_physical(nbytes, device=0) -> Physical``,
+``release_physical(p)``, ``map(address, nbytes, p)``, ``unmap(address, nbytes)``,
+``set_access(address, nbytes, device=0)``.
+Addresses may be Buffers or ints (``buffer.at(offset, nbytes)`` is a sub-buffer); ``copy`` and
+``fill`` refuse a Buffer smaller than ``nbytes`` with OutOfRange before touching memory, and a
+Buffer deallocated once cannot be deallocated again. An executor is valid while the object it was
+lent to lives.
+"""
+
+import dataclasses
+from typing import Any, Callable, Iterable, Optional
+
+from . import types as _t
+
+CUDA_EXECUTOR = "cuda_executor"
+HOST_EXECUTOR = "host_executor"
+EXECUTOR_ALLOCATIONS = "executor_allocations"
+#: What an implementation that does all its work through the executor declares.
+BOTH_EXECUTORS = frozenset({CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS})
+
+COMMON_CAPABILITIES = (CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS)
+FEATURE_CAPABILITIES = {
+    "stash": ("capturable", "page_ids"),
+    "region": ("address_stable", "releases_memory", "multi_device"),
+    "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
+    "activation": ("origin_device", "prefetch_bound", "pending_bound"),
+}
+FEATURES = tuple(FEATURE_CAPABILITIES)
+
+
+@dataclasses.dataclass
+class Feature:
+    """A feature given by a function rather than a class with class attributes."""
+
+    make: Callable[..., Any]
+    capabilities: Iterable[str]
+    implementation: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Plugin:
+    """What a factory returns: a name, a version and the features it provides (None: not
+    provided)."""
+
+    name: str
+    version: str = "0"
+    stash: Any = None
+    region: Any = None
+    arena: Any = None
+    activation: Any = None
+
+
+class Stash:
+    """Paged stash (``offloadkit/stash/stash.hpp``). Built as ``cls(executor, config, stream)``
+    with a ``StashConfig``.
+
+    A stash keeps the valid rows of a saved activation between its forward and its backward. Keys
+    are ``StashKey(vp, layer, microbatch)``; one outside offloadkit's key codec, or a distinct key
+    beyond ``config.max_keys``, raises OutOfRange (its message says ``max_keys = N``). A key of r
+    rows takes ``config.pages_for(r)`` pages, device pages first, then pinned ones. A key that
+    cannot be stored does not raise: it is dropped and the first such failure since the last clear
+    is kept in a sticky status word (``StashStatus``): ``rows_too_large`` (r > max_rows, needed
+    0), ``double_stash`` (the key holds rows), ``overflow`` (not enough free pages in both tiers),
+    ``restore_empty`` (restore of a key that holds nothing, rows 0, needed 0), each with the key,
+    its rows, the pages it needed and the free pages of both tiers at that moment.
+    """
+
+    implementation: Optional[str] = None
+    capabilities = frozenset()
+
+    def stash(self, key, src, rows, stream):
+        """Stashes the first r rows of ``src`` (device Buffer of max_rows * row_bytes bytes) under
+        ``key``, where r is the uint64 in the device Buffer ``rows``, read in the order of
+        ``stream``."""
+        raise NotImplementedError
+
+    def restore(self, key, dst, rows_out, stream):
+        """Copies the key's rows into the first rows of ``dst`` (device Buffer), writes the row
+        count (0 when the key held nothing) as a uint64 into ``rows_out`` (a device Buffer, or
+        None), and frees the key's pages. Bytes of ``dst`` past the rows stay untouched."""
+        raise NotImplementedError
+
+    def reset(self, stream):
+        """Drops every entry, returns every page and clears the status word."""
+        raise NotImplementedError
+
+    def clear_status(self, stream):
+        """Clears the status word only."""
+        raise NotImplementedError
+
+    def snapshot(self, stream) -> "_t.StashSnapshot":
+        """Free pages of both tiers, the live entries and the status word (``StashSnapshot``);
+        the bridge has synchronized ``stream`` before the call."""
+        raise NotImplementedError
+
+    def close(self):
+        """Frees what the stash holds (called once, when the C++ side destroys it)."""
+
+
+class Region:
+    """Graph-stable offload region (``offloadkit/region/region.hpp``). Built as
+    ``cls(executor, config)`` with a ``RegionConfig``: ``config.bytes`` (at least 1, else
+    OutOfRange) on ``config.device`` (in [0, device_count), else OutOfRange).
+
+    States: "active" (contents on the device at ``data``), "paused" (no device memory held,
+    contents on the host or discarded), "partial" (a pause or resume failed midway; no byte lost;
+    pause() or resume() completes the transition). The bridge refuses calls in the wrong state with
+    StateError before they reach you, and a stream of another device with OutOfRange.
+    """
+
+    implementation: Optional[str] = None
+    capabilities = frozenset()
+
+    def info(self) -> "_t.RegionInfo":
+        """Address, size, device, state, footprint (device bytes held while active) and captures
+        (graph captures so far). The bridge reads it after every call. The default builds it from
+        attributes of those names."""
+        return _t.RegionInfo(self.data, self.size, self.device, self.state, self.footprint,
+                             self.captures)
+
+    def pause(self, mode, stream):
+        """Waits for the work queued on ``stream``, copies the contents to the host unless
+        ``mode`` is "discard" ("preserve" otherwise), and releases the device memory."""
+        raise NotImplementedError
+
+    def resume(self, stream):
+        """Brings device memory back and copies the contents in, in the order of ``stream``."""
+        raise NotImplementedError
+
+    def register_graph(self, capture, stream) -> int:
+        """Captures ``capture(base, stream)`` on ``stream`` into a graph kept with the region and
+        returns its id; ``capture_graph`` does the capture. A region whose address changes
+        captures it again on every resume."""
+        raise NotImplementedError
+
+    def replay(self, graph_id, stream):
+        """Replays a registered graph (unknown id: OutOfRange)."""
+        raise NotImplementedError
+
+    def unregister_graph(self, graph_id):
+        """Destroys a registered graph; unknown ids are ignored."""
+        raise NotImplementedError
+
+    def close(self):
+        """Frees device memory, host copy, address range and graphs."""
+
+
+def capture_graph(executor, capture, base, stream) -> "_t.Graph":
+    """Captures ``capture(base, stream)`` on ``stream`` and returns the graph; on a failure the
+    capture is ended and its graph destroyed, so that the stream is usable again."""
+    executor.begin_capture(stream)
+    try:
+        capture(base, stream)
+    except BaseException as failure:
+        _end_capture_after(executor, stream, failure)
+        raise
+    try:
+        return executor.end_capture(stream)
+    except BaseException as failure:
+        # A failed end may leave the stream capturing: end it once more.
+        _end_capture_after(executor, stream, failure)
+        raise
+
+
+def _end_capture_after(executor, stream, failure):
+    """Ends a capture that ``failure`` interrupted and drops its graph. ``failure`` is what the
+    caller reports; a second failure here is added to it as a note."""
+    try:
+        executor.destroy_graph(executor.end_capture(stream))
+    except Exception as cleanup:  # the stream may not be capturing any more
+        failure.add_note(f"(ending the interrupted capture raised too: {cleanup!r})")
+
+
+class Arena:
+    """Coalesced offload of a tensor set (``offloadkit/arena/offloader.hpp``). Built as
+    ``cls(executor)``.
+
+    Tensors are lists of device Buffers (zero-byte ones may have address 0). The first offload
+    acquires host memory, kept across cycles until release(). A failed offload leaves the device
+    tensors untouched and no copy held; a failed reload keeps the host copy so a retry succeeds.
+    Errors raised for a copy or an allocation should say which (offload or reload) and which
+    tensor ("offload: copy of tensor 3 ..."), keeping their type (``errors.with_context``).
+    """
+
+    implementation: Optional[str] = None
+    capabilities = frozenset()
+
+    def info(self) -> "_t.ArenaInfo":
+        """released, holds_copy (a complete host copy is held) and host_bytes; read after every
+        call. The default builds it from attributes of those names."""
+        return _t.ArenaInfo(self.released, self.holds_copy, self.host_bytes)
+
+    def offload(self, tensors, stream) -> "_t.Event":
+        """Copies every tensor to host memory in the order of ``stream`` and returns an event
+        (from ``executor.create_event``, recorded after the copies) that completes with them; the
+        caller owns and destroys it."""
+        raise NotImplementedError
+
+    def reload(self, tensors, stream) -> "_t.Event":
+        """Copies the host copy back into ``tensors`` (same sizes, any addresses; other sizes:
+        OutOfRange) in the order of ``stream``; the event completes when they hold it."""
+        raise NotImplementedError
+
+    def release(self):
+        """Frees the host memory (after the queued copies that use it). Idempotent."""
+        raise NotImplementedError
+
+    def close(self):
+        """Frees everything (also without a release())."""
+
+
+class Activation:
+    """Activation offload, shaped like saved-tensor hooks (``offloadkit/activation/
+    offloader.hpp``). Built as ``cls(executor, options)`` with ``OffloadOptions``.
+
+    ``keep_threshold`` (an attribute, default ``options.keep_threshold``, read once after
+    construction): tensors with fewer bytes stay on the device.
+    """
+
+    implementation: Optional[str] = None
+    capabilities = frozenset()
+
+    def pack(self, tensor, stream) -> int:
+        """Takes ownership of ``tensor`` (a ``Tensor``, ready in the order of ``stream``) and
+        returns a handle (int). Call ``tensor.release()`` once, when nothing you issued still
+        reads its buffer. If pack raises, nothing is packed and release must not have been
+        called. Bytes that disagree with shape and dtype, or a device outside the executor's:
+        OutOfRange."""
+        raise NotImplementedError
+
+    def unpack(self, handle, stream) -> "_t.Tensor":
+        """Returns the packed tensor, ready in the order of ``stream``, on the device it was
+        packed from (whatever device ``stream`` belongs to); its ``release`` frees what you
+        allocated for it, after the caller's work on ``stream``. Unknown or already unpacked
+        handle: OutOfRange (KeyError will do). If unpack raises, the handle stays packed."""
+        raise NotImplementedError
+
+    def forward_layer_end(self, layer, stream):
+        """Forward has finished producing ``layer``'s saved tensors."""
+
+    def backward_layer_begin(self, layer, stream):
+        """Backward of ``layer`` is about to start: its tensors are next."""
+
+    def synchronize(self):
+        """Waits for the offloader's own copies and gives back every source whose copy has
+        completed."""
+
+    def stats(self) -> "_t.ActivationStats":
+        """Counters (``ActivationStats``); checks read ``peak_prefetch_bytes``."""
+        return _t.ActivationStats()
+
+    def close(self):
+        """Gives back every source still held and frees host copies."""

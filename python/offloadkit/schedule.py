@@ -1,0 +1,272 @@
+"""Recording a production run's paged-stash schedule from Python, for ``offloadkit replay``.
+
+A training job creates one ``ScheduleRecorder`` per pipeline rank and step, calls
+``record_stash`` / ``record_restore`` where it stashes and restores a saved activation (with the
+key's row count where it is known, or later with ``set_rows``), and writes the file at the end of
+the step::
+
+    rec = offloadkit.ScheduleRecorder(virtual_stages=2, layers=4, microbatches=8,
+                                      row_bytes=hidden * 2, max_rows=max_tokens, page_rows=64,
+                                      name="moe step 1200, rank 1")
+    ...
+    rec.record_stash(vp, layer, microbatch, rows=int(tokens))
+    ...
+    rec.record_restore(vp, layer, microbatch)
+    ...
+    rec.write("step1200_rank1.json")        # then: offloadkit replay step1200_rank1.json
+
+The file is the documented schedule format, version 1 (traces/SCHEDULE_FORMAT.md): complete
+forward and backward chunks are written as "F"/"B" entries, everything else as "S"/"R". Before
+writing, the recording is checked by the rules ``offloadkit replay`` applies (every key stashed
+once and restored once after it, per microbatch in (vp, layer) order and back, ranges), so a
+recording that replay would refuse raises ``ScheduleError`` naming the offending step.
+Thread-safe: stashes and restores may be reported from several threads.
+"""
+
+import json
+import threading
+from typing import Optional, Sequence, Union
+
+from .errors import LogicError, OutOfRange
+
+FORMAT = "offloadkit.schedule"
+VERSION = 1
+MAX_VIRTUAL_STAGES = 64
+MAX_LAYERS = 4096
+MAX_MICROBATCHES = 1 << 20
+MAX_KEYS = 1 << 24
+MAX_ROW_BYTES = 1 << 32
+MAX_MAX_ROWS = 1 << 31
+MAX_PAGE_ROWS = 1 << 20
+MAX_POOL_PAGES = 1 << 40
+MAX_PIPELINE_SIZE = 65536
+
+
+class ScheduleError(LogicError):
+    """A recording the schedule format cannot express; ``where`` is a JSON pointer into the file
+    it would have written ("/steps/17", "/rows/3") and ``reason`` names the bad value and the
+    valid range."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+def _in_range(where, value, lo, hi):
+    if not lo <= value <= hi:
+        raise ScheduleError(where, f"{value} is outside [{lo}, {hi}]")
+
+
+class ScheduleRecorder:
+    """Collects one rank's stashes, restores and row counts; ``write`` produces a schedule file.
+
+    ``row_bytes`` is one integer for all layers or one per layer; ``device_pages`` and
+    ``pinned_pages``, where given, are the pool ``replay`` checks for overflow.
+    """
+
+    def __init__(self, *, virtual_stages: int, layers: int, microbatches: int,
+                 row_bytes: Union[int, Sequence[int]], max_rows: int, page_rows: int = 64,
+                 name: Optional[str] = None, pipeline_size: int = 1, pipeline_rank: int = 0,
+                 device_pages: Optional[int] = None, pinned_pages: Optional[int] = None):
+        _in_range("/pipeline/virtual_stages", virtual_stages, 1, MAX_VIRTUAL_STAGES)
+        _in_range("/pipeline/layers", layers, 1, MAX_LAYERS)
+        _in_range("/pipeline/microbatches", microbatches, 1, MAX_MICROBATCHES)
+        keys = virtual_stages * layers * microbatches
+        if keys > MAX_KEYS:
+            raise ScheduleError("/pipeline", f"virtual_stages x layers x microbatches = {keys} "
+                                f"exceeds {MAX_KEYS} keys")
+        _in_range("/pipeline/size", pipeline_size, 1, MAX_PIPELINE_SIZE)
+        _in_range("/pipeline/rank", pipeline_rank, 0, pipeline_size - 1)
+        if isinstance(row_bytes, int):
+            row_bytes = [row_bytes] * layers
+        row_bytes = [int(b) for b in row_bytes]
+        if len(row_bytes) != layers:
+            raise ScheduleError("/row_bytes", f"has {len(row_bytes)} entries; expected one per "
+                                f"layer ({layers})")
+        for i, b in enumerate(row_bytes):
+            _in_range(f"/row_bytes/{i}", b, 1, MAX_ROW_BYTES)
+        _in_range("/max_rows", max_rows, 0, MAX_MAX_ROWS)
+        _in_range("/page_rows", page_rows, 1, MAX_PAGE_ROWS)
+        self.name = name
+        self.virtual_stages = virtual_stages
+        self.layers = layers
+        self.microbatches = microbatches
+        self.row_bytes = row_bytes
+        self.max_rows = max_rows
+        self.page_rows = page_rows
+        self.pipeline_size = pipeline_size
+        self.pipeline_rank = pipeline_rank
+        self.pools = None
+        self._rows = [0] * keys
+        self._steps = []  # ("S" | "R", vp, layer, microbatch)
+        self._lock = threading.Lock()
+        if device_pages is not None or pinned_pages is not None:
+            self.set_pools(device_pages or 0, pinned_pages or 0)
+
+    # ---- recording ----------------------------------------------------------------------------
+
+    def _key_index(self, vp, layer, microbatch):
+        for field, value, limit in (("vp", vp, self.virtual_stages), ("layer", layer, self.layers),
+                                    ("microbatch", microbatch, self.microbatches)):
+            if not 0 <= value < limit:
+                raise OutOfRange(f"{field} = {value} is outside [0, {limit})")
+        return (vp * self.layers + layer) * self.microbatches + microbatch
+
+    def record_stash(self, vp: int, layer: int, microbatch: int, rows: Optional[int] = None):
+        """A stash of key (vp, layer, microbatch), in issue order; ``rows``: its row count, where
+        known (a Python int, or anything int() takes: a 0-d tensor is read, which synchronizes)."""
+        vp, layer, microbatch = int(vp), int(layer), int(microbatch)
+        with self._lock:
+            index = self._key_index(vp, layer, microbatch)
+            if rows is not None:
+                self._set_rows_locked(index, rows)
+            self._steps.append(("S", vp, layer, microbatch))
+
+    def record_restore(self, vp: int, layer: int, microbatch: int, rows: Optional[int] = None):
+        """A restore of key (vp, layer, microbatch), in issue order."""
+        vp, layer, microbatch = int(vp), int(layer), int(microbatch)
+        with self._lock:
+            index = self._key_index(vp, layer, microbatch)
+            if rows is not None:
+                self._set_rows_locked(index, rows)
+            self._steps.append(("R", vp, layer, microbatch))
+
+    def set_rows(self, vp: int, layer: int, microbatch: int, rows: int):
+        """The row count of a key (for counts read back later, e.g. at the end of the step)."""
+        with self._lock:
+            self._set_rows_locked(self._key_index(int(vp), int(layer), int(microbatch)), rows)
+
+    def _set_rows_locked(self, index, rows):
+        rows = int(rows)
+        if not 0 <= rows <= self.max_rows:
+            raise OutOfRange(f"rows = {rows} is outside [0, max_rows = {self.max_rows}]")
+        self._rows[index] = rows
+
+    def set_pools(self, device_pages: int, pinned_pages: int):
+        """The pool replay checks for overflow (pages of each tier)."""
+        _in_range("/pools/device_pages", device_pages, 0, MAX_POOL_PAGES)
+        _in_range("/pools/pinned_pages", pinned_pages, 0, MAX_POOL_PAGES)
+        with self._lock:
+            self.pools = (int(device_pages), int(pinned_pages))
+
+    @property
+    def steps_recorded(self) -> int:
+        with self._lock:
+            return len(self._steps)
+
+    # ---- output -------------------------------------------------------------------------------
+
+    def validate(self):
+        """Raises ScheduleError at the first step ``offloadkit replay`` would refuse."""
+        with self._lock:
+            self._validate_locked(list(self._steps))
+
+    def _validate_locked(self, steps):
+        layers, per_mb = self.layers, self.virtual_stages * self.layers
+        state = [0] * len(self._rows)  # 0 not stashed, 1 stashed, 2 restored
+        next_stash = [0] * self.microbatches
+        next_restore = [per_mb - 1] * self.microbatches
+
+        def key_text(vp, layer, mb):
+            return f"key (vp {vp}, layer {layer}, microbatch {mb})"
+
+        def pos_text(pos):
+            return f"(vp {pos // layers}, layer {pos % layers})"
+
+        for i, (op, vp, layer, mb) in enumerate(steps):
+            where = f"/steps/{i}"
+            index = (vp * layers + layer) * self.microbatches + mb
+            pos = vp * layers + layer
+            if op == "S":
+                if state[index] != 0:
+                    raise ScheduleError(where, f"{key_text(vp, layer, mb)} is stashed a second "
+                                        "time")
+                if next_stash[mb] != pos:
+                    raise ScheduleError(where, f"stash of {key_text(vp, layer, mb)} out of "
+                                        f"forward order: this microbatch stashes "
+                                        f"{pos_text(next_stash[mb])} next")
+                state[index] = 1
+                next_stash[mb] += 1
+            else:
+                if state[index] == 0:
+                    raise ScheduleError(where, f"restore of {key_text(vp, layer, mb)} before its "
+                                        "stash")
+                if state[index] == 2:
+                    raise ScheduleError(where, f"{key_text(vp, layer, mb)} is restored a second "
+                                        "time")
+                if next_restore[mb] != pos:
+                    raise ScheduleError(where, f"restore of {key_text(vp, layer, mb)} out of "
+                                        "backward (reverse) order: this microbatch restores "
+                                        f"{pos_text(next_restore[mb])} next")
+                state[index] = 2
+                next_restore[mb] -= 1
+        for vp in range(self.virtual_stages):
+            for layer in range(layers):
+                for mb in range(self.microbatches):
+                    st = state[(vp * layers + layer) * self.microbatches + mb]
+                    if st != 2:
+                        raise ScheduleError("/steps", f"{key_text(vp, layer, mb)} is never "
+                                            f"{'stashed' if st == 0 else 'restored'} (every key "
+                                            "must be stashed once and restored once)")
+
+    def _compressed_steps(self, steps):
+        """Steps as file entries: a whole chunk in layer order (stash) or reverse order (restore)
+        becomes one "F"/"B" entry, as offloadkit's own writer does."""
+        out, i, layers = [], 0, self.layers
+        while i < len(steps):
+            op, vp, _, mb = steps[i]
+            whole = i + layers <= len(steps)
+            for k in range(layers):
+                if not whole:
+                    break
+                o = steps[i + k]
+                want = k if op == "S" else layers - 1 - k
+                whole = o[0] == op and o[1] == vp and o[3] == mb and o[2] == want
+            if whole:
+                out.append(["F" if op == "S" else "B", vp, mb])
+                i += layers
+            else:
+                out.append(list(steps[i]))
+                i += 1
+        return out
+
+    def to_dict(self) -> dict:
+        """The validated recording as the schedule document (a dict ready for json.dump)."""
+        with self._lock:
+            steps = list(self._steps)
+            self._validate_locked(steps)
+            doc = {"format": FORMAT, "version": VERSION}
+            if self.name:
+                doc["name"] = self.name
+            doc["pipeline"] = {"size": self.pipeline_size, "rank": self.pipeline_rank,
+                               "virtual_stages": self.virtual_stages, "layers": self.layers,
+                               "microbatches": self.microbatches}
+            uniform = all(b == self.row_bytes[0] for b in self.row_bytes)
+            doc["row_bytes"] = self.row_bytes[0] if uniform else list(self.row_bytes)
+            doc["max_rows"] = self.max_rows
+            doc["page_rows"] = self.page_rows
+            if self.pools is not None:
+                doc["pools"] = {"device_pages": self.pools[0], "pinned_pages": self.pools[1]}
+            doc["rows"] = list(self._rows)
+            doc["steps"] = self._compressed_steps(steps)
+            return doc
+
+    def dumps(self) -> str:
+        """The schedule file's text: one step per line, rows one microbatch row per line."""
+        doc = self.to_dict()
+        steps = doc.pop("steps")
+        rows = doc.pop("rows")
+        head = json.dumps(doc, indent=2)[:-2]  # without the closing "\n}"
+        mb = self.microbatches
+        row_lines = ",\n    ".join(",".join(str(r) for r in rows[i:i + mb])
+                                   for i in range(0, len(rows), mb))
+        step_lines = ",\n    ".join(json.dumps(s, separators=(",", ":")) for s in steps)
+        return (f"{head},\n  \"rows\": [\n    {row_lines}\n  ],\n"
+                f"  \"steps\": [\n    {step_lines}\n  ]\n}}\n")
+
+    def write(self, path: str):
+        """Writes the validated recording to ``path``."""
+        text = self.dumps()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)

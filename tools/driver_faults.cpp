@@ -1,0 +1,369 @@
+// `offloadkit check --driver-faults` (driver_faults.hpp). The parent never touches the device: it
+// loads the plugin only to see what it provides, then starts one child per case, each this same
+// binary with --run-one, the interposer preloaded and call N armed through the environment. A
+// child runs the feature's scenario, writes its result into the descriptor it inherits and asks
+// the interposer for its report, which the parent reads from a scratch folder.
+#include "driver_faults.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "isolation.hpp"
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/interpose/control.h"
+#include "offloadkit/interpose/countdown.hpp"
+#include "offloadkit/interpose/scenarios.hpp"
+
+namespace offloadkit::tools {
+namespace {
+
+namespace fs = std::filesystem;
+namespace oi = offloadkit::interpose;
+
+/// The descriptor a child finds its result file on (as for the property children).
+constexpr int child_result_fd = 3;
+/// More cases than any scenario makes calls: a count that gets here is not converging.
+constexpr std::uint64_t max_cases = 5000;
+/// Lines of a case's output shown under a row that is not clean.
+constexpr std::size_t output_lines_shown = 12;
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out += prefix + line + "\n";
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+/// Where the interposer is: $OFFLOADKIT_INTERPOSE_LIBRARY, beside an installed command
+/// (<prefix>/lib from <prefix>/bin), or the build tree this command was built in.
+std::vector<std::string> interposer_candidates() {
+  std::vector<std::string> c;
+  if (const char* env = std::getenv("OFFLOADKIT_INTERPOSE_LIBRARY"); env != nullptr && *env) {
+    c.emplace_back(env);
+  }
+  std::error_code ec;
+  const fs::path installed =
+      fs::path(self_executable()).parent_path() / ".." / "lib" / OKIT_INTERPOSE_LIBRARY_NAME;
+  c.push_back(installed.lexically_normal().string());
+#ifdef OFFLOADKIT_INTERPOSE_BUILD_PATH
+  c.emplace_back(OFFLOADKIT_INTERPOSE_BUILD_PATH);
+#endif
+  return c;
+}
+
+/// A scratch folder for the cases' reports, removed with its contents.
+class scratch_folder {
+ public:
+  scratch_folder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/offloadkit-driver-faults-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = pattern;
+  }
+  ~scratch_folder() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  scratch_folder(const scratch_folder&) = delete;
+  scratch_folder& operator=(const scratch_folder&) = delete;
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+oi::process_end to_process_end(const child_run& run, int timeout_s) {
+  oi::process_end p;
+  p.output = run.output;
+  p.seconds = run.seconds;
+  p.timeout_s = timeout_s;
+  switch (run.how) {
+    case child_run::end::exited:
+      p.end = oi::process_end::how::exited;
+      p.exit_code = run.exit_code;
+      break;
+    case child_run::end::signaled:
+      p.end = oi::process_end::how::signaled;
+      p.signal = run.signal;
+      p.signal_name = signal_name(run.signal);
+      break;
+    case child_run::end::timed_out:
+    case child_run::end::interrupted:
+      p.end = oi::process_end::how::timed_out;
+      break;
+  }
+  return p;
+}
+
+std::string what_the_scenario_does(const std::string& feature) {
+  if (feature == "stash") return "create, stash two keys, restore them, destroy";
+  if (feature == "region") return "create, write, pause, resume, verify, destroy";
+  if (feature == "arena") return "create, offload three tensors, reload, verify, release";
+  return "create, pack three tensors, unpack them in backward order, verify, destroy";
+}
+
+// ---- the child ---------------------------------------------------------------------------------
+
+int run_one_case(const check_program& program, const driver_fault_request& r) {
+  if (r.feature.empty()) throw usage_error("--run-one with --driver-faults needs --feature");
+  if (::fcntl(r.result_fd, F_SETFD, FD_CLOEXEC) != 0) {
+    throw usage_error("--result-fd " + std::to_string(r.result_fd) + " is not an open file");
+  }
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) {
+    write_result(
+        r.result_fd,
+        nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
+    return check_exit::unavailable;
+  }
+  // The window is closed (OFFLOADKIT_FAULT_WINDOW=closed): loading the plugin and creating the
+  // executor are not the implementation's calls.
+  const oi::fault_subjects subjects = program.fault_subjects(r.library);
+  std::unique_ptr<executor> ex;
+  try {
+    ex = std::make_unique<cuda_executor>();
+  } catch (const std::exception& e) {
+    write_result(r.result_fd,
+                 nlohmann::json{{"unavailable", std::string("the cuda executor could not be "
+                                                            "created: ") +
+                                                    e.what()}}
+                     .dump());
+    return check_exit::unavailable;
+  }
+  const oi::scenario_result result = oi::run_scenario(r.feature, subjects, *ex);
+  write_result(r.result_fd,
+               nlohmann::json{{"scenario", nlohmann::json::parse(result.to_json())}}.dump());
+  // The ledger as the scenario left it, before the executor's own teardown.
+  if (auto report = reinterpret_cast<okit_interpose_write_report_fn>(
+          dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL))) {
+    (void)report();
+  }
+  ex.reset();
+  return check_exit::passed;
+}
+
+// ---- the parent --------------------------------------------------------------------------------
+
+struct feature_run {
+  std::string feature;
+  std::string implementation;
+  oi::countdown_result result;
+};
+
+std::string reproduce_command(const check_program& program, const driver_fault_request& r,
+                              const std::string& feature, std::uint64_t n) {
+  std::vector<std::string> words = {program.name};
+  words.insert(words.end(), program.command.begin(), program.command.end());
+  words.insert(words.end(), r.forwarded.begin(), r.forwarded.end());
+  words.insert(words.end(), {"--feature", feature, "--fault-call", std::to_string(n)});
+  return join(words, " ");
+}
+
+}  // namespace
+
+int driver_faults_main(const check_program& program, const driver_fault_request& r) {
+  if (!program.fault_subjects) {
+    throw usage_error("--driver-faults is not supported by " + program.name);
+  }
+  if (r.executor == "host") {
+    throw usage_error(
+        "--driver-faults runs on the cuda executor only: the calls it fails are the CUDA "
+        "runtime's and driver's, which the host executor never makes (use --executor cuda or "
+        "auto)");
+  }
+  if (r.run_one) return run_one_case(program, r);
+
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) {
+    std::cerr << program.name
+              << " check --driver-faults: needs the cuda executor (the calls it fails exist only "
+                 "there), but the cuda back end cannot run here: "
+              << why << "\n";
+    return check_exit::unavailable;
+  }
+  const std::vector<std::string> candidates = interposer_candidates();
+  const std::string interposer = oi::find_interposer(candidates);
+  if (interposer.empty()) {
+    std::cerr << program.name << " check --driver-faults: the interposer "
+              << OKIT_INTERPOSE_LIBRARY_NAME << " is not there (looked for "
+              << join(candidates, ", ") << "); set OFFLOADKIT_INTERPOSE_LIBRARY to its path\n";
+    return check_exit::unavailable;
+  }
+
+  oi::fault_subjects subjects;
+  try {
+    subjects = program.fault_subjects(r.library);
+  } catch (const std::exception& e) {
+    throw plugin_unusable(e.what());
+  }
+  const std::vector<std::string> all = oi::scenario_features();
+  if (!r.feature.empty() && std::find(all.begin(), all.end(), r.feature) == all.end()) {
+    throw usage_error("unknown feature '" + r.feature +
+                      "' for --driver-faults: valid features are " + join(all, ", "));
+  }
+  std::vector<std::string> features;
+  std::vector<std::string> notes;
+  for (const auto& f : all) {
+    if (!r.feature.empty() && f != r.feature) continue;
+    if (!oi::subject_name(subjects, f)) {
+      notes.push_back(f + ": not provided by the plugin");
+    } else if (!oi::subject_runs_on_cuda(subjects, f)) {
+      notes.push_back(f +
+                      ": not run: the plugin declares no support for the cuda executor "
+                      "(capability OKIT_CAP_CUDA_EXECUTOR)");
+    } else {
+      features.push_back(f);
+    }
+  }
+  if (features.empty()) {
+    for (const auto& n : notes) std::cerr << "  " << n << "\n";
+    throw plugin_unusable(r.subject + " has nothing to run under --driver-faults" +
+                          (r.feature.empty() ? "" : " for feature " + r.feature));
+  }
+
+  std::cout << program.name << " check --driver-faults: " << r.subject << "\n"
+            << "interposer: " << interposer << "\n";
+  for (const auto& n : notes) std::cout << "  " << n << "\n";
+  std::cout << std::flush;
+
+  const scratch_folder scratch;
+  result_file result;
+  const std::chrono::milliseconds timeout = std::chrono::seconds(r.timeout_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  int interrupted_by = 0;
+  bool unavailable = false;
+  std::string unavailable_why;
+  std::vector<feature_run> runs;
+
+  for (const auto& feature : features) {
+    feature_run fr;
+    fr.feature = feature;
+    fr.implementation = *oi::subject_name(subjects, feature);
+    std::cout << "\n"
+              << feature << " (" << fr.implementation << "): " << what_the_scenario_does(feature)
+              << "; case N fails the N-th acquiring call "
+              << "(each case a child process, time limit " << r.timeout_s << " s)\n"
+              << std::flush;
+    const std::string report_path = scratch.path() + "/report-" + feature + ".json";
+
+    auto run_case = [&](std::uint64_t n) -> std::optional<oi::case_run> {
+      std::vector<std::string> argv = {self_executable()};
+      argv.insert(argv.end(), program.command.begin(), program.command.end());
+      argv.insert(argv.end(), {"--run-one", "--result-fd", std::to_string(child_result_fd),
+                               "--executor", "cuda", "--feature", feature});
+      argv.insert(argv.end(), r.forwarded.begin(), r.forwarded.end());
+      // A new case claims the count afresh (control.h).
+      std::error_code ec;
+      fs::remove(report_path, ec);
+      fs::remove(report_path + OKIT_INTERPOSE_CLAIM_SUFFIX, ec);
+      result.clear();
+      std::cout << "  N=" << n << " ... " << std::flush;
+      const child_run run =
+          run_child(argv, timeout, result.fd(), child_result_fd, 64 * 1024,
+                    oi::countdown_case_environment(interposer, n, report_path, true));
+      if (run.how == child_run::end::interrupted) {
+        std::cout << "interrupted by " << signal_name(run.signal) << "\n";
+        interrupted_by = run.signal;
+        return std::nullopt;
+      }
+      oi::case_run c;
+      c.process = to_process_end(run, r.timeout_s);
+      const auto reported = nlohmann::json::parse(result.read_all(), nullptr, false);
+      if (reported.is_object() && reported.contains("unavailable")) {
+        std::cout << "not run\n";
+        unavailable = true;
+        unavailable_why = reported["unavailable"].is_string()
+                              ? reported["unavailable"].get<std::string>()
+                              : reported["unavailable"].dump();
+        return std::nullopt;
+      }
+      if (reported.is_object() && reported.contains("scenario")) {
+        try {
+          c.scenario = oi::scenario_result::from_json(reported["scenario"].dump());
+        } catch (const std::exception&) {
+          // An unreadable result is judged as no result: by how the process ended.
+        }
+      }
+      try {
+        c.report = oi::read_report(report_path);
+      } catch (const std::exception& e) {
+        c.report_error = e.what();
+      }
+      return c;
+    };
+    auto on_row = [](const oi::case_row& row) {
+      std::cout << (row.call.empty() ? "(no call N)" : row.call) << ": " << to_string(row.cls);
+      if (row.cls != oi::fault_class::clean) std::cout << " (" << row.detail << ")";
+      std::cout << "\n" << std::flush;
+    };
+    fr.result = oi::run_countdown(run_case, max_cases, r.only_call, on_row);
+    runs.push_back(std::move(fr));
+    if (interrupted_by != 0 || unavailable) break;
+  }
+
+  if (unavailable) {
+    std::cerr << program.name << " check --driver-faults: " << unavailable_why << "\n";
+    return check_exit::unavailable;
+  }
+
+  bool clean = true;
+  for (const auto& fr : runs) {
+    std::cout << "\n" << fr.feature << " (" << fr.implementation << "):\n";
+    oi::print_countdown_table(std::cout, fr.result.rows);
+    if (!fr.result.complete && !fr.result.stopped.empty()) {
+      std::cout << "the count did not finish: " << fr.result.stopped << "\n";
+      if (fr.result.stopped != "interrupted") clean = false;
+    }
+    for (const auto& row : fr.result.rows) {
+      if (row.cls == oi::fault_class::clean) continue;
+      clean = false;
+      std::cout << "  N=" << row.n << " " << (row.call.empty() ? "(no call N)" : row.call) << ": "
+                << to_string(row.cls) << ": " << row.detail << "\n";
+      const std::string tail = last_lines(row.output, output_lines_shown);
+      if (!tail.empty())
+        std::cout << "    last lines of its output:\n" << indent(tail, "    | ") << "\n";
+      std::cout << "    reproduce: " << reproduce_command(program, r, fr.feature, row.n) << "\n";
+    }
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t cases = 0;
+  for (const auto& fr : runs) cases += fr.result.rows.size();
+  std::cout << "\n"
+            << cases << " case(s) in " << runs.size() << " feature(s), "
+            << static_cast<long long>(total + 0.5)
+            << " s: " << (clean ? "every case clean" : "NOT every case clean") << "\n";
+  for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
+  if (interrupted_by != 0) return 128 + interrupted_by;
+  return clean ? check_exit::passed : check_exit::failed;
+}
+
+}  // namespace offloadkit::tools

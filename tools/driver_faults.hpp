@@ -1,0 +1,38 @@
+// `offloadkit check --driver-faults`: the driver-call countdown on a plugin's implementations. For
+// each feature the plugin provides, the feature's scenario (offloadkit/interpose/scenarios.hpp)
+// runs in a child process with liboffloadkit_interpose.so preloaded and its call N armed to fail,
+// for N = 0, 1, 2, ... until a run reaches no call N; each case is classified and the command
+// ends with a table per feature.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "check_cli.hpp"
+
+namespace offloadkit::tools {
+
+/// What check_cli.cpp parsed for --driver-faults.
+struct driver_fault_request {
+  std::string library;  ///< the plugin library (for --python: the Python bridge)
+  std::string subject;  ///< how messages name it: "plugin PATH", "Python plugin MODULE:FACTORY"
+  std::string feature;  ///< --feature; empty: every feature the plugin provides
+  std::string executor = "auto";
+  std::optional<std::uint64_t> only_call;  ///< --fault-call: this case alone
+  int timeout_s = 600;
+  bool run_one = false;  ///< a child: run one case of `feature`
+  int result_fd = -1;
+  /// Options every child gets and every reproduce command shows (--plugin or --python, and
+  /// --driver-faults), each name followed by its value.
+  std::vector<std::string> forwarded;
+};
+
+/// Runs the countdown (or, with run_one, one case in this process). Returns the exit status:
+/// check_exit::passed when every case of every feature is clean, failed otherwise, unavailable
+/// where the cuda back end or the interposer cannot be had, 128 + N when interrupted by signal N.
+/// Throws usage_error and plugin_unusable as check_main does.
+int driver_faults_main(const check_program& program, const driver_fault_request& request);
+
+}  // namespace offloadkit::tools
