@@ -453,6 +453,10 @@ void print_row_result(const property_row& row, const check_program& program,
     std::cout << "ok (" << o.cases_run << " cases, " << seconds(row.seconds) << ")\n";
     return;
   }
+  if (o.skipped) {
+    std::cout << o.message << "\n";
+    return;
+  }
   if (!row.has_result) {
     std::cout << "FAILED (" << row.abnormal_end << ", " << o.cases_planned << " cases planned, "
               << seconds(row.seconds) << ")\n";
@@ -481,11 +485,11 @@ void print_table(const std::vector<property_row>& rows_in) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& row : rows_in) {
     const auto& o = row.outcome;
-    std::string result = o.passed ? "ok" : "FAILED";
+    std::string result = o.passed ? "ok" : o.skipped ? o.message : "FAILED";
     if (!row.abnormal_end.empty()) result += ", " + row.abnormal_end;
     rows.push_back({o.feature, o.implementation, o.name, o.executor_name,
                     row.has_result ? std::to_string(o.cases_run) : "-", result,
-                    o.passed ? "" : std::to_string(o.seed)});
+                    o.passed || o.skipped ? "" : std::to_string(o.seed)});
   }
   std::vector<std::size_t> width(header.size());
   for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
@@ -519,17 +523,22 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
                   const std::vector<std::string>& notes) {
   std::cout << "\n";
   print_table(rows);
-  const auto failed = static_cast<std::size_t>(std::count_if(
-      rows.begin(), rows.end(), [](const property_row& r) { return !r.outcome.passed; }));
+  const auto failed =
+      static_cast<std::size_t>(std::count_if(rows.begin(), rows.end(), [](const property_row& r) {
+        return !r.outcome.passed && !r.outcome.skipped;
+      }));
+  const auto skipped = static_cast<std::size_t>(std::count_if(
+      rows.begin(), rows.end(), [](const property_row& r) { return r.outcome.skipped; }));
   std::cout << "\n"
-            << rows.size() - failed << " passed, " << failed << " failed, " << seconds(total_s)
+            << rows.size() - failed - skipped << " passed, " << failed << " failed, "
+            << (skipped > 0 ? std::to_string(skipped) + " skipped, " : "") << seconds(total_s)
             << "\n";
   // What the plugin did not give to check is said next to the counts, never counted as passed.
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (failed > 0) {
     std::cout << "replay a failure with:\n";
     for (const auto& row : rows) {
-      if (row.outcome.passed) continue;
+      if (row.outcome.passed || row.outcome.skipped) continue;
       const auto commands = replay_for(row, program, opt);
       std::cout << "  " << commands.replay << "\n";
       if (!commands.debug.empty()) std::cout << "    in a debugger: " << commands.debug << "\n";
@@ -544,8 +553,8 @@ nlohmann::json to_json(const check_outcome& o) {
   return {{"feature", o.feature},     {"implementation", o.implementation},
           {"name", o.name},           {"executor", o.executor_name},
           {"cases_run", o.cases_run}, {"cases_planned", o.cases_planned},
-          {"passed", o.passed},       {"seed", o.seed},
-          {"message", o.message}};
+          {"passed", o.passed},       {"skipped", o.skipped},
+          {"seed", o.seed},           {"message", o.message}};
 }
 
 check_outcome outcome_from_json(const nlohmann::json& j) {
@@ -557,6 +566,7 @@ check_outcome outcome_from_json(const nlohmann::json& j) {
   o.cases_run = j.at("cases_run").get<int>();
   o.cases_planned = j.at("cases_planned").get<int>();
   o.passed = j.at("passed").get<bool>();
+  o.skipped = j.value("skipped", false);
   o.seed = j.at("seed").get<std::uint64_t>();
   o.message = j.at("message").get<std::string>();
   return o;
@@ -610,7 +620,7 @@ int run_one(const check_program& program, const check_options& opt) {
   const check_outcome o = run_check(cases.front(), *ex, cfg);
   write_result(opt.result_fd, nlohmann::json{{"outcome", to_json(o)}}.dump());
   ex.reset();
-  return o.passed ? check_exit::passed : check_exit::failed;
+  return o.passed || o.skipped ? check_exit::passed : check_exit::failed;
 }
 
 /// The row for one child run: its own outcome when it reported one and ended as a child that
@@ -636,7 +646,8 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
 
   const std::string ended = describe_end(run, timeout);
   if (row.has_result) {
-    const int expected = row.outcome.passed ? check_exit::passed : check_exit::failed;
+    const int expected =
+        row.outcome.passed || row.outcome.skipped ? check_exit::passed : check_exit::failed;
     if (run.how == child_run::end::exited && run.exit_code == expected) return row;
     // It reported, then went wrong on the way out (executor teardown, static destructors, a
     // thread the code under test left running): a failure of the code under test all the same.
@@ -647,6 +658,7 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
             ? "the property passed " + std::to_string(row.outcome.cases_run) + " case(s), " + then
             : row.outcome.message + "\n" + then;
     row.outcome.passed = false;
+    row.outcome.skipped = false;
     return row;
   }
 

@@ -163,3 +163,17 @@ TEST(CheckRunner, ReproduceCommandReplaysTheSeedAndCaseCount) {
 }
 
 }  // namespace
+
+TEST(CheckRunner, APropertyNeedingMoreDevicesIsSkippedNotPassed) {
+  offloadkit::host_executor ex;
+  bool ran = false;
+  check_case c = make_case([&ran](executor&) { ran = true; });
+  c.min_devices = ex.device_count() + 1;
+  const auto o = run_check(c, ex, check_config{});
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(o.skipped);
+  EXPECT_FALSE(o.passed);
+  EXPECT_NE(o.message.find("needs " + std::to_string(c.min_devices) + " devices"),
+            std::string::npos)
+      << o.message;
+}

@@ -74,6 +74,13 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
   o.seed = cfg.seed != 0 ? cfg.seed : fresh_seed();
   o.cases_planned = planned_cases(c, cfg);
 
+  if (ex.device_count() < c.min_devices) {
+    o.skipped = true;
+    o.message = "skipped: needs " + std::to_string(c.min_devices) + " devices, " + ex.name() +
+                " has " + std::to_string(ex.device_count());
+    return o;
+  }
+
   if (!c.property) {
     o.message = "the check case has no property body";
     return o;

@@ -41,6 +41,9 @@ struct check_outcome {
   int cases_run = 0;
   int cases_planned = 0;  ///< the case count the run asked for: replaying `seed` needs the same one
   bool passed = false;
+  /// Not run: the executor lacks what the property needs (min_devices); `message` says what.
+  /// A skipped outcome is not passed and not failed.
+  bool skipped = false;
   std::uint64_t seed = 0;
   std::string message;  ///< rapidcheck's counterexample and failure text; empty on success
 };
