@@ -27,10 +27,14 @@
 #include "driver_faults.hpp"
 #include "isolation.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/detail/text.hpp"
 #include "offloadkit/host_executor.hpp"
 
 namespace offloadkit::tools {
 namespace {
+
+using ::offloadkit::detail::indent;
+using ::offloadkit::detail::join;
 
 constexpr int default_timeout_s = 600;
 constexpr long max_timeout_s = 86400;
@@ -103,15 +107,6 @@ struct check_options {
   /// The forwarded options as given, each name followed by its value (if it takes one).
   std::vector<std::string> forwarded;
 };
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) {
-    if (!out.empty()) out += ", ";
-    out += s;
-  }
-  return out;
-}
 
 std::uint64_t parse_seed(const std::string& v) {
   std::size_t used = 0;
@@ -393,16 +388,6 @@ std::string seconds(double s) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(s < 10 ? 1 : 0) << s << " s";
   return os.str();
-}
-
-std::string indent(const std::string& text, const std::string& prefix) {
-  std::string out;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (!out.empty()) out += '\n';
-    if (!line.empty()) out += prefix + line;
-  }
-  return out;
 }
 
 /// `s` as one shell word.

@@ -26,12 +26,16 @@
 
 #include "isolation.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/detail/text.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/countdown.hpp"
 #include "offloadkit/interpose/scenarios.hpp"
 
 namespace offloadkit::tools {
 namespace {
+
+using ::offloadkit::detail::indent;
+using ::offloadkit::detail::join;
 
 namespace fs = std::filesystem;
 namespace oi = offloadkit::interpose;
@@ -42,23 +46,6 @@ constexpr int child_result_fd = 3;
 constexpr std::uint64_t max_cases = 5000;
 /// Lines of a case's output shown under a row that is not clean.
 constexpr std::size_t output_lines_shown = 12;
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) {
-    if (!out.empty()) out += sep;
-    out += s;
-  }
-  return out;
-}
-
-std::string indent(const std::string& text, const std::string& prefix) {
-  std::string out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out += prefix + line + "\n";
-  if (!out.empty()) out.pop_back();
-  return out;
-}
 
 /// Where the interposer is: $OFFLOADKIT_INTERPOSE_LIBRARY, beside an installed command
 /// (<prefix>/lib from <prefix>/bin), or the build tree this command was built in.

@@ -13,21 +13,14 @@
 #include <stdexcept>
 #include <utility>
 
+#include "offloadkit/detail/text.hpp"
 #include "offloadkit/interpose/control.h"
 
 namespace offloadkit::interpose {
 namespace {
 
 using nlohmann::json;
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) {
-    if (!out.empty()) out += sep;
-    out += s;
-  }
-  return out;
-}
+using ::offloadkit::detail::join;
 
 std::int64_t get_i64(const json& j, const char* key) {
   const auto it = j.find(key);

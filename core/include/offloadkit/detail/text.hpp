@@ -1,0 +1,31 @@
+// Small text helpers for messages and reports, shared by the command line and its libraries.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace offloadkit::detail {
+
+/// The items separated by `sep`: "a, b, c".
+inline std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+/// Every non-empty line of `text` prefixed with `prefix` (empty lines stay empty).
+inline std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!out.empty()) out += '\n';
+    if (!line.empty()) out += prefix + line;
+  }
+  return out;
+}
+
+}  // namespace offloadkit::detail
