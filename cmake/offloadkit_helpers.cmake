@@ -68,3 +68,13 @@ function(offloadkit_add_gtest target)
                          SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
   endif()
 endfunction()
+
+# offloadkit_expect_crashes(<test>...): tests that check how a crash of code under test is reported
+# ("crashed: signal 11 (SIGSEGV)"). AddressSanitizer turns a SIGSEGV into a report and exit code 1;
+# these tests let the signal through so that the crash is seen as it is without the sanitizer.
+function(offloadkit_expect_crashes)
+  if(OFFLOADKIT_SANITIZE STREQUAL "address")
+    set_tests_properties(${ARGN} PROPERTIES
+      ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:handle_segv=0")
+  endif()
+endfunction()
