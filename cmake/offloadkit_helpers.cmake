@@ -70,11 +70,15 @@ function(offloadkit_add_gtest target)
 endfunction()
 
 # offloadkit_expect_crashes(<test>...): tests that check how a crash of code under test is reported
-# ("crashed: signal 11 (SIGSEGV)"). AddressSanitizer turns a SIGSEGV into a report and exit code 1;
-# these tests let the signal through so that the crash is seen as it is without the sanitizer.
+# ("crashed: signal 11 (SIGSEGV)"). The sanitizers turn a SIGSEGV into a report and an exit code
+# (1 for AddressSanitizer, 66 for ThreadSanitizer); these tests let the signal through so that the
+# crash is seen as it is without a sanitizer.
 function(offloadkit_expect_crashes)
   if(OFFLOADKIT_SANITIZE STREQUAL "address")
     set_tests_properties(${ARGN} PROPERTIES
       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:handle_segv=0")
+  elseif(OFFLOADKIT_SANITIZE STREQUAL "thread")
+    set_tests_properties(${ARGN} PROPERTIES
+      ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 handle_segv=0")
   endif()
 endfunction()
