@@ -43,6 +43,8 @@ inline void expect_case_holds(const check_case& c, executor& ex) {
   cfg.seed = seed();
   cfg.cases = cases_from_environment();
   const check_outcome o = run_check(c, ex, cfg);
+  // run_check skips a property that needs more devices than `ex` has, and says so.
+  if (o.skipped) GTEST_SKIP() << o.message;
   std::printf("%s/%s/%s on %s: %d of %d cases, seed %llu\n", o.feature.c_str(),
               o.implementation.c_str(), o.name.c_str(), o.executor_name.c_str(), o.cases_run,
               o.cases_planned, static_cast<unsigned long long>(o.seed));
@@ -66,10 +68,6 @@ class battery_case_test final : public ::testing::Test {
       if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
     }
     auto ex = Backend::make();
-    if (ex->device_count() < case_.min_devices) {
-      GTEST_SKIP() << case_.name << " needs " << case_.min_devices << " devices, " << ex->name()
-                   << " has " << ex->device_count();
-    }
     expect_case_holds(case_, *ex);
   }
 

@@ -241,6 +241,17 @@ arena::tensor_set_view view_of(const okit_tensor* tensors, std::size_t count) {
                      "the tensor array is NULL with ", count, " tensors");
   return arena::tensor_set_view(reinterpret_cast<const arena::device_tensor*>(tensors), count);
 }
+
+/// offload() and reload() share one shape: a tensor set in, an event out that the caller owns.
+okit_status move_set(event (arena::offloader::*op)(arena::tensor_set_view, stream_ref),
+                     const char* entry, void* self, okit_error* err, const okit_tensor* tensors,
+                     std::size_t count, okit_event* done, okit_stream s) noexcept {
+  return guard(err, [&] {
+    expect_out(done, entry);
+    event e = (impl_of<arena::offloader>(self).*op)(view_of(tensors, count), from_c(s));
+    *done = to_c(e.release());
+  });
+}
 }  // namespace
 
 okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabilities,
@@ -254,19 +265,11 @@ okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabil
   t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
   t.offload = [](void* self, okit_error* err, const okit_tensor* tensors, std::size_t count,
                  okit_event* done, okit_stream s) noexcept {
-    return guard(err, [&] {
-      expect_out(done, "arena.offload");
-      event e = impl_of<I>(self).offload(view_of(tensors, count), from_c(s));
-      *done = to_c(e.release());
-    });
+    return move_set(&I::offload, "arena.offload", self, err, tensors, count, done, s);
   };
   t.reload = [](void* self, okit_error* err, const okit_tensor* tensors, std::size_t count,
                 okit_event* done, okit_stream s) noexcept {
-    return guard(err, [&] {
-      expect_out(done, "arena.reload");
-      event e = impl_of<I>(self).reload(view_of(tensors, count), from_c(s));
-      *done = to_c(e.release());
-    });
+    return move_set(&I::reload, "arena.reload", self, err, tensors, count, done, s);
   };
   t.release = [](void* self) noexcept { impl_of<I>(self).release(); };
   t.info = [](void* self, okit_arena_info* out) noexcept {

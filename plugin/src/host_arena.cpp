@@ -29,16 +29,18 @@ class plugin_arena final : public arena::offloader {
     return reinterpret_cast<const okit_tensor*>(set.tensors);
   }
   event do_offload(arena::tensor_set_view set, stream_ref s) override {
-    okit_event done{};
-    call_checked_self(obj_.context, "offload", t_->offload, obj_.self, tensors_of(set), set.count,
-                      &done, to_c(s));
-    // Created through the lent executor, which is ex_: adopt it.
-    return event(*ex_, from_c(done));
+    return move_set("offload", t_->offload, set, s);
   }
   event do_reload(arena::tensor_set_view set, stream_ref s) override {
+    return move_set("reload", t_->reload, set, s);
+  }
+  /// offload and reload: the set out, the completion event back, created through the lent
+  /// executor (which is ex_) and adopted here.
+  event move_set(const char* entry, decltype(okit_arena_vtable::offload) fn,
+                 arena::tensor_set_view set, stream_ref s) {
     okit_event done{};
-    call_checked_self(obj_.context, "reload", t_->reload, obj_.self, tensors_of(set), set.count,
-                      &done, to_c(s));
+    call_checked_self(obj_.context, entry, fn, obj_.self, tensors_of(set), set.count, &done,
+                      to_c(s));
     return event(*ex_, from_c(done));
   }
   void do_release() noexcept override { t_->release(obj_.self); }
