@@ -154,21 +154,24 @@ def format_error(exc, what, tb=None, budget=MESSAGE_BUDGET):
     if cause is not None and str(cause) not in str(exc):
         head += f"\n(while handling {_describe(cause, 150 if budget else 10000)})"
     frames = _user_frames(tb if tb is not None else exc.__traceback__)
-    budget = budget - len(head) - 60 if budget else 1 << 30
-    kept = []
-    for frame in reversed(frames):
-        if len(frame) > budget:
-            break
-        kept.insert(0, frame)
-        budget -= len(frame)
-    lines = [head]
-    if frames:
-        lines.append("Traceback (most recent call last):")
-    if len(kept) < len(frames):
-        lines.append(f"  ... {len(frames) - len(kept)} outer frame(s) left out")
-    if kept:
-        lines.append("".join(kept).rstrip("\n"))
-    return code, cuda_code, "\n".join(lines)
+
+    def message(kept):
+        lines = [head]
+        if frames:
+            lines.append("Traceback (most recent call last):")
+        if kept < len(frames):
+            lines.append(f"  ... {len(frames) - kept} outer frame(s) left out")
+        if kept:
+            lines.append("".join(frames[len(frames) - kept:]).rstrip("\n"))
+        return "\n".join(lines)
+
+    # The most innermost frames whose whole message fits; the head alone where none does.
+    kept = len(frames)
+    text = message(kept)
+    while budget and kept and len(text) > budget:
+        kept -= 1
+        text = message(kept)
+    return code, cuda_code, text
 
 
 # ---- values ---------------------------------------------------------------------------------

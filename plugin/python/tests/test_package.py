@@ -176,13 +176,18 @@ class ErrorTest(unittest.TestCase):
         try:
             even(40)
         except ok.StateError as e:
-            code, _, text = _bridge.format_error(e, "X.pause")
+            error = e
+        code, _, text = _bridge.format_error(error, "X.pause")
         self.assertEqual(code, _bridge.STATE)
         self.assertTrue(text.startswith("python X.pause raised StateError: innermost"))
         self.assertIn("Traceback (most recent call last):", text)
         self.assertIn("outer frame(s) left out", text)
         self.assertIn('raise ok.StateError("innermost")', text)
         self.assertLessEqual(len(text), _bridge.MESSAGE_BUDGET)
+        # Frame lengths follow the checkout's path: every budget holds, not only the default.
+        for budget in range(200, 2 * _bridge.MESSAGE_BUDGET, 7):
+            _, _, text = _bridge.format_error(error, "X.pause", budget=budget)
+            self.assertLessEqual(len(text), budget, f"budget {budget}")
 
 
 class DescribeTest(unittest.TestCase):
