@@ -67,7 +67,8 @@ set(offloadkit_export_candidates
   ${offloadkit_reference_targets} offloadkit_reference
   ${offloadkit_optimized_targets} offloadkit_optimized
   offloadkit_properties offloadkit_executor_battery ${offloadkit_battery_targets}
-  offloadkit_traces offloadkit_traces_cli offloadkit_traces_battery offloadkit_batteries
+  offloadkit_traces_timeline offloadkit_traces_schedule offloadkit_traces_replay offloadkit_traces
+  offloadkit_traces_cli offloadkit_traces_battery offloadkit_batteries
   offloadkit_plugin_abi offloadkit_plugin_sdk offloadkit_plugin_host)
 set(offloadkit_exported "")
 foreach(t IN LISTS offloadkit_export_candidates)

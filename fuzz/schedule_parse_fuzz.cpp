@@ -6,25 +6,24 @@
 #include <cstdlib>
 #include <string>
 
-#include "offloadkit/traces/replay.hpp"
+#include "offloadkit/stash/planner.hpp"
 #include "offloadkit/traces/schedule_format.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace ot = offloadkit::traces;
+  namespace os = offloadkit::stash;
   const std::string text(reinterpret_cast<const char*>(data), size);
-  ot::schedule s;
+  ot::schedule_file f;
   try {
-    s = ot::parse_schedule(text);
+    f = ot::parse_schedule(text);
   } catch (const ot::schedule_error&) {
     return 0;
   }
-  const ot::schedule back = ot::parse_schedule(ot::to_json(s));
-  if (back.steps.size() != s.steps.size() || back.rows != s.rows) std::abort();
-  for (std::size_t i = 0; i < s.steps.size(); ++i) {
-    if (back.steps[i].op != s.steps[i].op || !(back.steps[i].key == s.steps[i].key)) std::abort();
-  }
+  const ot::schedule_file back = ot::parse_schedule(ot::to_json(f));
+  if (back.work.sched.steps != f.work.sched.steps) std::abort();
+  if (os::dense_rows(back.work) != os::dense_rows(f.work)) std::abort();
   // The planner runs on anything the parser accepts.
-  const auto p = ot::plan(s, s.pools);
+  const auto p = os::plan(f.work, f.page_rows, f.pools);
   if (p.peak_pages < p.peak_device_pages) std::abort();
   return 0;
 }

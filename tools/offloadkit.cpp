@@ -12,6 +12,7 @@
 #include "check_cli.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/traces/cli.hpp"
+#include "schedule_commands.hpp"
 
 #ifndef OFFLOADKIT_VERSION
 #define OFFLOADKIT_VERSION "unknown"
@@ -69,8 +70,10 @@ int main(int argc, char** argv) {
     namespace ot = offloadkit::traces;
     if (command == "capture") return ot::capture_main(argc - 1, argv + 1);
     if (command == "analyze") return ot::analyze_main(argc - 1, argv + 1);
-    if (command == "replay") return ot::replay_main(argc - 1, argv + 1);
-    if (command == "schedule-gen") return ot::schedule_gen_main(argc - 1, argv + 1);
+    if (command == "replay") return offloadkit::tools::replay_command(argc - 1, argv + 1);
+    if (command == "schedule-gen") {
+      return offloadkit::tools::schedule_gen_command(argc - 1, argv + 1);
+    }
     if (command == "version" || command == "--version") {
       if (!rest.empty()) throw usage_error("version takes no arguments, got '" + rest[0] + "'");
       return run_version();

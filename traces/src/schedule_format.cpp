@@ -1,357 +1,630 @@
-// Schedule files: JSON parsing with positions in every error, validation, serialization.
+// Schedule files: a streaming (SAX) JSON reader with a JSON pointer in every error, validation
+// through offloadkit::stash, and serialization.
 #include "offloadkit/traces/schedule_format.hpp"
 
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 namespace offloadkit::traces {
 namespace {
 
 using nlohmann::json;
+using stash::schedule_limits;
+using stash::stash_key;
+using stash::step_kind;
 
 [[noreturn]] void fail(const std::string& where, const std::string& reason) {
   throw schedule_error(where, reason);
 }
 
-std::string show(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s;
+std::string range_text(std::uint64_t lo, std::uint64_t hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
 
-std::int64_t get_int(const json& j, const std::string& where, std::int64_t lo, std::int64_t hi) {
-  if (!j.is_number_integer())
-    fail(where, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], found " + show(j));
-  if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) {
-    fail(where, show(j) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+/// One "steps" entry as read: the operation and up to three numbers, checked against the global
+/// key limits only (the shape may come later in the document).
+struct raw_step {
+  char op = 0;  // 'S', 'R', 'F', 'B'
+  std::uint8_t count = 0;
+  std::uint32_t v[3] = {0, 0, 0};
+};
+
+/// What a value in the current position must be.
+enum class slot {
+  root,        // the document: an object
+  scalar,      // a top-level or nested scalar (format, version, name, max_rows, ...)
+  pipeline,    // "/pipeline": an object of integers
+  pools,       // "/pools": an object of integers
+  row_bytes,   // "/row_bytes": an integer or an array of integers
+  rows,        // "/rows": an array of integers
+  steps,       // "/steps": an array of entries
+  int_item,    // an element of /row_bytes or /rows, a member of /pipeline or /pools
+  step,        // an entry of /steps: an array
+  step_item,   // an element of a step entry
+  unknown,     // refused
+};
+
+/// Builds a schedule_file from SAX events. Containers other than the format's are refused at
+/// their first event, so nesting never goes deeper than three levels (the document, "steps", one
+/// entry) and nothing is kept but the values the schedule needs.
+class reader final : public json::json_sax_t {
+ public:
+  // Top-level fields as read (present flags, since every one may come in any order).
+  bool has_format = false, has_version = false, has_pipeline = false, has_row_bytes = false,
+       has_max_rows = false, has_page_rows = false, has_rows = false, has_steps = false;
+  bool has_vp = false, has_layers = false, has_mb = false, has_size = false, has_rank = false;
+  std::uint64_t vp = 0, layers = 0, mb = 0, size = 1, rank = 0, max_rows = 0, page_rows = 0;
+  std::vector<std::uint64_t> row_bytes;
+  bool row_bytes_array = false;
+  std::optional<stash::tier_pools> pools;
+  std::string name;
+  std::vector<std::uint32_t> rows;
+  std::vector<raw_step> steps;
+  std::optional<schedule_error> error;
+
+  bool null() override { return scalar_value("null", nullptr); }
+  bool boolean(bool b) override { return scalar_value(b ? "true" : "false", nullptr); }
+  bool number_integer(number_integer_t v) override {
+    if (v < 0) return negative(v);
+    const auto u = static_cast<std::uint64_t>(v);
+    return scalar_value(std::to_string(u), &u);
   }
-  const auto v = j.get<std::int64_t>();
-  if (v < lo || v > hi) {
-    fail(where, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]");
+  bool number_unsigned(number_unsigned_t v) override {
+    return scalar_value(std::to_string(v), &v);
   }
-  return v;
-}
+  bool number_float(number_float_t, const string_t& s) override {
+    return scalar_value(clip(s), nullptr);
+  }
+  bool string(string_t& s) override { return string_value(s); }
+  bool binary(binary_t&) override { return refuse(where_value(), "unexpected binary value"); }
+  bool start_object(std::size_t) override {
+    const slot sl = current();
+    if (sl != slot::root && sl != slot::pipeline && sl != slot::pools) {
+      return refuse(where_value(), expected(sl) + ", found an object");
+    }
+    if (sl == slot::pipeline) has_pipeline = true;
+    if (sl == slot::pools) pools = stash::tier_pools{};
+    frames_.push_back({sl, true, 0, {}, {}});
+    return true;
+  }
+  bool key(string_t& k) override {
+    frame& f = frames_.back();
+    f.key = k;
+    const char* const* valid = f.kind == slot::root       ? root_keys
+                               : f.kind == slot::pipeline ? pipeline_keys
+                                                          : pool_keys;
+    for (std::size_t i = 0; valid[i] != nullptr; ++i) {
+      if (k == valid[i]) {
+        if (f.seen.size() <= i) f.seen.resize(i + 1, false);
+        if (f.seen[i]) return refuse(where_value(), "key '" + k + "' appears twice");
+        f.seen[i] = true;
+        return true;
+      }
+    }
+    std::string list;
+    for (std::size_t i = 0; valid[i] != nullptr; ++i) list += (i ? ", " : "") + std::string(valid[i]);
+    return refuse(where_value(), "unknown key '" + clip(k) + "' (valid keys: " + list + ")");
+  }
+  bool end_object() override {
+    frames_.pop_back();
+    advance();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    const slot sl = current();
+    if (sl == slot::row_bytes) {
+      row_bytes_array = true;
+      row_bytes.clear();
+    } else if (sl != slot::rows && sl != slot::steps && sl != slot::step) {
+      return refuse(where_value(), expected(sl) + ", found an array");
+    }
+    if (sl == slot::step) steps.emplace_back();
+    frames_.push_back({sl, false, 0, {}, {}});
+    return true;
+  }
+  bool end_array() override {
+    const frame f = frames_.back();
+    frames_.pop_back();
+    if (f.kind == slot::step && !finish_step(f.index)) return false;
+    if (f.kind == slot::rows) has_rows = true;
+    if (f.kind == slot::steps) has_steps = true;
+    if (f.kind == slot::row_bytes) has_row_bytes = true;
+    advance();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    std::string what = ex.what();
+    // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 5: ".
+    if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    error = schedule_error("byte " + std::to_string(position), "not valid JSON: " + what);
+    return false;
+  }
 
-const json& member(const json& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end()) fail(where, std::string("missing required key '") + key + "'");
-  return *it;
-}
+  /// The shape, where the document has given it.
+  [[nodiscard]] bool shape_known() const { return has_vp && has_layers && has_mb; }
+  [[nodiscard]] std::uint64_t keys() const { return vp * layers * mb; }
 
-void only_keys(const json& obj, const std::string& where, std::initializer_list<const char*> keys) {
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    bool known = false;
-    for (const char* k : keys) known = known || it.key() == k;
-    if (!known) {
-      std::string valid;
-      for (const char* k : keys) valid += std::string(valid.empty() ? "" : ", ") + k;
-      fail(where + "/" + it.key(), "unknown key '" + it.key() + "' (valid keys: " + valid + ")");
+ private:
+  struct frame {
+    slot kind;
+    bool object;
+    std::size_t index;  // arrays: index of the next element
+    std::string key;    // objects: the current key
+    std::vector<bool> seen;
+  };
+  static constexpr const char* root_keys[] = {"format",    "version",  "name", "pipeline",
+                                              "row_bytes", "max_rows", "page_rows", "pools",
+                                              "rows",      "steps",    nullptr};
+  static constexpr const char* pipeline_keys[] = {"size", "rank", "virtual_stages", "layers",
+                                                  "microbatches", nullptr};
+  static constexpr const char* pool_keys[] = {"device_pages", "pinned_pages", nullptr};
+  std::vector<frame> frames_;
+
+  static std::string clip(const std::string& s) {
+    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  }
+
+  bool refuse(std::string where, std::string reason) {
+    if (!error) error = schedule_error(std::move(where), std::move(reason));
+    return false;
+  }
+
+  /// What the value at the current position must be.
+  [[nodiscard]] slot current() const {
+    if (frames_.empty()) return slot::root;
+    const frame& f = frames_.back();
+    switch (f.kind) {
+      case slot::root:
+        if (f.key == "pipeline") return slot::pipeline;
+        if (f.key == "pools") return slot::pools;
+        if (f.key == "row_bytes") return slot::row_bytes;
+        if (f.key == "rows") return slot::rows;
+        if (f.key == "steps") return slot::steps;
+        return slot::scalar;
+      case slot::pipeline:
+      case slot::pools:
+      case slot::rows:
+      case slot::row_bytes:
+        return slot::int_item;
+      case slot::steps:
+        return slot::step;
+      case slot::step:
+        return slot::step_item;
+      default:
+        return slot::unknown;
     }
   }
+
+  [[nodiscard]] static std::string expected(slot sl) {
+    switch (sl) {
+      case slot::root:
+        return "the document must be a JSON object";
+      case slot::rows:
+        return "expected an array of row counts";
+      case slot::steps:
+        return "expected an array of steps";
+      case slot::step:
+        return "expected [\"F\"|\"B\", vp, microbatch] or [\"S\"|\"R\", vp, layer, microbatch]";
+      case slot::row_bytes:
+      case slot::int_item:
+      case slot::step_item:
+        return "expected an integer";
+      case slot::pipeline:
+      case slot::pools:
+        return "expected an object";
+      default:
+        return "expected a string or a number";
+    }
+  }
+
+  /// The JSON pointer of the value at the current position.
+  [[nodiscard]] std::string where_value() const {
+    std::string w;
+    for (const frame& f : frames_) w += "/" + (f.object ? f.key : std::to_string(f.index));
+    return w;
+  }
+
+  void advance() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
+  }
+
+  bool negative(std::int64_t v) {
+    const slot sl = current();
+    const bool integer_slot = sl == slot::int_item || sl == slot::row_bytes ||
+                              (sl == slot::scalar && frames_.back().key != "format" &&
+                               frames_.back().key != "name") ||
+                              (sl == slot::step_item && frames_.back().index > 0);
+    if (!integer_slot) return scalar_value(std::to_string(v), nullptr);
+    return refuse(where_value(), std::to_string(v) + " is negative; " + expected_range());
+  }
+
+  [[nodiscard]] std::string expected_range() const {
+    const std::string w = where_value();
+    return "expected an integer in " + range_text(0, limit_of(w));
+  }
+
+  /// The largest value a number at `where` may take regardless of the rest of the document.
+  [[nodiscard]] std::uint64_t limit_of(const std::string& w) const {
+    if (frames_.empty()) return 0;
+    const frame& f = frames_.back();
+    if (f.kind == slot::root) {
+      if (f.key == "version") return schedule_format_version;
+      if (f.key == "max_rows") return schedule_limits::max_rows;
+      if (f.key == "page_rows") return schedule_limits::rows_per_page;
+      if (f.key == "row_bytes") return schedule_limits::row_bytes;
+      return 0;
+    }
+    if (f.kind == slot::pipeline) {
+      if (f.key == "size") return max_pipeline_size;
+      if (f.key == "rank") return max_pipeline_size - 1;
+      if (f.key == "virtual_stages") return schedule_limits::vp_stages;
+      if (f.key == "layers") return schedule_limits::layers;
+      return schedule_limits::microbatches;
+    }
+    if (f.kind == slot::pools) return schedule_limits::pool_pages;
+    if (f.kind == slot::row_bytes) return schedule_limits::row_bytes;
+    if (f.kind == slot::rows) return has_max_rows ? max_rows : schedule_limits::max_rows;
+    if (f.kind == slot::step) {
+      // [op, vp, layer, mb] or [op, vp, mb]: the shape's bounds where known.
+      (void)w;
+      return UINT32_MAX;
+    }
+    return 0;
+  }
+
+  bool string_value(const std::string& s) {
+    const slot sl = current();
+    if (sl == slot::step_item && frames_.back().index == 0) {
+      raw_step& st = steps.back();
+      if (s != "S" && s != "R" && s != "F" && s != "B") {
+        return refuse(where_value(),
+                      "unknown step '" + clip(s) + "' (valid: F, B chunk steps; S, R key steps)");
+      }
+      st.op = s[0];
+      advance();
+      return true;
+    }
+    if (sl == slot::scalar && frames_.back().key == "format") {
+      if (s != "offloadkit.schedule") {
+        return refuse("/format", "expected \"offloadkit.schedule\", found \"" + clip(s) + "\"");
+      }
+      has_format = true;
+      return true;
+    }
+    if (sl == slot::scalar && frames_.back().key == "name") {
+      if (s.size() > max_name_bytes) {
+        return refuse("/name", "is " + std::to_string(s.size()) + " bytes long; at most " +
+                                   std::to_string(max_name_bytes));
+      }
+      name = s;
+      return true;
+    }
+    return scalar_value("\"" + clip(s) + "\"", nullptr);
+  }
+
+  /// A scalar that is not a string: `u` is its value when it is a non-negative integer.
+  bool scalar_value(const std::string& text, const std::uint64_t* u) {
+    const slot sl = current();
+    const std::string w = where_value();
+    if (sl == slot::root) return refuse("", "the document must be a JSON object, found " + text);
+    if (sl == slot::rows || sl == slot::steps || sl == slot::pipeline || sl == slot::pools) {
+      return refuse(w, expected(sl) + ", found " + text);
+    }
+    if (sl == slot::scalar && frames_.back().key == "format") {
+      return refuse(w, "expected \"offloadkit.schedule\", found " + text);
+    }
+    if (sl == slot::scalar && frames_.back().key == "name") {
+      return refuse(w, "expected a string, found " + text);
+    }
+    if (sl == slot::step_item && frames_.back().index == 0) {
+      return refuse(w, "expected an operation name (F, B, S or R), found " + text);
+    }
+    if (u == nullptr) return refuse(w, expected_range() + ", found " + text);
+    if (sl == slot::step_item) {
+      raw_step& st = steps.back();
+      const std::size_t i = frames_.back().index;
+      if (i > 3) return refuse(w, "a step has at most 3 numbers");
+      if (*u > UINT32_MAX) {
+        return refuse(w, text + " is outside " + range_text(0, UINT32_MAX));
+      }
+      st.v[i - 1] = static_cast<std::uint32_t>(*u);
+      st.count = static_cast<std::uint8_t>(i);
+      advance();
+      return true;
+    }
+    const std::uint64_t hi = limit_of(w);
+    if (*u > hi || (sl == slot::scalar && frames_.back().key == "version" && *u != hi)) {
+      if (frames_.back().key == "version" && frames_.back().kind == slot::root) {
+        return refuse(w, text + " is not supported (this reader reads version " +
+                             std::to_string(schedule_format_version) + ")");
+      }
+      const std::uint64_t lo = needs_one(w) ? 1 : 0;
+      return refuse(w, text + " is outside " + range_text(lo, hi));
+    }
+    if (needs_one(w) && *u == 0) return refuse(w, text + " is outside " + range_text(1, hi));
+    return store(sl, *u);
+  }
+
+  [[nodiscard]] bool needs_one(const std::string&) const {
+    const frame& f = frames_.back();
+    if (f.kind == slot::row_bytes) return true;
+    if (f.kind == slot::root) return f.key == "page_rows" || f.key == "row_bytes";
+    if (f.kind == slot::pipeline) return f.key != "rank";
+    return false;
+  }
+
+  bool store(slot sl, std::uint64_t u) {
+    frame& f = frames_.back();
+    if (f.kind == slot::rows) {
+      const std::uint64_t cap = shape_known() ? keys() : schedule_limits::keys;
+      if (rows.size() >= cap) {
+        return refuse("/rows", "has more than " + std::to_string(cap) +
+                                   " entries; expected virtual_stages x layers x microbatches");
+      }
+      rows.push_back(static_cast<std::uint32_t>(u));
+      advance();
+      return true;
+    }
+    if (f.kind == slot::row_bytes) {
+      if (row_bytes.size() >= schedule_limits::layers) {
+        return refuse("/row_bytes", "has more than " + std::to_string(schedule_limits::layers) +
+                                        " entries (one per layer)");
+      }
+      row_bytes.push_back(u);
+      advance();
+      return true;
+    }
+    (void)sl;
+    const std::string& k = f.key;
+    if (f.kind == slot::pipeline) {
+      if (k == "size") has_size = true, size = u;
+      if (k == "rank") has_rank = true, rank = u;
+      if (k == "virtual_stages") has_vp = true, vp = u;
+      if (k == "layers") has_layers = true, layers = u;
+      if (k == "microbatches") has_mb = true, mb = u;
+      if (shape_known() && keys() > schedule_limits::keys) {
+        return refuse("/pipeline", "virtual_stages x layers x microbatches = " +
+                                       std::to_string(keys()) + " exceeds " +
+                                       std::to_string(schedule_limits::keys) + " keys");
+      }
+      return true;
+    }
+    if (f.kind == slot::pools) {
+      (k == "device_pages" ? pools->device_pages : pools->pinned_pages) = u;
+      return true;
+    }
+    if (k == "version") has_version = true;
+    if (k == "max_rows") has_max_rows = true, max_rows = u;
+    if (k == "page_rows") has_page_rows = true, page_rows = u;
+    if (k == "row_bytes") {
+      has_row_bytes = true;
+      row_bytes_array = false;
+      row_bytes.assign(1, u);
+    }
+    return true;
+  }
+
+  bool finish_step(std::size_t elements) {
+    const raw_step& st = steps.back();
+    const std::string w = "/steps/" + std::to_string(steps.size() - 1);
+    if (st.op == 0) {
+      return refuse(w, expected(slot::step) + ", found an array of " + std::to_string(elements) +
+                           " elements");
+    }
+    const std::size_t want = st.op == 'F' || st.op == 'B' ? 2 : 3;
+    if (elements - 1 != want) {
+      return refuse(w, "'" + std::string(1, st.op) + "' takes " + std::to_string(want) +
+                           " numbers, found " + std::to_string(elements - 1));
+    }
+    // Past 2 x keys entries some key is stashed or restored twice; stop reading there (validation
+    // then names that step) so that a long list of steps costs no more than the keys allow.
+    const std::uint64_t cap = 2 * (shape_known() ? keys() : schedule_limits::keys);
+    if (steps.size() > cap) {
+      steps_truncated = true;
+      return false;
+    }
+    return true;
+  }
+
+ public:
+  bool steps_truncated = false;
+};
+
+/// The schedule_file of a completely read document; schedule_error for what is missing or does
+/// not fit the shape.
+schedule_file build(reader& r) {
+  if (!r.has_format) fail("", "missing required key 'format'");
+  if (!r.has_version) fail("", "missing required key 'version'");
+  if (!r.has_pipeline && !(r.has_vp || r.has_layers || r.has_mb)) {
+    fail("", "missing required key 'pipeline'");
+  }
+  if (!r.has_vp) fail("/pipeline", "missing required key 'virtual_stages'");
+  if (!r.has_layers) fail("/pipeline", "missing required key 'layers'");
+  if (!r.has_mb) fail("/pipeline", "missing required key 'microbatches'");
+  if (r.has_rank && r.rank >= r.size) {
+    fail("/pipeline/rank", std::to_string(r.rank) + " is outside [0, " + std::to_string(r.size) +
+                               ") (pipeline size " + std::to_string(r.size) + ")");
+  }
+  schedule_file f;
+  f.name = std::move(r.name);
+  f.pipeline_size = static_cast<std::uint32_t>(r.size);
+  f.pipeline_rank = static_cast<std::uint32_t>(r.rank);
+  stash::schedule& s = f.work.sched;
+  s.vp_stages = static_cast<std::uint32_t>(r.vp);
+  s.layers = static_cast<std::uint32_t>(r.layers);
+  s.microbatches = static_cast<std::uint32_t>(r.mb);
+  // Steps first: a truncated list is reported at its offending step before anything else.
+  const std::size_t limit = 2 * stash::key_count(s);
+  for (std::size_t i = 0; i < r.steps.size(); ++i) {
+    const raw_step& e = r.steps[i];
+    const std::string w = "/steps/" + std::to_string(i);
+    const bool chunk = e.op == 'F' || e.op == 'B';
+    auto check = [&](std::size_t pos, std::uint32_t v, std::uint32_t n) {
+      if (v >= n) {
+        fail(w + "/" + std::to_string(pos),
+             std::to_string(v) + " is outside " + range_text(0, n - 1));
+      }
+    };
+    check(1, e.v[0], s.vp_stages);
+    if (chunk) {
+      check(2, e.v[1], s.microbatches);
+    } else {
+      check(2, e.v[1], s.layers);
+      check(3, e.v[2], s.microbatches);
+    }
+    const std::uint32_t mbi = chunk ? e.v[1] : e.v[2];
+    const step_kind kind = e.op == 'F' || e.op == 'S' ? step_kind::stash : step_kind::restore;
+    const std::uint32_t n = chunk ? s.layers : 1;
+    for (std::uint32_t l = 0; l < n && s.steps.size() < limit + 1; ++l) {
+      const std::uint32_t layer = !chunk ? e.v[1] : e.op == 'F' ? l : s.layers - 1 - l;
+      s.steps.push_back({kind, stash_key{e.v[0], layer, mbi}});
+      f.source_index.push_back(i);
+    }
+  }
+  if (s.steps.size() > limit || r.steps_truncated) {
+    // More steps than 2 x keys: validation names the step where a key is stashed or restored
+    // the second time.
+    if (auto e = stash::validate(s)) {
+      fail(e->step() < f.source_index.size() ? "/steps/" + std::to_string(f.source_index[e->step()])
+                                              : e->where(),
+           e->reason());
+    }
+    fail("/steps", "more than 2 x keys (" + std::to_string(limit) + ") steps");
+  }
+  if (!r.has_row_bytes) fail("", "missing required key 'row_bytes'");
+  if (!r.has_max_rows) fail("", "missing required key 'max_rows'");
+  if (!r.has_page_rows) fail("", "missing required key 'page_rows'");
+  if (!r.has_rows && !r.steps_truncated) fail("", "missing required key 'rows'");
+  if (!r.has_steps && !r.steps_truncated) fail("", "missing required key 'steps'");
+  // Row sizes: the widest is the stash's row size; per-layer sizes are kept where they differ.
+  if (r.row_bytes_array && r.row_bytes.size() != s.layers) {
+    fail("/row_bytes", "has " + std::to_string(r.row_bytes.size()) +
+                           " entries; expected one per layer (" + std::to_string(s.layers) +
+                           ") or a single integer");
+  }
+  std::uint64_t widest = 0;
+  bool uniform = true;
+  for (auto b : r.row_bytes) {
+    widest = std::max(widest, b);
+    uniform = uniform && b == r.row_bytes.front();
+  }
+  f.work.row_bytes = widest;
+  if (!uniform) f.work.layer_row_bytes = r.row_bytes;
+  f.work.max_rows = r.max_rows;
+  f.page_rows = static_cast<std::uint32_t>(r.page_rows);
+  f.pools = r.pools;
+  if (r.rows.size() != stash::key_count(s)) {
+    fail("/rows", "has " + std::to_string(r.rows.size()) +
+                      " entries; expected virtual_stages x layers x microbatches = " +
+                      std::to_string(stash::key_count(s)));
+  }
+  f.work.rows.reserve(r.rows.size());
+  std::size_t i = 0;
+  for (std::uint32_t v = 0; v < s.vp_stages; ++v) {
+    for (std::uint32_t l = 0; l < s.layers; ++l) {
+      for (std::uint32_t m = 0; m < s.microbatches; ++m) {
+        f.work.rows.push_back({stash_key{v, l, m}, r.rows[i++]});
+      }
+    }
+  }
+  std::vector<std::uint32_t>().swap(r.rows);
+  validate(f);
+  return f;
 }
 
-std::string key_text(schedule_key k) {
-  return "key (vp " + std::to_string(k.vp) + ", layer " + std::to_string(k.layer) +
-         ", microbatch " + std::to_string(k.microbatch) + ")";
-}
-
-std::string step_where(const schedule_step& st) {
-  return "/steps/" + std::to_string(st.source_index);
+schedule_file finish(reader& r, bool ok) {
+  if (!ok) {
+    if (r.error) throw *r.error;
+    if (!r.steps_truncated) fail("byte 0", "not valid JSON");
+  }
+  return build(r);
 }
 
 }  // namespace
 
-void validate(const schedule& s) {
-  if (s.virtual_stages < 1 || s.virtual_stages > max_virtual_stages) {
-    fail("/pipeline/virtual_stages", std::to_string(s.virtual_stages) + " is outside [1, " +
-                                         std::to_string(max_virtual_stages) + "]");
-  }
-  if (s.layers < 1 || s.layers > max_layers) {
-    fail("/pipeline/layers",
-         std::to_string(s.layers) + " is outside [1, " + std::to_string(max_layers) + "]");
-  }
-  if (s.microbatches < 1 || s.microbatches > max_microbatches) {
-    fail("/pipeline/microbatches", std::to_string(s.microbatches) + " is outside [1, " +
-                                       std::to_string(max_microbatches) + "]");
-  }
-  if (s.key_count() > max_keys) {
-    fail("/pipeline", "virtual_stages x layers x microbatches = " + std::to_string(s.key_count()) +
-                          " exceeds " + std::to_string(max_keys) + " keys");
-  }
-  if (s.row_bytes.size() != static_cast<std::size_t>(s.layers)) {
-    fail("/row_bytes", "has " + std::to_string(s.row_bytes.size()) +
-                           " entries; expected one per layer (" + std::to_string(s.layers) + ")");
-  }
-  for (std::size_t i = 0; i < s.row_bytes.size(); ++i) {
-    if (s.row_bytes[i] < 1 || s.row_bytes[i] > max_row_bytes) {
-      fail("/row_bytes/" + std::to_string(i), std::to_string(s.row_bytes[i]) + " is outside [1, " +
-                                                  std::to_string(max_row_bytes) + "]");
-    }
-  }
-  if (s.page_rows < 1 || s.page_rows > max_page_rows) {
-    fail("/page_rows",
-         std::to_string(s.page_rows) + " is outside [1, " + std::to_string(max_page_rows) + "]");
-  }
-  if (s.rows.size() != s.key_count()) {
-    fail("/rows", "has " + std::to_string(s.rows.size()) +
-                      " entries; expected virtual_stages x layers x microbatches = " +
-                      std::to_string(s.key_count()));
-  }
-  for (std::size_t i = 0; i < s.rows.size(); ++i) {
-    if (s.rows[i] > s.max_rows) {
-      fail("/rows/" + std::to_string(i),
-           std::to_string(s.rows[i]) + " rows exceed max_rows = " + std::to_string(s.max_rows));
-    }
-  }
-  // 0: not stashed yet, 1: stashed, 2: restored.
-  std::vector<std::uint8_t> key_state(s.key_count(), 0);
-  std::vector<std::size_t> stashed_at(s.key_count(), 0);
-  // A microbatch's forward runs through the rank's virtual stages in order and its backward in
-  // reverse, so its keys are stashed in (vp, layer) order and restored in the reverse order.
-  const int per_mb = s.virtual_stages * s.layers;
-  std::vector<int> next_stash(static_cast<std::size_t>(s.microbatches), 0);
-  std::vector<int> next_restore(static_cast<std::size_t>(s.microbatches), per_mb - 1);
-  auto pos_text = [&](int pos) {
-    return "(vp " + std::to_string(pos / s.layers) + ", layer " + std::to_string(pos % s.layers) +
-           ")";
-  };
-  for (std::size_t i = 0; i < s.steps.size(); ++i) {
-    const schedule_step& st = s.steps[i];
-    const schedule_key k = st.key;
-    if (k.vp < 0 || k.vp >= s.virtual_stages || k.layer < 0 || k.layer >= s.layers ||
-        k.microbatch < 0 || k.microbatch >= s.microbatches) {
-      fail(step_where(st), key_text(k) + " is outside the pipeline's [0, " +
-                               std::to_string(s.virtual_stages) + ") x [0, " +
-                               std::to_string(s.layers) + ") x [0, " +
-                               std::to_string(s.microbatches) + ")");
-    }
-    const std::size_t ki = s.key_index(k);
-    const auto mb = static_cast<std::size_t>(k.microbatch);
-    const int pos = k.vp * s.layers + k.layer;
-    if (st.op == schedule_op::stash) {
-      if (key_state[ki] != 0) {
-        fail(step_where(st), key_text(k) + " is stashed a second time (first at /steps/" +
-                                 std::to_string(stashed_at[ki]) + ")");
-      }
-      if (next_stash[mb] != pos) {
-        fail(step_where(st), "stash of " + key_text(k) +
-                                 " out of forward order: this microbatch stashes " +
-                                 pos_text(next_stash[mb]) + " next");
-      }
-      key_state[ki] = 1;
-      stashed_at[ki] = st.source_index;
-      ++next_stash[mb];
-    } else {
-      if (key_state[ki] == 0) {
-        fail(step_where(st), "restore of " + key_text(k) + " before its stash");
-      }
-      if (key_state[ki] == 2) fail(step_where(st), key_text(k) + " is restored a second time");
-      if (next_restore[mb] != pos) {
-        fail(step_where(st), "restore of " + key_text(k) +
-                                 " out of backward (reverse) order: this microbatch restores " +
-                                 pos_text(next_restore[mb]) + " next");
-      }
-      key_state[ki] = 2;
-      --next_restore[mb];
-    }
-  }
-  for (int vp = 0; vp < s.virtual_stages; ++vp) {
-    for (int l = 0; l < s.layers; ++l) {
-      for (int mb = 0; mb < s.microbatches; ++mb) {
-        const schedule_key k{vp, l, mb};
-        const auto st = key_state[s.key_index(k)];
-        if (st != 2) {
-          fail("/steps", key_text(k) + (st == 0 ? " is never stashed" : " is never restored") +
-                             " (every key must be stashed once and restored once)");
-        }
-      }
-    }
-  }
-}
-
-schedule parse_schedule(const std::string& text) {
-  json doc;
+void validate(const schedule_file& f) {
   try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("byte " + std::to_string(e.byte), std::string("not valid JSON: ") + e.what());
-  } catch (const json::exception& e) {
-    fail("byte 0", std::string("not valid JSON: ") + e.what());
-  }
-  if (!doc.is_object()) fail("", "the document must be a JSON object, found " + show(doc));
-  only_keys(doc, "",
-            {"format", "version", "name", "pipeline", "row_bytes", "max_rows", "page_rows", "pools",
-             "rows", "steps"});
-  const json& format = member(doc, "format", "");
-  if (!format.is_string() || format.get<std::string>() != "offloadkit.schedule") {
-    fail("/format", "expected \"offloadkit.schedule\", found " + show(format));
-  }
-  const json& version = member(doc, "version", "");
-  if (!version.is_number_integer() || version.get<std::int64_t>() != schedule_format_version) {
-    fail("/version", show(version) + " is not supported (this reader reads version " +
-                         std::to_string(schedule_format_version) + ")");
-  }
-  schedule s;
-  if (auto n = doc.find("name"); n != doc.end()) {
-    if (!n->is_string()) fail("/name", "expected a string, found " + show(*n));
-    s.name = n->get<std::string>();
-  }
-  const json& p = member(doc, "pipeline", "");
-  if (!p.is_object()) fail("/pipeline", "expected an object, found " + show(p));
-  only_keys(p, "/pipeline", {"size", "rank", "virtual_stages", "layers", "microbatches"});
-  if (auto it = p.find("size"); it != p.end()) {
-    s.pipeline_size = static_cast<int>(get_int(*it, "/pipeline/size", 1, 1 << 16));
-  }
-  if (auto it = p.find("rank"); it != p.end()) {
-    s.pipeline_rank = static_cast<int>(get_int(*it, "/pipeline/rank", 0, s.pipeline_size - 1));
-  }
-  s.virtual_stages = static_cast<int>(get_int(member(p, "virtual_stages", "/pipeline"),
-                                              "/pipeline/virtual_stages", 1, max_virtual_stages));
-  s.layers = static_cast<int>(
-      get_int(member(p, "layers", "/pipeline"), "/pipeline/layers", 1, max_layers));
-  s.microbatches = static_cast<int>(get_int(member(p, "microbatches", "/pipeline"),
-                                            "/pipeline/microbatches", 1, max_microbatches));
-  if (s.key_count() > max_keys) {
-    fail("/pipeline", "virtual_stages x layers x microbatches = " + std::to_string(s.key_count()) +
-                          " exceeds " + std::to_string(max_keys) + " keys");
-  }
-  const json& rb = member(doc, "row_bytes", "");
-  if (rb.is_array()) {
-    if (rb.size() != static_cast<std::size_t>(s.layers)) {
-      fail("/row_bytes", "has " + std::to_string(rb.size()) + " entries; expected one per layer (" +
-                             std::to_string(s.layers) + ") or a single integer");
+    stash::validate_workload(f.work);
+  } catch (const schedule_error& e) {
+    if (e.step() != schedule_error::npos && e.step() < f.work.sched.steps.size()) {
+      throw schedule_error("/steps/" + std::to_string(f.source_of(e.step())), e.reason(),
+                           e.step());
     }
-    for (std::size_t i = 0; i < rb.size(); ++i) {
-      s.row_bytes.push_back(static_cast<std::uint64_t>(get_int(
-          rb[i], "/row_bytes/" + std::to_string(i), 1, static_cast<std::int64_t>(max_row_bytes))));
-    }
-  } else {
-    s.row_bytes.assign(static_cast<std::size_t>(s.layers),
-                       static_cast<std::uint64_t>(
-                           get_int(rb, "/row_bytes", 1, static_cast<std::int64_t>(max_row_bytes))));
+    throw;
   }
-  s.max_rows = static_cast<std::uint32_t>(
-      get_int(member(doc, "max_rows", ""), "/max_rows", 0, std::int64_t{1} << 31));
-  s.page_rows = static_cast<std::uint32_t>(
-      get_int(member(doc, "page_rows", ""), "/page_rows", 1, max_page_rows));
-  if (auto it = doc.find("pools"); it != doc.end()) {
-    if (!it->is_object()) fail("/pools", "expected an object, found " + show(*it));
-    only_keys(*it, "/pools", {"device_pages", "pinned_pages"});
-    schedule_pools pools;
-    if (auto d = it->find("device_pages"); d != it->end()) {
-      pools.device_pages =
-          static_cast<std::uint64_t>(get_int(*d, "/pools/device_pages", 0, std::int64_t{1} << 40));
-    }
-    if (auto d = it->find("pinned_pages"); d != it->end()) {
-      pools.pinned_pages =
-          static_cast<std::uint64_t>(get_int(*d, "/pools/pinned_pages", 0, std::int64_t{1} << 40));
-    }
-    s.pools = pools;
+  if (f.page_rows < 1 || f.page_rows > schedule_limits::rows_per_page) {
+    fail("/page_rows", std::to_string(f.page_rows) + " is outside " +
+                           range_text(1, schedule_limits::rows_per_page));
   }
-  const json& rows = member(doc, "rows", "");
-  if (!rows.is_array()) fail("/rows", "expected an array of row counts, found " + show(rows));
-  if (rows.size() != s.key_count()) {
-    fail("/rows", "has " + std::to_string(rows.size()) +
-                      " entries; expected virtual_stages x layers x microbatches = " +
-                      std::to_string(s.key_count()));
+  if (f.pipeline_size < 1 || f.pipeline_size > max_pipeline_size) {
+    fail("/pipeline/size",
+         std::to_string(f.pipeline_size) + " is outside " + range_text(1, max_pipeline_size));
   }
-  s.rows.reserve(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    s.rows.push_back(
-        static_cast<std::uint32_t>(get_int(rows[i], "/rows/" + std::to_string(i), 0, s.max_rows)));
+  if (f.pipeline_rank >= f.pipeline_size) {
+    fail("/pipeline/rank", std::to_string(f.pipeline_rank) + " is outside [0, " +
+                               std::to_string(f.pipeline_size) + ")");
   }
-  const json& steps = member(doc, "steps", "");
-  if (!steps.is_array()) fail("/steps", "expected an array, found " + show(steps));
-  // A valid schedule has exactly two steps per key; stopping there bounds the expansion of chunk
-  // entries by the size of the rows array, which the input itself had to contain.
-  const std::size_t limit = 2 * s.key_count();
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    const std::string where = "/steps/" + std::to_string(i);
-    const json& e = steps[i];
-    if (!e.is_array() || e.empty() || !e[0].is_string()) {
-      fail(where,
-           "expected [\"F\"|\"B\", vp, microbatch] or [\"S\"|\"R\", vp, layer, "
-           "microbatch], found " +
-               show(e));
-    }
-    const std::string op = e[0].get<std::string>();
-    const bool chunk = op == "F" || op == "B";
-    if (!chunk && op != "S" && op != "R") {
-      fail(where + "/0", "unknown step '" + op + "' (valid: F, B chunk steps; S, R key steps)");
-    }
-    const std::size_t want = chunk ? 3 : 4;
-    if (e.size() != want) {
-      fail(where, "'" + op + "' takes " + std::to_string(want - 1) + " numbers, found " +
-                      std::to_string(e.size() - 1));
-    }
-    schedule_step st;
-    st.source_index = i;
-    st.key.vp = static_cast<int>(get_int(e[1], where + "/1", 0, s.virtual_stages - 1));
-    const std::size_t mb_pos = chunk ? 2 : 3;
-    st.key.microbatch = static_cast<int>(
-        get_int(e[mb_pos], where + "/" + std::to_string(mb_pos), 0, s.microbatches - 1));
-    const std::size_t add = chunk ? static_cast<std::size_t>(s.layers) : 1;
-    if (s.steps.size() + add > limit) {
-      fail(where, "more stash/restore steps than 2 x keys (" + std::to_string(limit) +
-                      "): some key is stashed or restored twice");
-    }
-    if (chunk) {
-      st.op = op == "F" ? schedule_op::stash : schedule_op::restore;
-      for (int l = 0; l < s.layers; ++l) {
-        st.key.layer = op == "F" ? l : s.layers - 1 - l;
-        s.steps.push_back(st);
-      }
-    } else {
-      st.op = op == "S" ? schedule_op::stash : schedule_op::restore;
-      st.key.layer = static_cast<int>(get_int(e[2], where + "/2", 0, s.layers - 1));
-      s.steps.push_back(st);
-    }
+  if (f.pools && (f.pools->device_pages > schedule_limits::pool_pages ||
+                  f.pools->pinned_pages > schedule_limits::pool_pages - f.pools->device_pages)) {
+    fail("/pools", "device_pages + pinned_pages = " + std::to_string(f.pools->device_pages) +
+                       " + " + std::to_string(f.pools->pinned_pages) + " is outside " +
+                       range_text(0, schedule_limits::pool_pages) +
+                       " (page ids of the stash implementations are 31-bit)");
   }
-  validate(s);
-  return s;
 }
 
-schedule read_schedule(const std::string& path) {
+schedule_file parse_schedule(std::istream& in) {
+  reader r;
+  const bool ok = json::sax_parse(in, &r, json::input_format_t::json, true, true);
+  return finish(r, ok);
+}
+
+schedule_file parse_schedule(const std::string& text) {
+  reader r;
+  const bool ok = json::sax_parse(text, &r, json::input_format_t::json, true, true);
+  return finish(r, ok);
+}
+
+schedule_file read_schedule(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  OFFLOADKIT_EXPECTS(f.good(), runtime_error, "cannot open schedule file '", path, "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_schedule(ss.str());
+  if (!f.good()) throw runtime_error("cannot open schedule file '" + path + "'");
+  return parse_schedule(f);
 }
 
-std::string to_json(const schedule& s) {
+std::string to_json(const schedule_file& f) {
   // Hand-written so that steps stay one per line and rows stay compact: example files are read
   // by people as well as by the parser.
+  const stash::schedule& s = f.work.sched;
   std::ostringstream os;
   os << "{\n  \"format\": \"offloadkit.schedule\",\n  \"version\": " << schedule_format_version
      << ",\n";
-  if (!s.name.empty()) os << "  \"name\": " << json(s.name).dump() << ",\n";
-  os << "  \"pipeline\": {\"size\": " << s.pipeline_size << ", \"rank\": " << s.pipeline_rank
-     << ", \"virtual_stages\": " << s.virtual_stages << ", \"layers\": " << s.layers
+  if (!f.name.empty()) os << "  \"name\": " << json(f.name).dump(-1, ' ', false, json::error_handler_t::replace) << ",\n";
+  os << "  \"pipeline\": {\"size\": " << f.pipeline_size << ", \"rank\": " << f.pipeline_rank
+     << ", \"virtual_stages\": " << s.vp_stages << ", \"layers\": " << s.layers
      << ", \"microbatches\": " << s.microbatches << "},\n";
-  bool uniform = true;
-  for (auto b : s.row_bytes) uniform = uniform && b == s.row_bytes.front();
-  if (uniform && !s.row_bytes.empty()) {
-    os << "  \"row_bytes\": " << s.row_bytes.front() << ",\n";
+  if (f.work.layer_row_bytes.empty()) {
+    os << "  \"row_bytes\": " << f.work.row_bytes << ",\n";
   } else {
-    os << "  \"row_bytes\": " << json(s.row_bytes).dump() << ",\n";
+    os << "  \"row_bytes\": " << json(f.work.layer_row_bytes).dump() << ",\n";
   }
-  os << "  \"max_rows\": " << s.max_rows << ",\n  \"page_rows\": " << s.page_rows << ",\n";
-  if (s.pools) {
-    os << "  \"pools\": {\"device_pages\": " << s.pools->device_pages
-       << ", \"pinned_pages\": " << s.pools->pinned_pages << "},\n";
+  os << "  \"max_rows\": " << f.work.max_rows << ",\n  \"page_rows\": " << f.page_rows << ",\n";
+  if (f.pools) {
+    os << "  \"pools\": {\"device_pages\": " << f.pools->device_pages
+       << ", \"pinned_pages\": " << f.pools->pinned_pages << "},\n";
   }
+  const std::vector<std::uint64_t> rows = stash::dense_rows(f.work);
   os << "  \"rows\": [";
-  for (std::size_t i = 0; i < s.rows.size(); ++i) {
-    if (i % static_cast<std::size_t>(s.microbatches) == 0)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i % s.microbatches == 0)
       os << (i == 0 ? "\n    " : ",\n    ");
     else
       os << ",";
-    os << s.rows[i];
+    os << rows[i];
   }
   os << "\n  ],\n  \"steps\": [";
   bool first = true;
@@ -359,24 +632,26 @@ std::string to_json(const schedule& s) {
     os << (first ? "\n    " : ",\n    ");
     first = false;
   };
-  for (std::size_t i = 0; i < s.steps.size();) {
-    const schedule_step& st = s.steps[i];
+  const auto& steps = s.steps;
+  for (std::size_t i = 0; i < steps.size();) {
+    const stash::schedule_step& st = steps[i];
     // Is this the start of a whole chunk in layer order (stash) or reverse order (restore)?
-    bool whole = i + static_cast<std::size_t>(s.layers) <= s.steps.size();
-    for (int l = 0; whole && l < s.layers; ++l) {
-      const schedule_step& o = s.steps[i + static_cast<std::size_t>(l)];
-      const int want = st.op == schedule_op::stash ? l : s.layers - 1 - l;
-      whole = o.op == st.op && o.key.vp == st.key.vp && o.key.microbatch == st.key.microbatch &&
-              o.key.layer == want;
+    bool whole = i + s.layers <= steps.size();
+    for (std::uint32_t l = 0; whole && l < s.layers; ++l) {
+      const stash::schedule_step& o = steps[i + l];
+      const std::uint32_t want = st.kind == step_kind::stash ? l : s.layers - 1 - l;
+      whole = o.kind == st.kind && o.key.vp == st.key.vp &&
+              o.key.microbatch == st.key.microbatch && o.key.layer == want;
     }
     sep();
+    const bool stash_step = st.kind == step_kind::stash;
     if (whole) {
-      os << "[\"" << (st.op == schedule_op::stash ? "F" : "B") << "\"," << st.key.vp << ","
-         << st.key.microbatch << "]";
-      i += static_cast<std::size_t>(s.layers);
+      os << "[\"" << (stash_step ? "F" : "B") << "\"," << st.key.vp << "," << st.key.microbatch
+         << "]";
+      i += s.layers;
     } else {
-      os << "[\"" << (st.op == schedule_op::stash ? "S" : "R") << "\"," << st.key.vp << ","
-         << st.key.layer << "," << st.key.microbatch << "]";
+      os << "[\"" << (stash_step ? "S" : "R") << "\"," << st.key.vp << "," << st.key.layer << ","
+         << st.key.microbatch << "]";
       ++i;
     }
   }
@@ -384,12 +659,13 @@ std::string to_json(const schedule& s) {
   return os.str();
 }
 
-void write_schedule(const schedule& s, const std::string& path) {
-  std::ofstream f(path, std::ios::binary);
-  OFFLOADKIT_EXPECTS(f.good(), runtime_error, "cannot open '", path, "' for writing");
-  f << to_json(s);
-  f.close();
-  OFFLOADKIT_EXPECTS(f.good(), runtime_error, "writing '", path, "' failed");
+void write_schedule(const schedule_file& f, const std::string& path) {
+  validate(f);
+  std::ofstream out(path, std::ios::binary);
+  if (!out.good()) throw runtime_error("cannot open '" + path + "' for writing");
+  out << to_json(f);
+  out.close();
+  if (!out.good()) throw runtime_error("writing '" + path + "' failed");
 }
 
 }  // namespace offloadkit::traces

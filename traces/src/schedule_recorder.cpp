@@ -1,85 +1,114 @@
 // The schedule recorder: collects steps and row counts reported during a run.
 #include "offloadkit/traces/schedule_recorder.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace offloadkit::traces {
 
 schedule_recorder::schedule_recorder(schedule_shape shape) {
-  s_.name = std::move(shape.name);
-  s_.pipeline_size = shape.pipeline_size;
-  s_.pipeline_rank = shape.pipeline_rank;
-  s_.virtual_stages = shape.virtual_stages;
-  s_.layers = shape.layers;
-  s_.microbatches = shape.microbatches;
-  s_.max_rows = shape.max_rows;
-  s_.page_rows = shape.page_rows;
-  if (shape.row_bytes.size() == 1 && shape.layers > 1 && shape.layers <= max_layers) {
-    s_.row_bytes.assign(static_cast<std::size_t>(shape.layers), shape.row_bytes.front());
-  } else {
-    s_.row_bytes = std::move(shape.row_bytes);
+  f_.name = std::move(shape.name);
+  f_.pipeline_size = shape.pipeline_size;
+  f_.pipeline_rank = shape.pipeline_rank;
+  stash::schedule& s = f_.work.sched;
+  s.vp_stages = shape.virtual_stages;
+  s.layers = shape.layers;
+  s.microbatches = shape.microbatches;
+  f_.work.max_rows = shape.max_rows;
+  f_.page_rows = shape.page_rows;
+  // The shape alone (no steps yet) must be valid; "never stashed" is the only complaint an empty
+  // step list may cause.
+  if (auto e = stash::validate(s); e && e->where() != "/steps") throw *e;
+  if (shape.row_bytes.empty()) throw schedule_error("/row_bytes", "no row size given");
+  if (shape.row_bytes.size() != 1 && shape.row_bytes.size() != s.layers) {
+    throw schedule_error("/row_bytes", "has " + std::to_string(shape.row_bytes.size()) +
+                                           " entries; expected one per layer (" +
+                                           std::to_string(s.layers) + ") or one for all");
   }
-  // Validate the shape alone (no steps yet): sizes first, so key_count() is safe to allocate.
-  schedule probe = s_;
-  if (probe.virtual_stages >= 1 && probe.layers >= 1 && probe.microbatches >= 1 &&
-      probe.virtual_stages <= max_virtual_stages && probe.layers <= max_layers &&
-      probe.microbatches <= max_microbatches && probe.key_count() <= max_keys) {
-    s_.rows.assign(s_.key_count(), 0);
-    probe.rows = s_.rows;
+  f_.work.row_bytes = *std::max_element(shape.row_bytes.begin(), shape.row_bytes.end());
+  if (shape.row_bytes.size() > 1 &&
+      std::any_of(shape.row_bytes.begin(), shape.row_bytes.end(),
+                  [&](std::uint64_t b) { return b != shape.row_bytes.front(); })) {
+    f_.work.layer_row_bytes = shape.row_bytes;
   }
-  try {
-    validate(probe);
-  } catch (const schedule_error& e) {
-    // An empty step list fails only with "never stashed"; anything else is a bad shape.
-    if (e.where() != "/steps") throw;
+  rows_.assign(stash::key_count(s), 0);
+  schedule_file probe = f_;
+  for (std::uint32_t v = 0; v < s.vp_stages; ++v) {
+    for (std::uint32_t l = 0; l < s.layers; ++l) {
+      probe.work.rows.push_back({{v, l, 0}, 0});
+    }
   }
+  // Validate sizes (row bytes, max_rows, page rows, pipeline) on a one-microbatch probe whose
+  // every key is stashed and restored, so that only the sizes can fail.
+  probe.work.sched.microbatches = 1;
+  for (const auto& kr : probe.work.rows) probe.work.sched.steps.push_back({stash::step_kind::stash, kr.key});
+  for (std::size_t i = probe.work.rows.size(); i-- > 0;) {
+    probe.work.sched.steps.push_back({stash::step_kind::restore, probe.work.rows[i].key});
+  }
+  validate(probe);
 }
 
-void schedule_recorder::check_key(schedule_key k) const {
-  OFFLOADKIT_EXPECTS(k.vp >= 0 && k.vp < s_.virtual_stages, out_of_range, "vp = ", k.vp,
-                     " is outside [0, ", s_.virtual_stages, ")");
-  OFFLOADKIT_EXPECTS(k.layer >= 0 && k.layer < s_.layers, out_of_range, "layer = ", k.layer,
-                     " is outside [0, ", s_.layers, ")");
-  OFFLOADKIT_EXPECTS(k.microbatch >= 0 && k.microbatch < s_.microbatches, out_of_range,
-                     "microbatch = ", k.microbatch, " is outside [0, ", s_.microbatches, ")");
+void schedule_recorder::check_key(stash::stash_key k) const {
+  const stash::schedule& s = f_.work.sched;
+  OFFLOADKIT_EXPECTS(k.vp < s.vp_stages, out_of_range, "vp = ", k.vp, " is outside [0, ",
+                     s.vp_stages, ")");
+  OFFLOADKIT_EXPECTS(k.layer < s.layers, out_of_range, "layer = ", k.layer, " is outside [0, ",
+                     s.layers, ")");
+  OFFLOADKIT_EXPECTS(k.microbatch < s.microbatches, out_of_range, "microbatch = ", k.microbatch,
+                     " is outside [0, ", s.microbatches, ")");
 }
 
-void schedule_recorder::record_stash(schedule_key k) {
+void schedule_recorder::record_stash(stash::stash_key k) {
   std::lock_guard<std::mutex> lock(mu_);
   check_key(k);
-  s_.steps.push_back({schedule_op::stash, k, s_.steps.size()});
+  f_.work.sched.steps.push_back({stash::step_kind::stash, k});
 }
 
-void schedule_recorder::record_restore(schedule_key k) {
+void schedule_recorder::record_restore(stash::stash_key k) {
   std::lock_guard<std::mutex> lock(mu_);
   check_key(k);
-  s_.steps.push_back({schedule_op::restore, k, s_.steps.size()});
+  f_.work.sched.steps.push_back({stash::step_kind::restore, k});
 }
 
-void schedule_recorder::set_rows(schedule_key k, std::uint32_t rows) {
+void schedule_recorder::set_rows(stash::stash_key k, std::uint64_t rows) {
   std::lock_guard<std::mutex> lock(mu_);
   check_key(k);
-  OFFLOADKIT_EXPECTS(rows <= s_.max_rows, out_of_range, "rows = ", rows,
-                     " exceeds max_rows = ", s_.max_rows);
-  s_.rows[s_.key_index(k)] = rows;
+  OFFLOADKIT_EXPECTS(rows <= f_.work.max_rows, out_of_range, "rows = ", rows,
+                     " is outside [0, max_rows = ", f_.work.max_rows, "]");
+  rows_[stash::key_index(f_.work.sched, k)] = rows;
 }
 
 void schedule_recorder::set_pools(std::uint64_t device_pages, std::uint64_t pinned_pages) {
   std::lock_guard<std::mutex> lock(mu_);
-  s_.pools = schedule_pools{device_pages, pinned_pages};
+  const auto lim = stash::schedule_limits::pool_pages;
+  if (device_pages > lim || pinned_pages > lim - device_pages) {
+    throw schedule_error("/pools", "device_pages + pinned_pages = " + std::to_string(device_pages) +
+                                       " + " + std::to_string(pinned_pages) + " is outside [0, " +
+                                       std::to_string(lim) + "]");
+  }
+  f_.pools = stash::tier_pools{device_pages, pinned_pages};
 }
 
-schedule schedule_recorder::finish() const {
+schedule_file schedule_recorder::finish() const {
   std::lock_guard<std::mutex> lock(mu_);
-  validate(s_);
-  return s_;
+  schedule_file out = f_;
+  const stash::schedule& s = f_.work.sched;
+  std::size_t i = 0;
+  out.work.rows.reserve(rows_.size());
+  for (std::uint32_t v = 0; v < s.vp_stages; ++v) {
+    for (std::uint32_t l = 0; l < s.layers; ++l) {
+      for (std::uint32_t m = 0; m < s.microbatches; ++m) out.work.rows.push_back({{v, l, m}, rows_[i++]});
+    }
+  }
+  validate(out);
+  return out;
 }
 
 void schedule_recorder::write(const std::string& path) const { write_schedule(finish(), path); }
 
 std::size_t schedule_recorder::steps_recorded() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return s_.steps.size();
+  return f_.work.sched.steps.size();
 }
 
 }  // namespace offloadkit::traces

@@ -7,16 +7,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/resources.hpp"
 #include "offloadkit/traces/replay.hpp"
 #include "offloadkit/traces/schedule_format.hpp"
 #include "offloadkit/traces/schedule_generate.hpp"
 #include "offloadkit/traces/schedule_recorder.hpp"
 
 namespace ot = offloadkit::traces;
+namespace os = offloadkit::stash;
 
 namespace {
 
@@ -42,52 +45,24 @@ std::vector<std::string> files_in(const std::string& dir, const std::string& ext
   return out;
 }
 
-bool same(const ot::schedule& a, const ot::schedule& b) {
-  if (a.steps.size() != b.steps.size()) return false;
-  for (std::size_t i = 0; i < a.steps.size(); ++i) {
-    if (a.steps[i].op != b.steps[i].op || !(a.steps[i].key == b.steps[i].key)) return false;
-  }
-  return a.name == b.name && a.pipeline_size == b.pipeline_size &&
-         a.pipeline_rank == b.pipeline_rank && a.virtual_stages == b.virtual_stages &&
-         a.layers == b.layers && a.microbatches == b.microbatches && a.row_bytes == b.row_bytes &&
-         a.max_rows == b.max_rows && a.page_rows == b.page_rows && a.rows == b.rows &&
+bool same(const ot::schedule_file& a, const ot::schedule_file& b) {
+  const auto& x = a.work;
+  const auto& y = b.work;
+  return x.sched.steps == y.sched.steps && a.name == b.name &&
+         a.pipeline_size == b.pipeline_size && a.pipeline_rank == b.pipeline_rank &&
+         x.sched.vp_stages == y.sched.vp_stages && x.sched.layers == y.sched.layers &&
+         x.sched.microbatches == y.sched.microbatches && x.row_bytes == y.row_bytes &&
+         x.layer_row_bytes == y.layer_row_bytes && x.max_rows == y.max_rows &&
+         a.page_rows == b.page_rows && os::dense_rows(x) == os::dense_rows(y) &&
          a.pools.has_value() == b.pools.has_value() &&
          (!a.pools || (a.pools->device_pages == b.pools->device_pages &&
                        a.pools->pinned_pages == b.pools->pinned_pages));
 }
 
-/// A random valid schedule: every microbatch stashes its keys in (vp, layer) order and later
-/// restores them in reverse; microbatches interleave at random.
-ot::schedule random_schedule() {
-  ot::schedule s;
-  s.virtual_stages = *rc::gen::inRange(1, 4);
-  s.layers = *rc::gen::inRange(1, 5);
-  s.microbatches = *rc::gen::inRange(1, 9);
-  s.row_bytes = *rc::gen::container<std::vector<std::uint64_t>>(
-      static_cast<std::size_t>(s.layers), rc::gen::inRange<std::uint64_t>(1, 300));
-  s.max_rows = *rc::gen::inRange<std::uint32_t>(0, 200);
-  s.page_rows = *rc::gen::inRange<std::uint32_t>(1, 70);
-  s.rows = *rc::gen::container<std::vector<std::uint32_t>>(
-      s.key_count(), rc::gen::inRange<std::uint32_t>(0, s.max_rows + 1));
-  if (*rc::gen::arbitrary<bool>()) {
-    s.pools = ot::schedule_pools{*rc::gen::inRange<std::uint64_t>(0, 50),
-                                 *rc::gen::inRange<std::uint64_t>(0, 50)};
-  }
-  const int per_mb = s.virtual_stages * s.layers;
-  std::vector<int> done(static_cast<std::size_t>(s.microbatches), 0);
-  std::vector<int> open(static_cast<std::size_t>(s.microbatches));
-  for (int m = 0; m < s.microbatches; ++m) open[static_cast<std::size_t>(m)] = m;
-  while (!open.empty()) {
-    const auto pick = *rc::gen::inRange<std::size_t>(0, open.size());
-    const int mb = open[pick];
-    const int e = done[static_cast<std::size_t>(mb)]++;
-    const int pos = e < per_mb ? e : 2 * per_mb - 1 - e;
-    s.steps.push_back({e < per_mb ? ot::schedule_op::stash : ot::schedule_op::restore,
-                       {pos / s.layers, pos % s.layers, mb},
-                       s.steps.size()});
-    if (e + 1 == 2 * per_mb) open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
-  }
-  return s;
+/// A random valid schedule file, drawn from a seed rapidcheck picks.
+ot::schedule_file random_schedule() {
+  std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
+  return ot::random_schedule_file(rng);
 }
 
 }  // namespace
@@ -131,19 +106,82 @@ TEST(ScheduleFormat, ReasonsNameTheValueAndTheRange) {
       R"("rows": [1,2,3,4,5,6,7,8], "steps": )";
   EXPECT_NE(reason(base + R"([["F",2,0]]})").find("/steps/0/1: 2 is outside [0, 1]"),
             std::string::npos);
-  EXPECT_NE(reason(base + R"([["F",0,0],["F",1,0],["B",1,0],["B",0,0],["F",0,0]]})")
-                .find("stashed a second time (first at /steps/0)"),
+  // An extra duplicate stash and an early restore are reported where they happen, naming the key.
+  EXPECT_NE(reason(base + R"([["F",0,0],["F",1,0],["B",1,0],["B",0,0],["F",0,0],["F",1,1]]})")
+                .find("/steps/4: key (vp 0, layer 0, microbatch 0) was already stashed"),
             std::string::npos);
-  EXPECT_NE(reason(base + R"([["S",0,1,0]]})").find("this microbatch stashes (vp 0, layer 0) next"),
+  EXPECT_NE(reason(base + R"([["F",0,0],["F",1,0],["B",1,0],["B",0,0],["R",0,0,0],["F",1,1]]})")
+                .find("/steps/4: key (vp 0, layer 0, microbatch 0) was already restored"),
+            std::string::npos);
+  EXPECT_NE(reason(base + R"([["F",0,0],["R",0,1,0],["F",1,0]]})")
+                .find("/steps/1: key (vp 0, layer 1, microbatch 0) is restored before the "
+                      "microbatch's forward finished"),
+            std::string::npos);
+  EXPECT_NE(reason(base + R"([["S",0,1,0]]})")
+                .find("/steps/0: stash (vp 0, layer 1, microbatch 0) is out of forward order; "
+                      "expected the stash of (vp 0, layer 0, microbatch 0) first"),
             std::string::npos);
   EXPECT_NE(reason(base + "[]}").find("/steps: key (vp 0, layer 0, microbatch 0) is never stashed"),
             std::string::npos);
+  // Pools are limited to what the implementations accept, and the error names /pools.
+  const std::string pooled =
+      R"({"format": "offloadkit.schedule", "version": 1, "pipeline": {"virtual_stages": 1, )"
+      R"("layers": 1, "microbatches": 1}, "row_bytes": 16, "max_rows": 10, "page_rows": 4, )"
+      R"("rows": [1], "steps": [["F",0,0],["B",0,0]], "pools": )";
+  EXPECT_NE(reason(pooled + R"({"device_pages": 1099511627776}})").find("/pools/device_pages"),
+            std::string::npos);
+  EXPECT_NE(reason(pooled + R"({"device_pages": 2147483647, "pinned_pages": 1}})")
+                .find("schedule /pools: device_pages + pinned_pages"),
+            std::string::npos);
+  EXPECT_EQ(reason(pooled + R"({"device_pages": 2147483646, "pinned_pages": 1}})"), "accepted");
+  // max_rows is checked against its range.
+  EXPECT_NE(reason(R"({"format": "offloadkit.schedule", "version": 1, "max_rows": 4294967295})")
+                .find("/max_rows: 4294967295 is outside [0, 2147483648]"),
+            std::string::npos);
+  EXPECT_NE(reason(R"({"format": "offloadkit.schedule", "version": 1, "max_rows": -1})")
+                .find("/max_rows: -1 is negative"),
+            std::string::npos);
+}
+
+// Deep nesting is refused at the first container the format does not have there, without
+// recursion: the error rendering never walks the input.
+TEST(ScheduleFormat, DeepNestingIsAClearError) {
+  for (const std::string& open : {std::string("["), std::string("{\"steps\": [[")}) {
+    std::string text = open;
+    text += std::string(200000, '[');
+    text += std::string(200000, ']');
+    try {
+      (void)ot::parse_schedule(text);
+      ADD_FAILURE() << "accepted";
+    } catch (const ot::schedule_error& e) {
+      EXPECT_FALSE(e.reason().empty());
+      EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+    }
+  }
+}
+
+// Input is read as a stream: a long file is rejected as soon as it holds more than the schedule
+// can use, without reading (or keeping) the rest.
+TEST(ScheduleFormat, LongInputsStopAtTheSchedulesLimits) {
+  std::string text =
+      R"({"format": "offloadkit.schedule", "version": 1, "pipeline": {"virtual_stages": 1, )"
+      R"("layers": 1, "microbatches": 2}, "rows": [)";
+  for (int i = 0; i < 100000; ++i) text += "1,";
+  text += "1]}";
+  std::istringstream in(text);
+  try {
+    (void)ot::parse_schedule(in);
+    ADD_FAILURE() << "accepted";
+  } catch (const ot::schedule_error& e) {
+    EXPECT_EQ(e.where(), "/rows");
+    EXPECT_NE(e.reason().find("more than 2 entries"), std::string::npos) << e.reason();
+  }
 }
 
 RC_GTEST_PROP(ScheduleFormat, RoundTripsRandomValidSchedules, ()) {
-  const ot::schedule s = random_schedule();
+  const ot::schedule_file s = random_schedule();
   ot::validate(s);
-  const ot::schedule back = ot::parse_schedule(ot::to_json(s));
+  const ot::schedule_file back = ot::parse_schedule(ot::to_json(s));
   RC_ASSERT(same(s, back));
 }
 
@@ -178,12 +216,12 @@ TEST(ScheduleGenerate, OneF1BWarmupMatchesRank) {
   o.pipeline_size = 4;
   o.microbatches = 8;
   o.layers = 1;
-  for (int rank = 0; rank < 4; ++rank) {
+  for (std::uint32_t rank = 0; rank < 4; ++rank) {
     o.pipeline_rank = rank;
     const auto s = ot::generate_schedule(o);
     // Forwards before the first backward: pipeline_size - rank (warmup plus the first 1F1B pair).
     std::size_t first_b = 0;
-    while (s.steps[first_b].op == ot::schedule_op::stash) ++first_b;
+    while (s.work.sched.steps[first_b].kind == os::step_kind::stash) ++first_b;
     EXPECT_EQ(first_b, static_cast<std::size_t>(4 - rank));
   }
 }
@@ -199,8 +237,8 @@ TEST(ScheduleGenerate, InterleavedVisitsChunksInMegatronOrder) {
   const auto s = ot::generate_schedule(o);
   // Rank 1 of 2: warmup = (2-1-1)*2 + (2-1)*2 = 2 forwards, then 1F1B.
   std::vector<std::string> got;
-  for (const auto& st : s.steps) {
-    got.push_back(std::string(st.op == ot::schedule_op::stash ? "F" : "B") +
+  for (const auto& st : s.work.sched.steps) {
+    got.push_back(std::string(st.kind == os::step_kind::stash ? "F" : "B") +
                   std::to_string(st.key.vp) + std::to_string(st.key.microbatch));
   }
   const std::vector<std::string> want = {"F00", "F01", "F10", "B10", "F11", "B11", "F02", "B00",
@@ -221,23 +259,24 @@ TEST(ScheduleRecorder, RecordsWhatAnImplementationReports) {
   shape.name = gen.name;
   shape.pipeline_size = 4;
   shape.virtual_stages = 2;
-  shape.layers = gen.layers;
+  shape.layers = gen.work.sched.layers;
   shape.microbatches = 8;
   shape.row_bytes = {g.row_bytes};
-  shape.max_rows = gen.max_rows;
+  shape.max_rows = gen.work.max_rows;
   shape.page_rows = gen.page_rows;
   ot::schedule_recorder rec(shape);
-  for (const auto& st : gen.steps) {
-    if (st.op == ot::schedule_op::stash) {
+  for (const auto& st : gen.work.sched.steps) {
+    if (st.kind == os::step_kind::stash) {
       rec.record_stash(st.key);
-      rec.set_rows(st.key, gen.rows_of(st.key));
+      rec.set_rows(st.key, os::rows_of(gen.work, st.key));
     } else {
       rec.record_restore(st.key);
     }
   }
   EXPECT_TRUE(same(rec.finish(), gen));
   EXPECT_THROW(rec.record_stash({2, 0, 0}), offloadkit::out_of_range);
-  EXPECT_THROW(rec.set_rows({0, 0, 0}, gen.max_rows + 1), offloadkit::out_of_range);
+  EXPECT_THROW(rec.set_rows({0, 0, 0}, gen.work.max_rows + 1), offloadkit::out_of_range);
+  EXPECT_THROW(rec.set_pools(std::uint64_t{1} << 31, 0), ot::schedule_error);
   // A recorded run that stashes out of layer order is reported at the offending step.
   ot::schedule_recorder bad(shape);
   bad.record_stash({0, 1, 0});
@@ -249,55 +288,14 @@ TEST(ScheduleRecorder, RecordsWhatAnImplementationReports) {
   }
   shape.layers = 0;
   EXPECT_THROW(ot::schedule_recorder{shape}, ot::schedule_error);
-}
-
-// The planner is exact: a pool of the planned size never overflows, one page less does, and the
-// overflow names the key that did not fit.
-RC_GTEST_PROP(Replay, PlannerIsExact, ()) {
-  const ot::schedule s = random_schedule();
-  const auto need = ot::plan(s, ot::schedule_pools{1u << 30, 0});
-  RC_ASSERT(!need.overflow.has_value());
-  RC_ASSERT(!ot::plan(s, ot::schedule_pools{need.peak_pages, 0}).overflow.has_value());
-  if (need.peak_pages > 0) {
-    const auto small = ot::plan(s, ot::schedule_pools{need.peak_pages - 1, 0});
-    RC_ASSERT(small.overflow.has_value());
-    const auto& ov = *small.overflow;
-    RC_ASSERT(s.steps[ov.step].op == ot::schedule_op::stash);
-    RC_ASSERT(ov.pages_needed == s.pages_of(ov.key));
-    RC_ASSERT(ov.pages_needed > ov.device_free);
-  }
-  // Keys span tiers, so any split of the peak between them suffices and one page less does not.
-  const std::uint64_t d = *rc::gen::inRange<std::uint64_t>(0, need.peak_pages + 1);
-  RC_ASSERT(!ot::plan(s, ot::schedule_pools{d, need.peak_pages - d}).overflow.has_value());
-  if (need.peak_pages > 0) {
-    const std::uint64_t d2 = std::min(d, need.peak_pages - 1);
-    RC_ASSERT(ot::plan(s, ot::schedule_pools{d2, need.peak_pages - 1 - d2}).overflow.has_value());
-  }
-}
-
-RC_GTEST_PROP(Replay, ModelRestoresEveryByteOnHost, ()) {
-  const ot::schedule s = random_schedule();
-  offloadkit::host_executor ex;
-  ot::replay_options o;
-  const auto need = ot::plan(s, ot::schedule_pools{1u << 30, 0});
-  // Half the pages on the device: keys spill to pinned pages, and small pools overflow.
-  o.pools = ot::schedule_pools{need.peak_pages / 2,
-                               *rc::gen::inRange<std::uint64_t>(0, need.peak_pages + 1)};
-  const auto r = ot::replay_model(s, ex, o);
-  RC_ASSERT(r.mismatches == 0u);
-  const auto p = ot::plan(s, o.pools);
-  RC_ASSERT(r.overflow.has_value() == p.overflow.has_value());
-  std::uint64_t expected = 0;
-  std::size_t keys = 0;
-  if (!p.overflow) {
-    for (int vp = 0; vp < s.virtual_stages; ++vp)
-      for (int l = 0; l < s.layers; ++l)
-        for (int mb = 0; mb < s.microbatches; ++mb) {
-          expected += s.bytes_of({vp, l, mb});
-          ++keys;
-        }
-    RC_ASSERT(r.bytes_checked == expected);
-    RC_ASSERT(r.keys_checked == keys);
+  // max_rows is validated: the recorder cannot write a file replay rejects.
+  shape.layers = 2;
+  shape.max_rows = (std::uint64_t{1} << 31) + 1;
+  try {
+    ot::schedule_recorder too_big{shape};
+    ADD_FAILURE() << "accepted max_rows 2^31 + 1";
+  } catch (const ot::schedule_error& e) {
+    EXPECT_EQ(e.where(), "/max_rows");
   }
 }
 
@@ -326,12 +324,19 @@ TEST(Replay, SuiteCatchesALostPageCopy) {
   g.max_rows = 300;
   g.mean_rows = 200;
   g.row_bytes = 40;
-  const auto s = ot::generate_schedule(g);
+  const auto f = ot::generate_schedule(g);
+  auto run = [&](offloadkit::executor& ex) {
+    offloadkit::stream st(ex);
+    const os::tier_pools pools{os::plan(f.work, f.page_rows).peak_pages, 0};
+    auto impl = ot::make_stash("optimized", ex, ot::config_for(f, pools), st);
+    st.synchronize();
+    return ot::replay_stash(f, *impl, ex);
+  };
   offloadkit::host_executor host;
   dropping_adaptor bad(host, 5);
-  const auto r = ot::replay_model(s, bad, {});
+  const auto r = run(bad);
   EXPECT_GT(r.mismatches, 0u);
   EXPECT_NE(r.first_mismatch.find("bytes differ"), std::string::npos) << r.first_mismatch;
   offloadkit::host_executor good;
-  EXPECT_EQ(ot::replay_model(s, good, {}).mismatches, 0u);
+  EXPECT_EQ(run(good).mismatches, 0u);
 }

@@ -1,5 +1,5 @@
-// A standalone front end for the trace subcommands (the `offloadkit` command links the same
-// entry points): offloadkit_traces_tool capture|analyze|replay|schedule-gen ...
+// A standalone front end for the timeline subcommands (the `offloadkit` command links the same
+// entry points): offloadkit_traces_tool capture|analyze ...
 #include <cstdio>
 #include <string>
 
@@ -10,9 +10,6 @@ int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "capture") return ot::capture_main(argc - 1, argv + 1);
   if (cmd == "analyze") return ot::analyze_main(argc - 1, argv + 1);
-  if (cmd == "replay") return ot::replay_main(argc - 1, argv + 1);
-  if (cmd == "schedule-gen") return ot::schedule_gen_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "usage: %s capture|analyze|replay|schedule-gen ... (--help for each)\n",
-               argv[0]);
+  std::fprintf(stderr, "usage: %s capture|analyze ... (--help for each)\n", argv[0]);
   return 2;
 }

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <string>
+#include <utility>
 
 #include "offloadkit/error.hpp"
 
@@ -19,14 +20,19 @@ void backward_pass(schedule& s, std::uint32_t vp, std::uint32_t mb) {
 }
 
 void check_shape(std::uint32_t vp_stages, std::uint32_t layers, std::uint32_t microbatches) {
-  OFFLOADKIT_EXPECTS(vp_stages >= 1 && vp_stages <= key_limits::vp, out_of_range,
-                     "vp_stages = ", vp_stages, " is outside [1, ", key_limits::vp, "]");
-  OFFLOADKIT_EXPECTS(layers >= 1 && layers <= key_limits::layer, out_of_range, "layers = ", layers,
-                     " is outside [1, ", key_limits::layer, "]");
-  OFFLOADKIT_EXPECTS(microbatches >= 1 && microbatches <= key_limits::microbatch, out_of_range,
-                     "microbatches = ", microbatches, " is outside [1, ", key_limits::microbatch,
-                     "]");
+  using lim = schedule_limits;
+  OFFLOADKIT_EXPECTS(vp_stages >= 1 && vp_stages <= lim::vp_stages, out_of_range,
+                     "vp_stages = ", vp_stages, " is outside [1, ", lim::vp_stages, "]");
+  OFFLOADKIT_EXPECTS(layers >= 1 && layers <= lim::layers, out_of_range, "layers = ", layers,
+                     " is outside [1, ", lim::layers, "]");
+  OFFLOADKIT_EXPECTS(microbatches >= 1 && microbatches <= lim::microbatches, out_of_range,
+                     "microbatches = ", microbatches, " is outside [1, ", lim::microbatches, "]");
+  const std::uint64_t keys = std::uint64_t{vp_stages} * layers * microbatches;
+  OFFLOADKIT_EXPECTS(keys <= lim::keys, out_of_range, "vp_stages x layers x microbatches = ", keys,
+                     " exceeds ", lim::keys, " keys");
 }
+
+std::string step_where(std::size_t i) { return detail::concat("/steps/", i); }
 
 }  // namespace
 
@@ -35,6 +41,41 @@ std::uint64_t rows_of(const workload& w, const stash_key& k) {
     if (kr.key == k) return kr.rows;
   }
   OFFLOADKIT_FAIL(out_of_range, "workload has no row count for key ", to_string(k));
+}
+
+std::uint64_t row_bytes_of(const workload& w, std::uint32_t layer) {
+  return w.layer_row_bytes.empty() ? w.row_bytes : w.layer_row_bytes.at(layer);
+}
+
+std::vector<std::uint64_t> dense_rows(const workload& w) {
+  const schedule& s = w.sched;
+  std::vector<std::uint64_t> rows(key_count(s), 0);
+  std::vector<bool> seen(rows.size(), false);
+  for (std::size_t i = 0; i < w.rows.size(); ++i) {
+    const stash_key& k = w.rows[i].key;
+    const std::string where = detail::concat("/rows/", i);
+    if (k.vp >= s.vp_stages || k.layer >= s.layers || k.microbatch >= s.microbatches) {
+      throw schedule_error(where, detail::concat("the row count of key ", to_string(k),
+                                                 " is outside the shape vp < ", s.vp_stages,
+                                                 ", layer < ", s.layers, ", microbatch < ",
+                                                 s.microbatches));
+    }
+    const std::size_t ki = key_index(s, k);
+    if (seen[ki]) {
+      throw schedule_error(where, detail::concat("key ", to_string(k), " has a second row count"));
+    }
+    seen[ki] = true;
+    rows[ki] = w.rows[i].rows;
+  }
+  for (std::size_t ki = 0; ki < seen.size(); ++ki) {
+    if (!seen[ki]) {
+      const std::size_t mb = ki % s.microbatches, vl = ki / s.microbatches;
+      const stash_key k{static_cast<std::uint32_t>(vl / s.layers),
+                        static_cast<std::uint32_t>(vl % s.layers), static_cast<std::uint32_t>(mb)};
+      throw schedule_error("/rows", detail::concat("key ", to_string(k), " has no row count"));
+    }
+  }
+  return rows;
 }
 
 std::vector<stash_key> forward_order(std::uint32_t vp_stages, std::uint32_t layers,
@@ -143,79 +184,130 @@ schedule random_schedule(std::uint32_t vp_stages, std::uint32_t layers, std::uin
 }
 
 std::optional<schedule_error> validate(const schedule& s) {
-  if (s.vp_stages == 0 || s.layers == 0 || s.microbatches == 0 || s.vp_stages > key_limits::vp ||
-      s.layers > key_limits::layer || s.microbatches > key_limits::microbatch) {
+  using lim = schedule_limits;
+  if (s.vp_stages == 0 || s.layers == 0 || s.microbatches == 0 || s.vp_stages > lim::vp_stages ||
+      s.layers > lim::layers || s.microbatches > lim::microbatches) {
     return schedule_error{
-        0, detail::concat("shape vp_stages = ", s.vp_stages, ", layers = ", s.layers,
-                          ", microbatches = ", s.microbatches, " is outside [1, ", key_limits::vp,
-                          "] x [1, ", key_limits::layer, "] x [1, ", key_limits::microbatch, "]")};
+        "/pipeline",
+        detail::concat("shape virtual_stages = ", s.vp_stages, ", layers = ", s.layers,
+                       ", microbatches = ", s.microbatches, " is outside [1, ", lim::vp_stages,
+                       "] x [1, ", lim::layers, "] x [1, ", lim::microbatches, "]")};
+  }
+  if (key_count(s) > lim::keys) {
+    return schedule_error{"/pipeline",
+                          detail::concat("virtual_stages x layers x microbatches = ", key_count(s),
+                                         " exceeds ", lim::keys, " keys")};
   }
   const std::size_t per_mb = std::size_t{s.vp_stages} * s.layers;
+  auto at = [](std::size_t i, std::string reason) {
+    return schedule_error{step_where(i), std::move(reason), i};
+  };
+  auto key_at = [&](std::size_t pos, std::uint32_t mb) {
+    return stash_key{static_cast<std::uint32_t>(pos / s.layers),
+                     static_cast<std::uint32_t>(pos % s.layers), mb};
+  };
   // Per microbatch: how many keys have been stashed (in forward order) and restored (in reverse).
+  // Keys of one microbatch are stashed in (vp, layer) order and restored in the reverse order, so
+  // these two counters say exactly which keys are live.
   std::vector<std::size_t> stashed(s.microbatches, 0), restored(s.microbatches, 0);
   for (std::size_t i = 0; i < s.steps.size(); ++i) {
     const schedule_step& st = s.steps[i];
     const stash_key& k = st.key;
     if (k.vp >= s.vp_stages || k.layer >= s.layers || k.microbatch >= s.microbatches) {
-      return schedule_error{
-          i,
-          detail::concat("step ", i, ": ", to_string(st), " is outside the schedule's shape vp < ",
-                         s.vp_stages, ", layer < ", s.layers, ", microbatch < ", s.microbatches)};
+      return at(i, detail::concat(to_string(st), " is outside the schedule's shape vp < ",
+                                  s.vp_stages, ", layer < ", s.layers, ", microbatch < ",
+                                  s.microbatches));
     }
     const std::size_t idx = std::size_t{k.vp} * s.layers + k.layer;
-    std::size_t& f = stashed[k.microbatch];
-    std::size_t& b = restored[k.microbatch];
+    const std::size_t f = stashed[k.microbatch];
+    const std::size_t b = restored[k.microbatch];
     if (st.kind == step_kind::stash) {
       if (idx < f) {
-        return schedule_error{i, detail::concat("step ", i, ": ", to_string(st),
-                                                " stashes a key that was already stashed")};
+        return at(i, detail::concat("key ", to_string(k),
+                                    " was already stashed: a second stash of it"));
       }
       if (idx != f) {
-        const stash_key want{static_cast<std::uint32_t>(f / s.layers),
-                             static_cast<std::uint32_t>(f % s.layers), k.microbatch};
-        return schedule_error{i, detail::concat("step ", i, ": ", to_string(st),
-                                                " is out of forward order; expected the stash of ",
-                                                to_string(want), " first")};
+        return at(i, detail::concat(to_string(st),
+                                    " is out of forward order; expected the stash of ",
+                                    to_string(key_at(f, k.microbatch)), " first"));
       }
-      ++f;
+      ++stashed[k.microbatch];
     } else {
       const std::size_t expect = per_mb - 1 - b;
       if (b >= per_mb || idx > expect) {
-        return schedule_error{i, detail::concat("step ", i, ": ", to_string(st),
-                                                " restores a key that was already restored")};
+        return at(i, detail::concat("key ", to_string(k),
+                                    " was already restored: a second restore of it"));
       }
       if (f <= idx) {
-        return schedule_error{i, detail::concat("step ", i, ": ", to_string(st),
-                                                " restores a key before it was stashed")};
+        return at(i, detail::concat("key ", to_string(k), " is restored before it was stashed"));
       }
-      if (idx != expect || f != per_mb) {
-        const stash_key want{static_cast<std::uint32_t>(expect / s.layers),
-                             static_cast<std::uint32_t>(expect % s.layers), k.microbatch};
-        return schedule_error{
-            i,
-            detail::concat("step ", i, ": ", to_string(st),
-                           f != per_mb ? " restores before the microbatch's forward finished"
-                                       : " is out of backward (reverse) order",
-                           "; expected ", f != per_mb ? "the remaining stashes" : "the restore of ",
-                           f != per_mb ? std::string{} : to_string(want), " first")};
+      if (f != per_mb) {
+        return at(i, detail::concat("key ", to_string(k),
+                                    " is restored before the microbatch's forward finished; "
+                                    "expected the stash of ",
+                                    to_string(key_at(f, k.microbatch)), " first"));
       }
-      ++b;
+      if (idx != expect) {
+        return at(i, detail::concat(to_string(st),
+                                    " is out of backward (reverse) order; expected the restore of ",
+                                    to_string(key_at(expect, k.microbatch)), " first"));
+      }
+      ++restored[k.microbatch];
     }
   }
   for (std::uint32_t mb = 0; mb < s.microbatches; ++mb) {
     if (stashed[mb] != per_mb || restored[mb] != per_mb) {
-      return schedule_error{s.steps.size(),
-                            detail::concat("microbatch ", mb, " ends with ", stashed[mb], " of ",
-                                           per_mb, " keys stashed and ", restored[mb],
-                                           " restored; every key must be stashed and restored "
-                                           "once")};
+      const bool unstashed = stashed[mb] != per_mb;
+      const stash_key k = key_at(unstashed ? stashed[mb] : per_mb - 1 - restored[mb], mb);
+      return schedule_error{
+          "/steps",
+          detail::concat("key ", to_string(k), unstashed ? " is never stashed" : " is never restored",
+                         " (every key must be stashed once and restored once)"),
+          s.steps.size()};
     }
   }
   return std::nullopt;
 }
 
 void validate_or_throw(const schedule& s) {
-  if (auto e = validate(s)) OFFLOADKIT_FAIL(logic_error, "invalid stash schedule: ", e->message);
+  if (auto e = validate(s)) throw *e;
+}
+
+void validate_workload(const workload& w) {
+  using lim = schedule_limits;
+  validate_or_throw(w.sched);
+  if (w.row_bytes < 1 || w.row_bytes > lim::row_bytes) {
+    throw schedule_error("/row_bytes", detail::concat(w.row_bytes, " is outside [1, ",
+                                                      lim::row_bytes, "]"));
+  }
+  if (!w.layer_row_bytes.empty()) {
+    if (w.layer_row_bytes.size() != w.sched.layers) {
+      throw schedule_error("/row_bytes",
+                           detail::concat("has ", w.layer_row_bytes.size(),
+                                          " entries; expected one per layer (", w.sched.layers,
+                                          ")"));
+    }
+    for (std::size_t l = 0; l < w.layer_row_bytes.size(); ++l) {
+      if (w.layer_row_bytes[l] < 1 || w.layer_row_bytes[l] > w.row_bytes) {
+        throw schedule_error(detail::concat("/row_bytes/", l),
+                             detail::concat(w.layer_row_bytes[l], " is outside [1, ", w.row_bytes,
+                                            "] (the widest row)"));
+      }
+    }
+  }
+  if (w.max_rows > lim::max_rows) {
+    throw schedule_error("/max_rows",
+                         detail::concat(w.max_rows, " is outside [0, ", lim::max_rows, "]"));
+  }
+  (void)dense_rows(w);  // one row count per key of the shape
+  for (std::size_t i = 0; i < w.rows.size(); ++i) {
+    if (w.rows[i].rows > w.max_rows) {
+      throw schedule_error(detail::concat("/rows/", i),
+                           detail::concat("key ", to_string(w.rows[i].key), " has ",
+                                          w.rows[i].rows, " rows, outside [0, max_rows = ",
+                                          w.max_rows, "]"));
+    }
+  }
 }
 
 std::string to_string(const schedule_step& st) {

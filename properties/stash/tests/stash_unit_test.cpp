@@ -100,12 +100,12 @@ TEST(StashSchedule, EveryGeneratedScheduleIsValid) {
       for (std::uint32_t m = 1; m <= 9; ++m) {
         for (std::uint32_t l = 1; l <= 3; ++l) {
           auto e = validate(one_f_one_b(p, r, m, l));
-          EXPECT_FALSE(e.has_value()) << "1F1B " << p << " " << r << " " << m << ": " << e->message;
+          EXPECT_FALSE(e.has_value()) << "1F1B " << p << " " << r << " " << m << ": " << e->reason();
           for (std::uint32_t v = 1; v <= 3; ++v) {
             if (m % p != 0) continue;
             auto ei = validate(interleaved_one_f_one_b(p, r, v, m, l));
             EXPECT_FALSE(ei.has_value())
-                << "interleaved " << p << " " << r << " " << v << " " << m << ": " << ei->message;
+                << "interleaved " << p << " " << r << " " << v << " " << m << ": " << ei->reason();
           }
         }
       }
@@ -114,7 +114,7 @@ TEST(StashSchedule, EveryGeneratedScheduleIsValid) {
   std::mt19937_64 rng(offloadkit::testing::seed());
   for (int i = 0; i < 200; ++i) {
     auto e = validate(random_schedule(1 + i % 3, 1 + i % 4, 1 + i % 5, rng));
-    EXPECT_FALSE(e.has_value()) << e->message;
+    EXPECT_FALSE(e.has_value()) << e->reason();
   }
 }
 
@@ -124,49 +124,49 @@ TEST(StashSchedule, ValidatorNamesTheFirstOffendingStep) {
   std::swap(s.steps[0], s.steps[1]);
   auto e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 0u);
-  EXPECT_NE(e->message.find("forward order"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 0u);
+  EXPECT_NE(e->reason().find("forward order"), std::string::npos) << e->reason();
 
   s = good;
   s.steps[1] = {step_kind::restore, {0, 0, 0}};
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 1u);
-  EXPECT_NE(e->message.find("forward finished"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 1u);
+  EXPECT_NE(e->reason().find("forward finished"), std::string::npos) << e->reason();
 
   s = good;
   std::swap(s.steps[2], s.steps[3]);
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 2u);
-  EXPECT_NE(e->message.find("reverse"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 2u);
+  EXPECT_NE(e->reason().find("reverse"), std::string::npos) << e->reason();
 
   s = good;
   s.steps[1] = s.steps[0];
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 1u);
-  EXPECT_NE(e->message.find("already stashed"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 1u);
+  EXPECT_NE(e->reason().find("already stashed"), std::string::npos) << e->reason();
 
   s = good;
   s.steps.pop_back();
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, s.steps.size());
+  EXPECT_EQ(e->step(), s.steps.size());
 
   s = good;
   s.steps[0].key.microbatch = 7;
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 0u);
-  EXPECT_NE(e->message.find("outside"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 0u);
+  EXPECT_NE(e->reason().find("outside"), std::string::npos) << e->reason();
 
   s = good;
   s.steps.push_back({step_kind::restore, {0, 0, 0}});
   e = validate(s);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->step, 4u);
-  EXPECT_NE(e->message.find("already restored"), std::string::npos) << e->message;
+  EXPECT_EQ(e->step(), 4u);
+  EXPECT_NE(e->reason().find("already restored"), std::string::npos) << e->reason();
   EXPECT_THROW(validate_or_throw(s), offloadkit::logic_error);
 }
 

@@ -16,38 +16,40 @@ namespace offloadkit::traces {
 
 struct schedule_shape {
   std::string name;
-  int pipeline_size = 1;
-  int pipeline_rank = 0;
-  int virtual_stages = 1;
-  int layers = 1;
-  int microbatches = 1;
+  std::uint32_t pipeline_size = 1;
+  std::uint32_t pipeline_rank = 0;
+  std::uint32_t virtual_stages = 1;
+  std::uint32_t layers = 1;
+  std::uint32_t microbatches = 1;
   std::vector<std::uint64_t> row_bytes;  ///< one per layer, or one for all layers
-  std::uint32_t max_rows = 0;
+  std::uint64_t max_rows = 0;
   std::uint32_t page_rows = 64;
 };
 
 class schedule_recorder {
  public:
-  /// Throws schedule_error when the shape is out of the format's ranges.
+  /// Throws schedule_error when the shape is out of the format's ranges (max_rows included).
   explicit schedule_recorder(schedule_shape shape);
 
   /// Key out of the shape's range: out_of_range naming the field, its value and the limit.
-  void record_stash(schedule_key k);
-  void record_restore(schedule_key k);
+  void record_stash(stash::stash_key k);
+  void record_restore(stash::stash_key k);
   /// Row count of a key; larger than max_rows is out_of_range.
-  void set_rows(schedule_key k, std::uint32_t rows);
+  void set_rows(stash::stash_key k, std::uint64_t rows);
+  /// Pools beyond what the implementations accept are schedule_error ("/pools").
   void set_pools(std::uint64_t device_pages, std::uint64_t pinned_pages);
 
   /// The schedule recorded so far, validated (schedule_error names the first offending step).
-  [[nodiscard]] schedule finish() const;
+  [[nodiscard]] schedule_file finish() const;
   /// finish() written to `path`.
   void write(const std::string& path) const;
   [[nodiscard]] std::size_t steps_recorded() const;
 
  private:
-  void check_key(schedule_key k) const;
+  void check_key(stash::stash_key k) const;
   mutable std::mutex mu_;
-  schedule s_;
+  schedule_file f_;
+  std::vector<std::uint64_t> rows_;  // by key_index
 };
 
 }  // namespace offloadkit::traces
