@@ -33,12 +33,12 @@ FORMAT = "offloadkit.schedule"
 VERSION = 1
 MAX_VIRTUAL_STAGES = 64
 MAX_LAYERS = 4096
-MAX_MICROBATCHES = 1 << 20
+MAX_MICROBATCHES = 1 << 12  # the stash key holds 12 bits of microbatch
 MAX_KEYS = 1 << 24
 MAX_ROW_BYTES = 1 << 32
 MAX_MAX_ROWS = 1 << 31
 MAX_PAGE_ROWS = 1 << 20
-MAX_POOL_PAGES = 1 << 40
+MAX_POOL_PAGES = (1 << 31) - 1  # device + pinned: the implementations' page ids are 31-bit
 MAX_PIPELINE_SIZE = 65536
 
 
@@ -147,6 +147,9 @@ class ScheduleRecorder:
         """The pool replay checks for overflow (pages of each tier)."""
         _in_range("/pools/device_pages", device_pages, 0, MAX_POOL_PAGES)
         _in_range("/pools/pinned_pages", pinned_pages, 0, MAX_POOL_PAGES)
+        if device_pages + pinned_pages > MAX_POOL_PAGES:
+            raise ScheduleError("/pools", f"device_pages + pinned_pages = {device_pages} + "
+                                f"{pinned_pages} is outside [0, {MAX_POOL_PAGES}]")
         with self._lock:
             self.pools = (int(device_pages), int(pinned_pages))
 

@@ -2,7 +2,11 @@
 // through offloadkit::stash, and serialization.
 #include "offloadkit/traces/schedule_format.hpp"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 #include <fstream>
 #include <istream>
 #include <nlohmann/json.hpp>
@@ -244,12 +248,11 @@ class reader final : public json::json_sax_t {
   }
 
   [[nodiscard]] std::string expected_range() const {
-    const std::string w = where_value();
-    return "expected an integer in " + range_text(0, limit_of(w));
+    return "expected an integer in " + range_text(0, limit_of());
   }
 
   /// The largest value a number at `where` may take regardless of the rest of the document.
-  [[nodiscard]] std::uint64_t limit_of(const std::string& w) const {
+  [[nodiscard]] std::uint64_t limit_of() const {
     if (frames_.empty()) return 0;
     const frame& f = frames_.back();
     if (f.kind == slot::root) {
@@ -269,11 +272,7 @@ class reader final : public json::json_sax_t {
     if (f.kind == slot::pools) return schedule_limits::pool_pages;
     if (f.kind == slot::row_bytes) return schedule_limits::row_bytes;
     if (f.kind == slot::rows) return has_max_rows ? max_rows : schedule_limits::max_rows;
-    if (f.kind == slot::step) {
-      // [op, vp, layer, mb] or [op, vp, mb]: the shape's bounds where known.
-      (void)w;
-      return UINT32_MAX;
-    }
+    if (f.kind == slot::step) return UINT32_MAX;  // checked against the shape at the end
     return 0;
   }
 
@@ -310,47 +309,46 @@ class reader final : public json::json_sax_t {
   /// A scalar that is not a string: `u` is its value when it is a non-negative integer.
   bool scalar_value(const std::string& text, const std::uint64_t* u) {
     const slot sl = current();
-    const std::string w = where_value();
     if (sl == slot::root) return refuse("", "the document must be a JSON object, found " + text);
     if (sl == slot::rows || sl == slot::steps || sl == slot::pipeline || sl == slot::pools) {
-      return refuse(w, expected(sl) + ", found " + text);
+      return refuse(where_value(), expected(sl) + ", found " + text);
     }
     if (sl == slot::scalar && frames_.back().key == "format") {
-      return refuse(w, "expected \"offloadkit.schedule\", found " + text);
+      return refuse(where_value(), "expected \"offloadkit.schedule\", found " + text);
     }
     if (sl == slot::scalar && frames_.back().key == "name") {
-      return refuse(w, "expected a string, found " + text);
+      return refuse(where_value(), "expected a string, found " + text);
     }
     if (sl == slot::step_item && frames_.back().index == 0) {
-      return refuse(w, "expected an operation name (F, B, S or R), found " + text);
+      return refuse(where_value(), "expected an operation name (F, B, S or R), found " + text);
     }
-    if (u == nullptr) return refuse(w, expected_range() + ", found " + text);
+    if (u == nullptr) return refuse(where_value(), expected_range() + ", found " + text);
     if (sl == slot::step_item) {
       raw_step& st = steps.back();
       const std::size_t i = frames_.back().index;
-      if (i > 3) return refuse(w, "a step has at most 3 numbers");
+      if (i > 3) return refuse(where_value(), "a step has at most 3 numbers");
       if (*u > UINT32_MAX) {
-        return refuse(w, text + " is outside " + range_text(0, UINT32_MAX));
+        return refuse(where_value(), text + " is outside " + range_text(0, UINT32_MAX));
       }
       st.v[i - 1] = static_cast<std::uint32_t>(*u);
       st.count = static_cast<std::uint8_t>(i);
       advance();
       return true;
     }
-    const std::uint64_t hi = limit_of(w);
+    const std::uint64_t hi = limit_of();
     if (*u > hi || (sl == slot::scalar && frames_.back().key == "version" && *u != hi)) {
       if (frames_.back().key == "version" && frames_.back().kind == slot::root) {
-        return refuse(w, text + " is not supported (this reader reads version " +
+        return refuse(where_value(), text + " is not supported (this reader reads version " +
                              std::to_string(schedule_format_version) + ")");
       }
-      const std::uint64_t lo = needs_one(w) ? 1 : 0;
-      return refuse(w, text + " is outside " + range_text(lo, hi));
+      const std::uint64_t lo = needs_one() ? 1 : 0;
+      return refuse(where_value(), text + " is outside " + range_text(lo, hi));
     }
-    if (needs_one(w) && *u == 0) return refuse(w, text + " is outside " + range_text(1, hi));
+    if (needs_one() && *u == 0) return refuse(where_value(), text + " is outside " + range_text(1, hi));
     return store(sl, *u);
   }
 
-  [[nodiscard]] bool needs_one(const std::string&) const {
+  [[nodiscard]] bool needs_one() const {
     const frame& f = frames_.back();
     if (f.kind == slot::row_bytes) return true;
     if (f.kind == slot::root) return f.key == "page_rows" || f.key == "row_bytes";
@@ -411,14 +409,14 @@ class reader final : public json::json_sax_t {
 
   bool finish_step(std::size_t elements) {
     const raw_step& st = steps.back();
-    const std::string w = "/steps/" + std::to_string(steps.size() - 1);
+    auto w = [&] { return "/steps/" + std::to_string(steps.size() - 1); };
     if (st.op == 0) {
-      return refuse(w, expected(slot::step) + ", found an array of " + std::to_string(elements) +
+      return refuse(w(), expected(slot::step) + ", found an array of " + std::to_string(elements) +
                            " elements");
     }
     const std::size_t want = st.op == 'F' || st.op == 'B' ? 2 : 3;
     if (elements - 1 != want) {
-      return refuse(w, "'" + std::string(1, st.op) + "' takes " + std::to_string(want) +
+      return refuse(w(), "'" + std::string(1, st.op) + "' takes " + std::to_string(want) +
                            " numbers, found " + std::to_string(elements - 1));
     }
     // Past 2 x keys entries some key is stashed or restored twice; stop reading there (validation
@@ -462,11 +460,10 @@ schedule_file build(reader& r) {
   const std::size_t limit = 2 * stash::key_count(s);
   for (std::size_t i = 0; i < r.steps.size(); ++i) {
     const raw_step& e = r.steps[i];
-    const std::string w = "/steps/" + std::to_string(i);
     const bool chunk = e.op == 'F' || e.op == 'B';
     auto check = [&](std::size_t pos, std::uint32_t v, std::uint32_t n) {
       if (v >= n) {
-        fail(w + "/" + std::to_string(pos),
+        fail("/steps/" + std::to_string(i) + "/" + std::to_string(pos),
              std::to_string(v) + " is outside " + range_text(0, n - 1));
       }
     };
@@ -591,9 +588,14 @@ schedule_file parse_schedule(const std::string& text) {
 }
 
 schedule_file read_schedule(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f.good()) throw runtime_error("cannot open schedule file '" + path + "'");
-  return parse_schedule(f);
+  // A FILE* is read a buffer at a time; an istream would be read a character at a time.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) {
+    throw runtime_error("cannot open schedule file '" + path + "': " + std::strerror(errno));
+  }
+  reader r;
+  const bool ok = json::sax_parse(f.get(), &r, json::input_format_t::json, true, true);
+  return finish(r, ok);
 }
 
 std::string to_json(const schedule_file& f) {

@@ -1,6 +1,6 @@
 # The schedule a Python job records with offloadkit.ScheduleRecorder is one `offloadkit replay`
-# accepts: python/examples/record_schedule.py writes one, replay runs it through offloadkit's model
-# stash and, through the Python bridge, through the NumPy stash, comparing every restored byte.
+# accepts: python/examples/record_schedule.py writes one, replay runs it through offloadkit's
+# reference stash and, through the Python bridge, through the NumPy stash, comparing every restored byte.
 #   cmake -DPYTHON=<python3> -DOFFLOADKIT=<offloadkit> -DBRIDGE=<bridge plugin> -DSOURCE=<repo>
 #         -DWORK=<scratch folder> -P <this file>
 set(file ${WORK}/recorded_step.json)
@@ -18,7 +18,7 @@ execute_process(COMMAND ${OFFLOADKIT} replay ${file}
 if(NOT rc EQUAL 0 OR NOT out MATCHES "0 mismatching bytes")
   message(FATAL_ERROR "offloadkit replay ${file} exited ${rc}:\n${out}\n${err}")
 endif()
-message(STATUS "replayed through offloadkit's model:\n${out}")
+message(STATUS "replayed through offloadkit's reference stash:\n${out}")
 
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env

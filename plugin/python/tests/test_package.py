@@ -95,6 +95,15 @@ class RecorderTest(unittest.TestCase):
             rec.record_stash(0, 0, 0, rows=101)
         with self.assertRaisesRegex(ok.ScheduleError, r"/pipeline/virtual_stages: 65 is outside"):
             self.recorder(virtual_stages=65)
+        # The limits of offloadkit replay: files the recorder writes are files replay accepts.
+        with self.assertRaisesRegex(ok.ScheduleError, r"/pipeline/microbatches: 4097 is outside"):
+            self.recorder(microbatches=4097)
+        with self.assertRaisesRegex(ok.ScheduleError, r"/max_rows: -1 is outside"):
+            self.recorder(max_rows=-1)
+        with self.assertRaisesRegex(ok.ScheduleError, r"/pools: device_pages \+ pinned_pages"):
+            self.recorder(device_pages=(1 << 31) - 1, pinned_pages=1)
+        with self.assertRaisesRegex(ok.ScheduleError, r"/pools/device_pages: 1099511627776"):
+            self.recorder(device_pages=1 << 40)
 
 
 class BufferTest(unittest.TestCase):
