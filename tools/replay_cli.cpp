@@ -25,8 +25,8 @@ using sc::exit_code::usage;
 /// accept).
 std::string parse_pools(const std::string& v, stash::tier_pools& out) {
   const std::uint64_t lim = stash::schedule_limits::pool_pages;
-  const std::string range = "valid: DEVICE,PINNED pages, each and their sum in 0.." +
-                            std::to_string(lim);
+  const std::string range =
+      "valid: DEVICE,PINNED pages, each and their sum in 0.." + std::to_string(lim);
   const auto comma = v.find(',');
   if (comma == std::string::npos) return "'" + v + "' is not DEVICE,PINNED: " + range;
   std::uint64_t d = 0, p = 0;
@@ -34,7 +34,8 @@ std::string parse_pools(const std::string& v, stash::tier_pools& out) {
       !sc::parse_unsigned(v.substr(comma + 1), 0, lim, p).empty()) {
     return "'" + v + "' is not two integers DEVICE,PINNED in range: " + range;
   }
-  if (d + p > lim) return v + " is out of range (the sum is " + std::to_string(d + p) + "): " + range;
+  if (d + p > lim)
+    return v + " is out of range (the sum is " + std::to_string(d + p) + "): " + range;
   out = {d, p};
   return {};
 }
@@ -66,7 +67,8 @@ int replay_command(int argc, char** argv) {
       ->check(sc::one_of({"host", "cuda"}));
   app.add_option("--pool-pages", pools_text,
                  "a pool for every rank (overrides the files' pools); each tier and the sum in "
-                 "0.." + std::to_string(stash::schedule_limits::pool_pages))
+                 "0.." +
+                     std::to_string(stash::schedule_limits::pool_pages))
       ->type_name("DEVICE,PINNED")
       ->check(CLI::Validator(
           [](std::string& v) {

@@ -67,8 +67,8 @@ inline CLI::Validator real_range(double lo, double hi) {
       [lo, hi](std::string& v) -> std::string {
         char* end = nullptr;
         const double d = std::strtod(v.c_str(), &end);
-        const std::string range = "valid range " + CLI::detail::to_string(lo) + ".." +
-                                  CLI::detail::to_string(hi);
+        const std::string range =
+            "valid range " + CLI::detail::to_string(lo) + ".." + CLI::detail::to_string(hi);
         if (v.empty() || end != v.c_str() + v.size() || !(d == d)) {
           return "'" + v + "' is not a number: " + range;
         }

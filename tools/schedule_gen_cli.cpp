@@ -7,9 +7,9 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <string>
 #include <type_traits>
 #include <vector>
-#include <string>
 
 #include "offloadkit/stash/schedule.hpp"
 #include "offloadkit/traces/schedule_generate.hpp"
@@ -22,9 +22,10 @@ int schedule_gen_command(int argc, char** argv) {
   namespace ot = offloadkit::traces;
   namespace sc = schedule_cli;
   using lim = stash::schedule_limits;
-  CLI::App app("Writes a generated 1F1B or interleaved 1F1B schedule file of one pipeline rank\n"
-               "(-o FILE), or of every rank (--out-dir FOLDER: rank<R>.json each).",
-               "offloadkit schedule-gen");
+  CLI::App app(
+      "Writes a generated 1F1B or interleaved 1F1B schedule file of one pipeline rank\n"
+      "(-o FILE), or of every rank (--out-dir FOLDER: rank<R>.json each).",
+      "offloadkit schedule-gen");
   ot::generate_options o;
   std::string out, out_dir;
   auto num = [&](const char* name, auto& target, std::uint64_t lo, std::uint64_t hi,
@@ -46,8 +47,8 @@ int schedule_gen_command(int argc, char** argv) {
       ->type_name("1f1b|interleaved")
       ->check(sc::one_of({"1f1b", "interleaved"}));
   num("--pp", o.pipeline_size, 1, ot::max_generate_pipeline, "pipeline ranks (default 4)");
-  auto* rank = num("--rank", o.pipeline_rank, 0, ot::max_generate_pipeline - 1,
-                   "this rank (default 0)");
+  auto* rank =
+      num("--rank", o.pipeline_rank, 0, ot::max_generate_pipeline - 1, "this rank (default 0)");
   num("--vp", o.virtual_stages, 1, lim::vp_stages, "virtual stages per rank (default 1)");
   num("--mb", o.microbatches, 1, lim::microbatches, "microbatches (default 32)");
   num("--layers", o.layers, 1, lim::layers, "stashed layers per virtual stage (default 2)");
@@ -90,9 +91,9 @@ int schedule_gen_command(int argc, char** argv) {
         // Options each in range but not together (an interleaved microbatch count that is not a
         // multiple of the pipeline size, mean rows above max rows).
         static const std::map<std::string, std::string> option_of = {
-            {"kind", "--kind"},          {"pipeline_size", "--pp"},     {"pipeline_rank", "--rank"},
-            {"virtual_stages", "--vp"},  {"microbatches", "--mb"},      {"layers", "--layers"},
-            {"row_bytes", "--row-bytes"}, {"max_rows", "--max-rows"},   {"mean_rows", "--mean-rows"},
+            {"kind", "--kind"},           {"pipeline_size", "--pp"},  {"pipeline_rank", "--rank"},
+            {"virtual_stages", "--vp"},   {"microbatches", "--mb"},   {"layers", "--layers"},
+            {"row_bytes", "--row-bytes"}, {"max_rows", "--max-rows"}, {"mean_rows", "--mean-rows"},
             {"page_rows", "--page-rows"}, {"skew", "--skew"}};
         const auto it = option_of.find(e.where());
         std::fprintf(stderr, "offloadkit schedule-gen: %s: %s\n",
@@ -104,7 +105,8 @@ int schedule_gen_command(int argc, char** argv) {
                      sc::without_location(e.what()).c_str());
         return sc::exit_code::usage;
       }
-      const std::string path = out_dir.empty() ? out : out_dir + "/rank" + std::to_string(r) + ".json";
+      const std::string path =
+          out_dir.empty() ? out : out_dir + "/rank" + std::to_string(r) + ".json";
       try {
         ot::write_schedule(f, path);
       } catch (const std::exception& e) {

@@ -73,9 +73,8 @@ data_check replay_stash(const schedule_file& f, stash::stash_interface& impl, ex
   const stash::schedule& s = f.work.sched;
   // Keys the planner says overflow hold nothing; their restores are not compared.
   std::vector<stash::stash_key> dropped;
-  const stash::capacity_plan plan =
-      stash::plan(f.work, f.page_rows, stash::tier_pools{cfg.device_pages, cfg.pinned_pages},
-                  &dropped);
+  const stash::capacity_plan plan = stash::plan(
+      f.work, f.page_rows, stash::tier_pools{cfg.device_pages, cfg.pinned_pages}, &dropped);
   std::vector<bool> is_dropped(stash::key_count(s), false);
   for (const auto& k : dropped) is_dropped[stash::key_index(s, k)] = true;
   const std::vector<std::uint64_t> rows_by_key = stash::dense_rows(f.work);
@@ -88,7 +87,8 @@ data_check replay_stash(const schedule_file& f, stash::stash_interface& impl, ex
   buffer rows_dev(ex, memory_kind::device, sizeof(std::uint64_t));
   buffer rows_host(ex, memory_kind::pinned, sizeof(std::uint64_t));
   std::vector<unsigned char> expect(full);
-  const std::size_t every = std::max<std::size_t>(1, std::min<std::size_t>(s.steps.size() / 100, 256));
+  const std::size_t every =
+      std::max<std::size_t>(1, std::min<std::size_t>(s.steps.size() / 100, 256));
   for (std::size_t i = 0; i < s.steps.size(); ++i) {
     const stash::schedule_step& step = s.steps[i];
     const std::size_t ki = stash::key_index(s, step.key);
@@ -172,8 +172,8 @@ schedule_file random_schedule_file(std::mt19937_64& rng, bool uniform_rows) {
   if (!uniform_rows && l > 1) {
     f.work.layer_row_bytes.resize(l);
     for (auto& b : f.work.layer_row_bytes) b = in(1, f.work.row_bytes);
-    f.work.row_bytes = *std::max_element(f.work.layer_row_bytes.begin(),
-                                         f.work.layer_row_bytes.end());
+    f.work.row_bytes =
+        *std::max_element(f.work.layer_row_bytes.begin(), f.work.layer_row_bytes.end());
     if (std::all_of(f.work.layer_row_bytes.begin(), f.work.layer_row_bytes.end(),
                     [&](std::uint64_t b) { return b == f.work.row_bytes; })) {
       f.work.layer_row_bytes.clear();
@@ -184,7 +184,9 @@ schedule_file random_schedule_file(std::mt19937_64& rng, bool uniform_rows) {
       for (std::uint32_t c = 0; c < m; ++c) {
         // Both ends of the range often: empty keys and keys that fill the oversized buffer.
         const std::uint64_t pick = in(0, 4);
-        const std::uint64_t r = pick == 0 ? 0 : pick == 1 ? f.work.max_rows : in(0, f.work.max_rows);
+        const std::uint64_t r = pick == 0   ? 0
+                                : pick == 1 ? f.work.max_rows
+                                            : in(0, f.work.max_rows);
         f.work.rows.push_back({{a, b, c}, r});
       }
     }
@@ -327,21 +329,20 @@ replay_report replay_files(const std::vector<std::string>& inputs, const replay_
         setup.synchronize();
         r.data = replay_stash(f, *st, *ex, o);
       } catch (const std::bad_alloc& e) {
-        throw executor_unavailable(r.path + ": the pools (" + u64(pools.device_pages) +
-                                   " device + " + u64(pools.pinned_pages) + " pinned pages of " +
-                                   format_bytes(stash::saturating_mul(cfg.rows_per_page,
-                                                                      cfg.row_bytes)) +
-                                   ") do not fit in memory here: " + e.what());
+        throw executor_unavailable(
+            r.path + ": the pools (" + u64(pools.device_pages) + " device + " +
+            u64(pools.pinned_pages) + " pinned pages of " +
+            format_bytes(stash::saturating_mul(cfg.rows_per_page, cfg.row_bytes)) +
+            ") do not fit in memory here: " + e.what());
       }
       r.replayed = true;
       r.implementation = impl;
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
-  std::stable_sort(rep.ranks.begin(), rep.ranks.end(),
-                   [](const rank_report& a, const rank_report& b) {
-                     return a.pipeline_rank < b.pipeline_rank;
-                   });
+  std::stable_sort(
+      rep.ranks.begin(), rep.ranks.end(),
+      [](const rank_report& a, const rank_report& b) { return a.pipeline_rank < b.pipeline_rank; });
   for (const rank_report& r : rep.ranks) {
     auto& m = rep.max;
     const auto& p = r.plan;
@@ -404,8 +405,9 @@ std::string render_report(const replay_report& rep) {
        << " as oversized static buffers";
     if (p.peak_stash_bytes != 0 && p.oversized_bytes != UINT64_MAX) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, " (%.2fx)",
-                    static_cast<double>(p.oversized_bytes) / static_cast<double>(p.peak_stash_bytes));
+      std::snprintf(
+          buf, sizeof buf, " (%.2fx)",
+          static_cast<double>(p.oversized_bytes) / static_cast<double>(p.peak_stash_bytes));
       os << buf;
     }
     os << "\n";
@@ -415,18 +417,18 @@ std::string render_report(const replay_report& rep) {
     }
     if (p.first_overflow) {
       const auto& ov = *p.first_overflow;
-      os << "  OVERFLOW at /steps/" << r.first_overflow_entry << " (step " << ov.step
-         << "): key " << stash::to_string(ov.key) << " with " << ov.rows << " rows needs "
-         << ov.needed << " pages; " << ov.free_device << " device + " << ov.free_pinned
-         << " pinned pages free; " << p.overflow_count << " of the rank's stashes overflow\n";
+      os << "  OVERFLOW at /steps/" << r.first_overflow_entry << " (step " << ov.step << "): key "
+         << stash::to_string(ov.key) << " with " << ov.rows << " rows needs " << ov.needed
+         << " pages; " << ov.free_device << " device + " << ov.free_pinned << " pinned pages free; "
+         << p.overflow_count << " of the rank's stashes overflow\n";
     }
     if (r.replayed) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.2f s", r.seconds);
       os << "  data check (" << r.implementation << " on " << rep.executor
-         << " executor): " << r.data.keys_checked << " keys, "
-         << format_bytes(r.data.bytes_checked) << " restored and compared, " << r.data.mismatches
-         << " mismatching bytes, " << secs << "\n";
+         << " executor): " << r.data.keys_checked << " keys, " << format_bytes(r.data.bytes_checked)
+         << " restored and compared, " << r.data.mismatches << " mismatching bytes, " << secs
+         << "\n";
       if (r.data.mismatches != 0) os << "  MISMATCH: " << r.data.first_mismatch << "\n";
     }
   }
@@ -467,7 +469,8 @@ std::function<void(const replay_progress&)> progress_printer(std::FILE* out, boo
     const bool end = p.done == p.total;
     if (!end && p.seconds - *last < (terminal ? 0.2 : interval_s)) return;
     *last = p.seconds;
-    const double frac = p.total == 0 ? 1.0 : static_cast<double>(p.done) / static_cast<double>(p.total);
+    const double frac =
+        p.total == 0 ? 1.0 : static_cast<double>(p.done) / static_cast<double>(p.total);
     char left[48];
     if (end) {
       std::snprintf(left, sizeof left, "done in %.1f s", p.seconds);

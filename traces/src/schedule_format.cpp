@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <fstream>
 #include <istream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -39,17 +39,17 @@ struct raw_step {
 
 /// What a value in the current position must be.
 enum class slot {
-  root,        // the document: an object
-  scalar,      // a top-level or nested scalar (format, version, name, max_rows, ...)
-  pipeline,    // "/pipeline": an object of integers
-  pools,       // "/pools": an object of integers
-  row_bytes,   // "/row_bytes": an integer or an array of integers
-  rows,        // "/rows": an array of integers
-  steps,       // "/steps": an array of entries
-  int_item,    // an element of /row_bytes or /rows, a member of /pipeline or /pools
-  step,        // an entry of /steps: an array
-  step_item,   // an element of a step entry
-  unknown,     // refused
+  root,       // the document: an object
+  scalar,     // a top-level or nested scalar (format, version, name, max_rows, ...)
+  pipeline,   // "/pipeline": an object of integers
+  pools,      // "/pools": an object of integers
+  row_bytes,  // "/row_bytes": an integer or an array of integers
+  rows,       // "/rows": an array of integers
+  steps,      // "/steps": an array of entries
+  int_item,   // an element of /row_bytes or /rows, a member of /pipeline or /pools
+  step,       // an entry of /steps: an array
+  step_item,  // an element of a step entry
+  unknown,    // refused
 };
 
 /// Builds a schedule_file from SAX events. Containers other than the format's are refused at
@@ -77,9 +77,7 @@ class reader final : public json::json_sax_t {
     const auto u = static_cast<std::uint64_t>(v);
     return scalar_value(std::to_string(u), &u);
   }
-  bool number_unsigned(number_unsigned_t v) override {
-    return scalar_value(std::to_string(v), &v);
-  }
+  bool number_unsigned(number_unsigned_t v) override { return scalar_value(std::to_string(v), &v); }
   bool number_float(number_float_t, const string_t& s) override {
     return scalar_value(clip(s), nullptr);
   }
@@ -110,7 +108,8 @@ class reader final : public json::json_sax_t {
       }
     }
     std::string list;
-    for (std::size_t i = 0; valid[i] != nullptr; ++i) list += (i ? ", " : "") + std::string(valid[i]);
+    for (std::size_t i = 0; valid[i] != nullptr; ++i)
+      list += (i ? ", " : "") + std::string(valid[i]);
     return refuse(where_value(), "unknown key '" + clip(k) + "' (valid keys: " + list + ")");
   }
   bool end_object() override {
@@ -161,11 +160,11 @@ class reader final : public json::json_sax_t {
     std::string key;    // objects: the current key
     std::vector<bool> seen;
   };
-  static constexpr const char* root_keys[] = {"format",    "version",  "name", "pipeline",
+  static constexpr const char* root_keys[] = {"format",    "version",  "name",      "pipeline",
                                               "row_bytes", "max_rows", "page_rows", "pools",
                                               "rows",      "steps",    nullptr};
-  static constexpr const char* pipeline_keys[] = {"size", "rank", "virtual_stages", "layers",
-                                                  "microbatches", nullptr};
+  static constexpr const char* pipeline_keys[] = {"size",   "rank",         "virtual_stages",
+                                                  "layers", "microbatches", nullptr};
   static constexpr const char* pool_keys[] = {"device_pages", "pinned_pages", nullptr};
   std::vector<frame> frames_;
 
@@ -239,10 +238,10 @@ class reader final : public json::json_sax_t {
 
   bool negative(std::int64_t v) {
     const slot sl = current();
-    const bool integer_slot = sl == slot::int_item || sl == slot::row_bytes ||
-                              (sl == slot::scalar && frames_.back().key != "format" &&
-                               frames_.back().key != "name") ||
-                              (sl == slot::step_item && frames_.back().index > 0);
+    const bool integer_slot =
+        sl == slot::int_item || sl == slot::row_bytes ||
+        (sl == slot::scalar && frames_.back().key != "format" && frames_.back().key != "name") ||
+        (sl == slot::step_item && frames_.back().index > 0);
     if (!integer_slot) return scalar_value(std::to_string(v), nullptr);
     return refuse(where_value(), std::to_string(v) + " is negative; " + expected_range());
   }
@@ -339,12 +338,13 @@ class reader final : public json::json_sax_t {
     if (*u > hi || (sl == slot::scalar && frames_.back().key == "version" && *u != hi)) {
       if (frames_.back().key == "version" && frames_.back().kind == slot::root) {
         return refuse(where_value(), text + " is not supported (this reader reads version " +
-                             std::to_string(schedule_format_version) + ")");
+                                         std::to_string(schedule_format_version) + ")");
       }
       const std::uint64_t lo = needs_one() ? 1 : 0;
       return refuse(where_value(), text + " is outside " + range_text(lo, hi));
     }
-    if (needs_one() && *u == 0) return refuse(where_value(), text + " is outside " + range_text(1, hi));
+    if (needs_one() && *u == 0)
+      return refuse(where_value(), text + " is outside " + range_text(1, hi));
     return store(sl, *u);
   }
 
@@ -386,9 +386,9 @@ class reader final : public json::json_sax_t {
       if (k == "layers") has_layers = true, layers = u;
       if (k == "microbatches") has_mb = true, mb = u;
       if (shape_known() && keys() > schedule_limits::keys) {
-        return refuse("/pipeline", "virtual_stages x layers x microbatches = " +
-                                       std::to_string(keys()) + " exceeds " +
-                                       std::to_string(schedule_limits::keys) + " keys");
+        return refuse("/pipeline",
+                      "virtual_stages x layers x microbatches = " + std::to_string(keys()) +
+                          " exceeds " + std::to_string(schedule_limits::keys) + " keys");
       }
       return true;
     }
@@ -412,12 +412,12 @@ class reader final : public json::json_sax_t {
     auto w = [&] { return "/steps/" + std::to_string(steps.size() - 1); };
     if (st.op == 0) {
       return refuse(w(), expected(slot::step) + ", found an array of " + std::to_string(elements) +
-                           " elements");
+                             " elements");
     }
     const std::size_t want = st.op == 'F' || st.op == 'B' ? 2 : 3;
     if (elements - 1 != want) {
       return refuse(w(), "'" + std::string(1, st.op) + "' takes " + std::to_string(want) +
-                           " numbers, found " + std::to_string(elements - 1));
+                             " numbers, found " + std::to_string(elements - 1));
     }
     // Past 2 x keys entries some key is stashed or restored twice; stop reading there (validation
     // then names that step) so that a long list of steps costs no more than the keys allow.
@@ -480,7 +480,7 @@ schedule_file build(reader& r) {
     for (std::uint32_t l = 0; l < n && s.steps.size() < limit + 1; ++l) {
       const std::uint32_t layer = !chunk ? e.v[1] : e.op == 'F' ? l : s.layers - 1 - l;
       s.steps.push_back({kind, stash_key{e.v[0], layer, mbi}});
-      f.source_index.push_back(i);
+      f.source_index.push_back(static_cast<std::uint32_t>(i));
     }
   }
   if (s.steps.size() > limit || r.steps_truncated) {
@@ -488,7 +488,7 @@ schedule_file build(reader& r) {
     // the second time.
     if (auto e = stash::validate(s)) {
       fail(e->step() < f.source_index.size() ? "/steps/" + std::to_string(f.source_index[e->step()])
-                                              : e->where(),
+                                             : e->where(),
            e->reason());
     }
     fail("/steps", "more than 2 x keys (" + std::to_string(limit) + ") steps");
@@ -549,8 +549,7 @@ void validate(const schedule_file& f) {
     stash::validate_workload(f.work);
   } catch (const schedule_error& e) {
     if (e.step() != schedule_error::npos && e.step() < f.work.sched.steps.size()) {
-      throw schedule_error("/steps/" + std::to_string(f.source_of(e.step())), e.reason(),
-                           e.step());
+      throw schedule_error("/steps/" + std::to_string(f.source_of(e.step())), e.reason(), e.step());
     }
     throw;
   }
@@ -605,7 +604,9 @@ std::string to_json(const schedule_file& f) {
   std::ostringstream os;
   os << "{\n  \"format\": \"offloadkit.schedule\",\n  \"version\": " << schedule_format_version
      << ",\n";
-  if (!f.name.empty()) os << "  \"name\": " << json(f.name).dump(-1, ' ', false, json::error_handler_t::replace) << ",\n";
+  if (!f.name.empty())
+    os << "  \"name\": " << json(f.name).dump(-1, ' ', false, json::error_handler_t::replace)
+       << ",\n";
   os << "  \"pipeline\": {\"size\": " << f.pipeline_size << ", \"rank\": " << f.pipeline_rank
      << ", \"virtual_stages\": " << s.vp_stages << ", \"layers\": " << s.layers
      << ", \"microbatches\": " << s.microbatches << "},\n";
@@ -642,8 +643,8 @@ std::string to_json(const schedule_file& f) {
     for (std::uint32_t l = 0; whole && l < s.layers; ++l) {
       const stash::schedule_step& o = steps[i + l];
       const std::uint32_t want = st.kind == step_kind::stash ? l : s.layers - 1 - l;
-      whole = o.kind == st.kind && o.key.vp == st.key.vp &&
-              o.key.microbatch == st.key.microbatch && o.key.layer == want;
+      whole = o.kind == st.kind && o.key.vp == st.key.vp && o.key.microbatch == st.key.microbatch &&
+              o.key.layer == want;
     }
     sep();
     const bool stash_step = st.kind == step_kind::stash;

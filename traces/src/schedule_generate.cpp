@@ -46,7 +46,8 @@ schedule_file generate_schedule(const generate_options& o) {
          "virtual_stages x layers x microbatches exceeds " + std::to_string(lim::keys) + " keys");
   expect(o.row_bytes >= 1 && o.row_bytes <= lim::row_bytes, "row_bytes",
          std::to_string(o.row_bytes) + range(1, lim::row_bytes));
-  expect(o.max_rows <= lim::max_rows, "max_rows", std::to_string(o.max_rows) + range(0, lim::max_rows));
+  expect(o.max_rows <= lim::max_rows, "max_rows",
+         std::to_string(o.max_rows) + range(0, lim::max_rows));
   expect(o.mean_rows <= o.max_rows, "mean_rows",
          std::to_string(o.mean_rows) + range(0, o.max_rows) + " (max_rows)");
   expect(o.page_rows >= 1 && o.page_rows <= lim::rows_per_page, "page_rows",
@@ -61,11 +62,11 @@ schedule_file generate_schedule(const generate_options& o) {
   f.pipeline_size = o.pipeline_size;
   f.pipeline_rank = o.pipeline_rank;
   f.page_rows = o.page_rows;
-  f.work.sched = o.kind == "1f1b"
-                     ? stash::one_f_one_b(o.pipeline_size, o.pipeline_rank, o.microbatches,
-                                          o.layers)
-                     : stash::interleaved_one_f_one_b(o.pipeline_size, o.pipeline_rank,
-                                                      o.virtual_stages, o.microbatches, o.layers);
+  f.work.sched =
+      o.kind == "1f1b"
+          ? stash::one_f_one_b(o.pipeline_size, o.pipeline_rank, o.microbatches, o.layers)
+          : stash::interleaved_one_f_one_b(o.pipeline_size, o.pipeline_rank, o.virtual_stages,
+                                           o.microbatches, o.layers);
   f.work.row_bytes = o.row_bytes;
   f.work.max_rows = o.max_rows;
   // Log-normal around the mean: most experts near it, a few far above (the dropless-MoE case the
@@ -80,10 +81,9 @@ schedule_file generate_schedule(const generate_options& o) {
     for (std::uint32_t l = 0; l < s.layers; ++l) {
       for (std::uint32_t m = 0; m < s.microbatches; ++m) {
         const double x = std::exp(mu + o.skew * normal(rng));
-        const std::uint64_t r =
-            pct(rng) < 2 ? 0
-                         : static_cast<std::uint64_t>(
-                               std::min<double>(static_cast<double>(o.max_rows), std::round(x)));
+        const std::uint64_t r = pct(rng) < 2 ? 0
+                                             : static_cast<std::uint64_t>(std::min<double>(
+                                                   static_cast<double>(o.max_rows), std::round(x)));
         f.work.rows.push_back({{v, l, m}, r});
       }
     }

@@ -41,7 +41,8 @@ schedule_recorder::schedule_recorder(schedule_shape shape) {
   // Validate sizes (row bytes, max_rows, page rows, pipeline) on a one-microbatch probe whose
   // every key is stashed and restored, so that only the sizes can fail.
   probe.work.sched.microbatches = 1;
-  for (const auto& kr : probe.work.rows) probe.work.sched.steps.push_back({stash::step_kind::stash, kr.key});
+  for (const auto& kr : probe.work.rows)
+    probe.work.sched.steps.push_back({stash::step_kind::stash, kr.key});
   for (std::size_t i = probe.work.rows.size(); i-- > 0;) {
     probe.work.sched.steps.push_back({stash::step_kind::restore, probe.work.rows[i].key});
   }
@@ -97,7 +98,8 @@ schedule_file schedule_recorder::finish() const {
   out.work.rows.reserve(rows_.size());
   for (std::uint32_t v = 0; v < s.vp_stages; ++v) {
     for (std::uint32_t l = 0; l < s.layers; ++l) {
-      for (std::uint32_t m = 0; m < s.microbatches; ++m) out.work.rows.push_back({{v, l, m}, rows_[i++]});
+      for (std::uint32_t m = 0; m < s.microbatches; ++m)
+        out.work.rows.push_back({{v, l, m}, rows_[i++]});
     }
   }
   validate(out);

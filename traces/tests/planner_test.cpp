@@ -5,6 +5,8 @@
 // and number of overflowing stashes must equal the model's. Two planted planners, kept here, show
 // the property catches real mistakes: one frees a restored key's pages one step late, one takes
 // pinned pages before device pages.
+#include "offloadkit/stash/planner.hpp"
+
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -16,7 +18,6 @@
 #include <optional>
 #include <random>
 
-#include "offloadkit/stash/planner.hpp"
 #include "offloadkit/traces/replay.hpp"
 
 namespace os = offloadkit::stash;
@@ -177,7 +178,8 @@ RC_GTEST_PROP(PlannerPeaks, PlannedPagesAreTheFewestThatNeverOverflow, ()) {
     const auto p = os::plan(f.work, f.page_rows, os::tier_pools{d2, need - 1 - d2});
     RC_ASSERT(p.first_overflow.has_value());
     RC_ASSERT(f.work.sched.steps[p.first_overflow->step].kind == os::step_kind::stash);
-    RC_ASSERT(p.first_overflow->needed > p.first_overflow->free_device + p.first_overflow->free_pinned);
+    RC_ASSERT(p.first_overflow->needed >
+              p.first_overflow->free_device + p.first_overflow->free_pinned);
   }
 }
 

@@ -48,13 +48,12 @@ std::vector<std::string> files_in(const std::string& dir, const std::string& ext
 bool same(const ot::schedule_file& a, const ot::schedule_file& b) {
   const auto& x = a.work;
   const auto& y = b.work;
-  return x.sched.steps == y.sched.steps && a.name == b.name &&
-         a.pipeline_size == b.pipeline_size && a.pipeline_rank == b.pipeline_rank &&
-         x.sched.vp_stages == y.sched.vp_stages && x.sched.layers == y.sched.layers &&
-         x.sched.microbatches == y.sched.microbatches && x.row_bytes == y.row_bytes &&
-         x.layer_row_bytes == y.layer_row_bytes && x.max_rows == y.max_rows &&
-         a.page_rows == b.page_rows && os::dense_rows(x) == os::dense_rows(y) &&
-         a.pools.has_value() == b.pools.has_value() &&
+  return x.sched.steps == y.sched.steps && a.name == b.name && a.pipeline_size == b.pipeline_size &&
+         a.pipeline_rank == b.pipeline_rank && x.sched.vp_stages == y.sched.vp_stages &&
+         x.sched.layers == y.sched.layers && x.sched.microbatches == y.sched.microbatches &&
+         x.row_bytes == y.row_bytes && x.layer_row_bytes == y.layer_row_bytes &&
+         x.max_rows == y.max_rows && a.page_rows == b.page_rows &&
+         os::dense_rows(x) == os::dense_rows(y) && a.pools.has_value() == b.pools.has_value() &&
          (!a.pools || (a.pools->device_pages == b.pools->device_pages &&
                        a.pools->pinned_pages == b.pools->pinned_pages));
 }

@@ -16,7 +16,8 @@ page_accounting::page_accounting(const workload& w, std::uint64_t rows_per_page,
                      schedule_limits::rows_per_page, "]");
   validate_workload(w);
   rows_ = dense_rows(w);
-  where_.assign(rows_.size(), placement{});
+  device_of_.assign(rows_.size(), 0);
+  held_.assign(rows_.size(), false);
   plan_.page_bytes = saturating_mul(rows_per_page, w.row_bytes);
 }
 
@@ -27,14 +28,15 @@ placement page_accounting::apply(std::size_t i) {
   const std::uint64_t need = pages_for(r, rows_per_page_);
   const std::uint64_t bytes = saturating_mul(r, row_bytes_of(*w_, st.key.layer));
   if (st.kind == step_kind::restore) {
-    const placement p = where_[ki];
+    placement p;
+    if (held_[ki]) p = {true, device_of_[ki], need - device_of_[ki]};
     device_ -= p.device;
     pinned_ -= p.pinned;
     need_ -= need;
     // bytes_ saturates only at the top, where it then stays: the peak is already UINT64_MAX.
     if (bytes_ != UINT64_MAX) bytes_ -= bytes;
     --live_;
-    where_[ki] = {};
+    held_[ki] = false;
     return p;
   }
   need_ += need;
@@ -51,9 +53,11 @@ placement page_accounting::apply(std::size_t i) {
     pinned_ += p.pinned;
   } else {
     ++plan_.overflow_count;
-    if (!plan_.first_overflow) plan_.first_overflow = predicted_overflow{i, st.key, r, need, dfree, pfree};
+    if (!plan_.first_overflow)
+      plan_.first_overflow = predicted_overflow{i, st.key, r, need, dfree, pfree};
   }
-  where_[ki] = p;
+  held_[ki] = p.held;
+  device_of_[ki] = static_cast<std::uint32_t>(p.device);
   plan_.peak_pages = std::max(plan_.peak_pages, need_);
   plan_.peak_stash_bytes = std::max(plan_.peak_stash_bytes, bytes_);
   plan_.peak_live_keys = std::max(plan_.peak_live_keys, live_);
@@ -79,8 +83,7 @@ capacity_plan plan(const workload& w, std::uint64_t rows_per_page, std::optional
   p.device_bytes = saturating_mul(p.device_pages, p.page_bytes);
   p.pinned_bytes = saturating_mul(p.pinned_pages, p.page_bytes);
   p.peak_page_bytes = saturating_mul(p.peak_pages, p.page_bytes);
-  p.oversized_bytes =
-      saturating_mul(saturating_mul(p.peak_live_keys, w.max_rows), w.row_bytes);
+  p.oversized_bytes = saturating_mul(saturating_mul(p.peak_live_keys, w.max_rows), w.row_bytes);
   return p;
 }
 

@@ -53,16 +53,17 @@ std::vector<std::uint64_t> dense_rows(const workload& w) {
   std::vector<bool> seen(rows.size(), false);
   for (std::size_t i = 0; i < w.rows.size(); ++i) {
     const stash_key& k = w.rows[i].key;
-    const std::string where = detail::concat("/rows/", i);
+    auto where = [i] { return detail::concat("/rows/", i); };
     if (k.vp >= s.vp_stages || k.layer >= s.layers || k.microbatch >= s.microbatches) {
-      throw schedule_error(where, detail::concat("the row count of key ", to_string(k),
-                                                 " is outside the shape vp < ", s.vp_stages,
-                                                 ", layer < ", s.layers, ", microbatch < ",
-                                                 s.microbatches));
+      throw schedule_error(
+          where(),
+          detail::concat("the row count of key ", to_string(k), " is outside the shape vp < ",
+                         s.vp_stages, ", layer < ", s.layers, ", microbatch < ", s.microbatches));
     }
     const std::size_t ki = key_index(s, k);
     if (seen[ki]) {
-      throw schedule_error(where, detail::concat("key ", to_string(k), " has a second row count"));
+      throw schedule_error(where(),
+                           detail::concat("key ", to_string(k), " has a second row count"));
     }
     seen[ki] = true;
     rows[ki] = w.rows[i].rows;
@@ -214,22 +215,22 @@ std::optional<schedule_error> validate(const schedule& s) {
     const schedule_step& st = s.steps[i];
     const stash_key& k = st.key;
     if (k.vp >= s.vp_stages || k.layer >= s.layers || k.microbatch >= s.microbatches) {
-      return at(i, detail::concat(to_string(st), " is outside the schedule's shape vp < ",
-                                  s.vp_stages, ", layer < ", s.layers, ", microbatch < ",
-                                  s.microbatches));
+      return at(i,
+                detail::concat(to_string(st), " is outside the schedule's shape vp < ", s.vp_stages,
+                               ", layer < ", s.layers, ", microbatch < ", s.microbatches));
     }
     const std::size_t idx = std::size_t{k.vp} * s.layers + k.layer;
     const std::size_t f = stashed[k.microbatch];
     const std::size_t b = restored[k.microbatch];
     if (st.kind == step_kind::stash) {
       if (idx < f) {
-        return at(i, detail::concat("key ", to_string(k),
-                                    " was already stashed: a second stash of it"));
+        return at(
+            i, detail::concat("key ", to_string(k), " was already stashed: a second stash of it"));
       }
       if (idx != f) {
-        return at(i, detail::concat(to_string(st),
-                                    " is out of forward order; expected the stash of ",
-                                    to_string(key_at(f, k.microbatch)), " first"));
+        return at(i,
+                  detail::concat(to_string(st), " is out of forward order; expected the stash of ",
+                                 to_string(key_at(f, k.microbatch)), " first"));
       }
       ++stashed[k.microbatch];
     } else {
@@ -259,11 +260,11 @@ std::optional<schedule_error> validate(const schedule& s) {
     if (stashed[mb] != per_mb || restored[mb] != per_mb) {
       const bool unstashed = stashed[mb] != per_mb;
       const stash_key k = key_at(unstashed ? stashed[mb] : per_mb - 1 - restored[mb], mb);
-      return schedule_error{
-          "/steps",
-          detail::concat("key ", to_string(k), unstashed ? " is never stashed" : " is never restored",
-                         " (every key must be stashed once and restored once)"),
-          s.steps.size()};
+      return schedule_error{"/steps",
+                            detail::concat("key ", to_string(k),
+                                           unstashed ? " is never stashed" : " is never restored",
+                                           " (every key must be stashed once and restored once)"),
+                            s.steps.size()};
     }
   }
   return std::nullopt;
@@ -277,15 +278,14 @@ void validate_workload(const workload& w) {
   using lim = schedule_limits;
   validate_or_throw(w.sched);
   if (w.row_bytes < 1 || w.row_bytes > lim::row_bytes) {
-    throw schedule_error("/row_bytes", detail::concat(w.row_bytes, " is outside [1, ",
-                                                      lim::row_bytes, "]"));
+    throw schedule_error("/row_bytes",
+                         detail::concat(w.row_bytes, " is outside [1, ", lim::row_bytes, "]"));
   }
   if (!w.layer_row_bytes.empty()) {
     if (w.layer_row_bytes.size() != w.sched.layers) {
-      throw schedule_error("/row_bytes",
-                           detail::concat("has ", w.layer_row_bytes.size(),
-                                          " entries; expected one per layer (", w.sched.layers,
-                                          ")"));
+      throw schedule_error(
+          "/row_bytes", detail::concat("has ", w.layer_row_bytes.size(),
+                                       " entries; expected one per layer (", w.sched.layers, ")"));
     }
     for (std::size_t l = 0; l < w.layer_row_bytes.size(); ++l) {
       if (w.layer_row_bytes[l] < 1 || w.layer_row_bytes[l] > w.row_bytes) {
@@ -303,9 +303,8 @@ void validate_workload(const workload& w) {
   for (std::size_t i = 0; i < w.rows.size(); ++i) {
     if (w.rows[i].rows > w.max_rows) {
       throw schedule_error(detail::concat("/rows/", i),
-                           detail::concat("key ", to_string(w.rows[i].key), " has ",
-                                          w.rows[i].rows, " rows, outside [0, max_rows = ",
-                                          w.max_rows, "]"));
+                           detail::concat("key ", to_string(w.rows[i].key), " has ", w.rows[i].rows,
+                                          " rows, outside [0, max_rows = ", w.max_rows, "]"));
     }
   }
 }

@@ -100,7 +100,8 @@ TEST(StashSchedule, EveryGeneratedScheduleIsValid) {
       for (std::uint32_t m = 1; m <= 9; ++m) {
         for (std::uint32_t l = 1; l <= 3; ++l) {
           auto e = validate(one_f_one_b(p, r, m, l));
-          EXPECT_FALSE(e.has_value()) << "1F1B " << p << " " << r << " " << m << ": " << e->reason();
+          EXPECT_FALSE(e.has_value())
+              << "1F1B " << p << " " << r << " " << m << ": " << e->reason();
           for (std::uint32_t v = 1; v <= 3; ++v) {
             if (m % p != 0) continue;
             auto ei = validate(interleaved_one_f_one_b(p, r, v, m, l));

@@ -29,8 +29,9 @@ constexpr std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
              : a * b;
 }
 constexpr std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
-  return b > std::numeric_limits<std::uint64_t>::max() - a ? std::numeric_limits<std::uint64_t>::max()
-                                                           : a + b;
+  return b > std::numeric_limits<std::uint64_t>::max() - a
+             ? std::numeric_limits<std::uint64_t>::max()
+             : a + b;
 }
 
 /// The two tiers of a pool, in pages.
@@ -57,8 +58,8 @@ struct placement {
 };
 
 struct capacity_plan {
-  std::uint64_t page_bytes = 0;   ///< rows_per_page * row_bytes (saturating)
-  std::uint64_t peak_pages = 0;   ///< the fewest pages (both tiers together) that never overflow
+  std::uint64_t page_bytes = 0;    ///< rows_per_page * row_bytes (saturating)
+  std::uint64_t peak_pages = 0;    ///< the fewest pages (both tiers together) that never overflow
   std::uint64_t device_pages = 0;  ///< device-tier pages of that plan: min(peak, device budget)
   std::uint64_t pinned_pages = 0;  ///< pinned-tier pages the device budget leaves to the host
   std::uint64_t device_bytes = 0;  ///< device_pages * page_bytes (saturating)
@@ -87,7 +88,9 @@ class page_accounting {
   /// for a stash, where its pages went (held == false: it overflowed), for a restore what it held.
   placement apply(std::size_t i);
 
-  [[nodiscard]] std::uint64_t rows(const stash_key& k) const { return rows_[key_index(w_->sched, k)]; }
+  [[nodiscard]] std::uint64_t rows(const stash_key& k) const {
+    return rows_[key_index(w_->sched, k)];
+  }
   [[nodiscard]] std::uint64_t rows_per_page() const noexcept { return rows_per_page_; }
   [[nodiscard]] const capacity_plan& figures() const noexcept { return plan_; }
 
@@ -95,8 +98,11 @@ class page_accounting {
   const workload* w_;
   std::uint64_t rows_per_page_;
   std::optional<tier_pools> pools_;
-  std::vector<std::uint64_t> rows_;   // by key_index
-  std::vector<placement> where_;      // by key_index
+  std::vector<std::uint64_t> rows_;  // by key_index
+  // Where a live key's pages are, by key_index: its device pages (a key needs at most 2^31 pages)
+  // and whether it is held; the pinned pages are the rest of its need.
+  std::vector<std::uint32_t> device_of_;
+  std::vector<bool> held_;
   std::uint64_t device_ = 0, pinned_ = 0;          // pages in use under the pools
   std::uint64_t need_ = 0, bytes_ = 0, live_ = 0;  // as if every stash were held
   capacity_plan plan_;

@@ -21,7 +21,7 @@ namespace offloadkit::stash {
 /// small schedule file from asking for huge memory.
 struct schedule_limits {
   static constexpr std::uint32_t vp_stages = 64;
-  static constexpr std::uint32_t layers = key_limits::layer;            // 4096
+  static constexpr std::uint32_t layers = key_limits::layer;             // 4096
   static constexpr std::uint32_t microbatches = key_limits::microbatch;  // 4096
   static constexpr std::uint64_t keys = std::uint64_t{1} << 24;
   static constexpr std::uint64_t row_bytes = std::uint64_t{1} << 32;
@@ -82,7 +82,7 @@ struct key_rows {
 /// capacity of the oversized static buffers the stash replaces.
 struct workload {
   schedule sched;
-  std::vector<key_rows> rows;  ///< one entry per key the schedule stashes
+  std::vector<key_rows> rows;   ///< one entry per key the schedule stashes
   std::uint64_t row_bytes = 0;  ///< the stash's row size: the widest of the layers' rows
   /// Row size of each layer where layers differ (size sched.layers, none above row_bytes); empty:
   /// every layer's rows are row_bytes wide. Stashed bytes count these; pages are row_bytes wide.

@@ -90,9 +90,9 @@ schedule_file random_schedule_file(std::mt19937_64& rng, bool uniform_rows = fal
 // ---- offloadkit replay ------------------------------------------------------------------------
 
 struct replay_request {
-  std::string impl = "reference";  ///< "reference" or "optimized" (ignored with a plugin)
-  std::string plugin;              ///< a plugin library whose paged stash is replayed
-  std::string executor = "host";   ///< "host" or "cuda"
+  std::string impl = "reference";          ///< "reference" or "optimized" (ignored with a plugin)
+  std::string plugin;                      ///< a plugin library whose paged stash is replayed
+  std::string executor = "host";           ///< "host" or "cuda"
   std::optional<stash::tier_pools> pools;  ///< overrides every file's pools
   std::uint64_t data_row_bytes = 0;        ///< see replay_options
   bool plan_only = false;                  ///< plan, do not replay data

@@ -38,7 +38,7 @@ struct schedule_file {
   std::optional<stash::tier_pools> pools;
   /// For each step of work.sched.steps, the index of the "steps" entry it came from (a chunk
   /// entry expands to one step per layer). Empty: step i came from entry i.
-  std::vector<std::size_t> source_index;
+  std::vector<std::uint32_t> source_index;
 
   [[nodiscard]] std::size_t source_of(std::size_t step) const {
     return step < source_index.size() ? source_index[step] : step;
