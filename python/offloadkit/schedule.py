@@ -40,6 +40,7 @@ MAX_MAX_ROWS = 1 << 31
 MAX_PAGE_ROWS = 1 << 20
 MAX_POOL_PAGES = (1 << 31) - 1  # device + pinned: the implementations' page ids are 31-bit
 MAX_PIPELINE_SIZE = 65536
+MAX_NAME_BYTES = 4096
 
 
 class ScheduleError(LogicError):
@@ -88,6 +89,9 @@ class ScheduleRecorder:
             _in_range(f"/row_bytes/{i}", b, 1, MAX_ROW_BYTES)
         _in_range("/max_rows", max_rows, 0, MAX_MAX_ROWS)
         _in_range("/page_rows", page_rows, 1, MAX_PAGE_ROWS)
+        if name is not None and len(name.encode("utf-8")) > MAX_NAME_BYTES:
+            raise ScheduleError("/name", f"is {len(name.encode('utf-8'))} bytes long; at most "
+                                f"{MAX_NAME_BYTES}")
         self.name = name
         self.virtual_stages = virtual_stages
         self.layers = layers

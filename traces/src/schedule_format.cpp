@@ -553,6 +553,10 @@ void validate(const schedule_file& f) {
     }
     throw;
   }
+  if (f.name.size() > max_name_bytes) {
+    fail("/name", "is " + std::to_string(f.name.size()) + " bytes long; at most " +
+                      std::to_string(max_name_bytes));
+  }
   if (f.page_rows < 1 || f.page_rows > schedule_limits::rows_per_page) {
     fail("/page_rows", std::to_string(f.page_rows) + " is outside " +
                            range_text(1, schedule_limits::rows_per_page));

@@ -104,6 +104,8 @@ class RecorderTest(unittest.TestCase):
             self.recorder(device_pages=(1 << 31) - 1, pinned_pages=1)
         with self.assertRaisesRegex(ok.ScheduleError, r"/pools/device_pages: 1099511627776"):
             self.recorder(device_pages=1 << 40)
+        with self.assertRaisesRegex(ok.ScheduleError, r"/name: is 4097 bytes long; at most 4096"):
+            self.recorder(name="x" * 4097)
 
 
 class BufferTest(unittest.TestCase):
