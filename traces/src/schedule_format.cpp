@@ -69,6 +69,7 @@ class reader final : public json::json_sax_t {
   std::vector<std::uint32_t> rows;
   std::vector<raw_step> steps;
   std::optional<schedule_error> error;
+  bool steps_truncated = false;  ///< reading stopped past 2 x keys steps
 
   bool null() override { return scalar_value("null", nullptr); }
   bool boolean(bool b) override { return scalar_value(b ? "true" : "false", nullptr); }
@@ -345,7 +346,7 @@ class reader final : public json::json_sax_t {
     }
     if (needs_one() && *u == 0)
       return refuse(where_value(), text + " is outside " + range_text(1, hi));
-    return store(sl, *u);
+    return store(*u);
   }
 
   [[nodiscard]] bool needs_one() const {
@@ -356,7 +357,7 @@ class reader final : public json::json_sax_t {
     return false;
   }
 
-  bool store(slot sl, std::uint64_t u) {
+  bool store(std::uint64_t u) {
     frame& f = frames_.back();
     if (f.kind == slot::rows) {
       const std::uint64_t cap = shape_known() ? keys() : schedule_limits::keys;
@@ -377,7 +378,6 @@ class reader final : public json::json_sax_t {
       advance();
       return true;
     }
-    (void)sl;
     const std::string& k = f.key;
     if (f.kind == slot::pipeline) {
       if (k == "size") has_size = true, size = u;
@@ -428,9 +428,6 @@ class reader final : public json::json_sax_t {
     }
     return true;
   }
-
- public:
-  bool steps_truncated = false;
 };
 
 /// The schedule_file of a completely read document; schedule_error for what is missing or does
