@@ -666,7 +666,9 @@ std::string to_json(const schedule_file& f) {
 void write_schedule(const schedule_file& f, const std::string& path) {
   validate(f);
   std::ofstream out(path, std::ios::binary);
-  if (!out.good()) throw runtime_error("cannot open '" + path + "' for writing");
+  if (!out.good()) {
+    throw runtime_error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  }
   out << to_json(f);
   out.close();
   if (!out.good()) throw runtime_error("writing '" + path + "' failed");
