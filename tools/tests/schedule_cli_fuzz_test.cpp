@@ -3,6 +3,7 @@
 // random. Every run must end with one of the documented exit statuses (0 to 6), never a crash or
 // an escaped exception, and a run that reports an error must not also succeed.
 #include <gtest/gtest.h>
+#include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 #include <unistd.h>
 
@@ -30,7 +31,11 @@ std::string scratch(const char* name) {
 
 }  // namespace
 
-RC_GTEST_PROP(ScheduleCli, ReplayEndsWithADocumentedStatus, ()) {
+using command_fn = int (*)(int, char**);
+
+/// The property: replay ends with a documented status (0 to 6); with valid arguments an invalid
+/// file is status 5 and a valid one 0 or 6 (the data of a valid schedule restores exactly).
+void replay_statuses(command_fn replay) {
   offloadkit::traces::generate_options g;
   g.pipeline_size = *rc::gen::inRange<std::uint32_t>(1, 4);
   g.pipeline_rank = *rc::gen::inRange<std::uint32_t>(0, g.pipeline_size);
@@ -50,24 +55,61 @@ RC_GTEST_PROP(ScheduleCli, ReplayEndsWithADocumentedStatus, ()) {
                                                       "[\"S\",0,0,0],", "null"));
     }
   }
+  bool file_valid = true;
+  try {
+    (void)offloadkit::traces::parse_schedule(text);
+  } catch (const offloadkit::traces::schedule_error&) {
+    file_valid = false;
+  }
   const std::string file = scratch("fuzz_schedule.json");
   std::ofstream(file, std::ios::binary) << text;
   std::vector<std::string> args = {"replay", file, "--quiet"};
-  const int extra = *rc::gen::inRange(0, 4);
-  for (int i = 0; i < extra; ++i) {
-    const auto opt = *rc::gen::element<std::string>("--pool-pages", "--data-row-bytes", "--impl",
-                                                    "--executor", "--plan-only", "--bogus", "-5");
-    args.push_back(opt);
-    if (opt.rfind("--", 0) == 0 && opt != "--plan-only" && opt != "--bogus") {
-      args.push_back(*rc::gen::element<std::string>("0,0", "3,2", "-5,0", "2147483647,1", "64",
-                                                    "1e3", "0", "reference", "optimized", "host",
-                                                    "model", ""));
+  const bool valid_args = *rc::gen::arbitrary<bool>();
+  if (valid_args) {
+    // Each option at most once, with a valid value.
+    if (*rc::gen::arbitrary<bool>()) {
+      args.push_back("--pool-pages");
+      args.push_back(*rc::gen::element<std::string>("0,0", "3,2", "1000,1000"));
+    }
+    if (*rc::gen::arbitrary<bool>()) args.insert(args.end(), {"--data-row-bytes", "64"});
+    if (*rc::gen::arbitrary<bool>()) {
+      args.push_back("--impl");
+      args.push_back(*rc::gen::element<std::string>("reference", "optimized"));
+    }
+    if (*rc::gen::arbitrary<bool>()) args.push_back("--plan-only");
+  } else {
+    const int extra = *rc::gen::inRange(0, 4);
+    for (int i = 0; i < extra; ++i) {
+      const auto opt = *rc::gen::element<std::string>("--pool-pages", "--data-row-bytes", "--impl",
+                                                      "--executor", "--plan-only", "--bogus", "-5");
+      args.push_back(opt);
+      if (opt.rfind("--", 0) == 0 && opt != "--plan-only" && opt != "--bogus") {
+        args.push_back(*rc::gen::element<std::string>("0,0", "3,2", "-5,0", "2147483647,1", "64",
+                                                      "1e3", "0", "reference", "optimized", "host",
+                                                      "model", ""));
+      }
     }
   }
-  const int status = run(offloadkit::tools::replay_command, args);
+  const int status = run(replay, args);
   std::remove(file.c_str());
   RC_ASSERT(status >= 0);
   RC_ASSERT(status <= 6);
+  if (valid_args && !file_valid) RC_ASSERT(status == 5);
+  if (valid_args && file_valid) RC_ASSERT(status == 0 || status == 6);
+}
+
+/// Planted: replay as it was, where an invalid file exited with status 1 like a data mismatch.
+int replay_invalid_file_is_1(int argc, char** argv) {
+  const int status = offloadkit::tools::replay_command(argc, argv);
+  return status == 5 ? 1 : status;
+}
+
+RC_GTEST_PROP(ScheduleCli, ReplayEndsWithADocumentedStatus, ()) {
+  replay_statuses(offloadkit::tools::replay_command);
+}
+
+TEST(ScheduleCli, CatchesAnInvalidFileReportedAsAMismatch) {
+  EXPECT_FALSE(rc::check("invalid file is 1", [] { replay_statuses(replay_invalid_file_is_1); }));
 }
 
 RC_GTEST_PROP(ScheduleCli, ScheduleGenWritesOnlyFilesReplayAccepts, ()) {
