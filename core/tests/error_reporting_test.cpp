@@ -2,7 +2,9 @@
 // unpack() is counted and kept while the tensor it was for is uploaded on demand, a source release
 // that throws is reported by the call that handed the source back without keeping the other
 // sources from their owners, and a failure that is already being reported is not replaced by a
-// second one from the cleanup after it. Faults are injected on the host executor.
+// second one from the cleanup after it. Faults are injected on the host executor. Also the names
+// errors are reported with: every operation, pointer kind and dtype has its own, and context
+// added to an error keeps its type.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -38,14 +40,6 @@ std::vector<unsigned char> read_back(executor& ex, const void* p, std::size_t by
   std::vector<unsigned char> out(bytes);
   std::memcpy(out.data(), host.data(), bytes);
   return out;
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
 }
 
 TEST(ErrorReporting, FailedPrefetchIsCountedAndItsTensorComesOnDemand) {
@@ -286,4 +280,30 @@ TEST(ErrorReporting, CountingAdaptorCountsCaptureAndReplay) {
   EXPECT_EQ(read_back(ex, b.data(), 64, s), std::vector<unsigned char>(64, 3));
 }
 
+TEST(ErrorReporting, EveryDtypeHasItsSizeAndName) {
+  struct expected {
+    dtype t;
+    std::size_t size;
+    const char* name;
+  };
+  for (const expected& e : {expected{dtype::u8, 1, "u8"}, expected{dtype::i8, 1, "i8"},
+                            expected{dtype::f16, 2, "f16"}, expected{dtype::bf16, 2, "bf16"},
+                            expected{dtype::f32, 4, "f32"}, expected{dtype::i32, 4, "i32"},
+                            expected{dtype::f64, 8, "f64"}, expected{dtype::i64, 8, "i64"}}) {
+    EXPECT_EQ(dtype_size(e.t), e.size) << e.name;
+    EXPECT_STREQ(to_string(e.t), e.name);
+  }
+  // A pack of a 64-bit tensor checks its bytes against 8 per element.
+  host_executor ex;
+  stream s(ex);
+  async_offloader off(ex, {});
+  buffer b(ex, memory_kind::device, 64);
+  EXPECT_THROW((void)off.pack({b.data(), 32, 0, dtype::i64, {8}, nullptr}, s), out_of_range);
+  tensor t = off.unpack(off.pack({b.data(), 64, 0, dtype::i64, {8}, nullptr}, s), s);
+  EXPECT_EQ(t.bytes, 64u);
+  if (t.release) t.release();
+  off.synchronize();
+}
+
 }  // namespace
+
