@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "isolation.hpp"
@@ -487,6 +488,22 @@ TEST(Countdown, EveryScenarioPassesOnTheDogfoodPluginsWithoutFaults) {
                                                        << table(r.rows) << r.rows[0].output;
       EXPECT_EQ(r.rows[0].detail, "no call 0: the run made 0 counted call(s)");
     }
+  }
+}
+
+TEST(Countdown, EveryScenarioSeesThePlantedBugOfItsFeatureWithoutAFault) {
+  const scratch s;
+  const std::pair<const char*, const char*> planted[] = {{PLANTED_STASH_PLUGIN, "stash"},
+                                                         {PLANTED_REGION_PLUGIN, "region"},
+                                                         {PLANTED_ARENA_PLUGIN, "arena"},
+                                                         {PLANTED_ACTIVATION_PLUGIN, "activation"}};
+  for (const auto& [plugin, feature] : planted) {
+    const oi::countdown_result r =
+        count_down_scenario(std::string("plugin ") + plugin + " " + feature, s);
+    ASSERT_TRUE(r.complete) << feature << ": " << r.stopped;
+    ASSERT_EQ(r.rows.size(), 1u) << feature << "\n" << table(r.rows);
+    EXPECT_EQ(r.rows[0].cls, oi::fault_class::data_lost) << feature << "\n" << table(r.rows);
+    EXPECT_FALSE(r.rows[0].detail.empty()) << feature;
   }
 }
 
