@@ -32,6 +32,12 @@ using namespace offloadkit::activation;
 
 constexpr std::size_t tensor_bytes = 4096;
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized_allocator = true;
+#else
+constexpr bool sanitized_allocator = false;
+#endif
+
 /// The bytes at `p` (any memory kind), read back through the executor.
 std::vector<unsigned char> read_back(executor& ex, const void* p, std::size_t bytes, stream_ref s) {
   buffer host(ex, memory_kind::pageable, bytes);
@@ -303,6 +309,38 @@ TEST(ErrorReporting, EveryDtypeHasItsSizeAndName) {
   EXPECT_EQ(t.bytes, 64u);
   if (t.release) t.release();
   off.synchronize();
+}
+
+TEST(ErrorReporting, MemoryTheHostCannotProvideIsOutOfMemoryNamingTheRequest) {
+  host_executor ex;
+  EXPECT_EQ(ex.options().devices, host_executor_options{}.devices);
+  const std::size_t huge = std::size_t{1} << 62;  // no machine has this much
+  // The sanitizers' allocators stop the process on such a request instead of failing it.
+  for (const memory_kind kind : {memory_kind::pinned, memory_kind::pageable}) {
+    if (sanitized_allocator) break;
+    try {
+      (void)ex.allocate(kind, huge);
+      ADD_FAILURE() << to_string(kind) << ": " << huge << " bytes were provided";
+    } catch (const out_of_memory& e) {
+      EXPECT_NE(std::string(e.what()).find("could not provide " + std::to_string(huge)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // An address range larger than the address space.
+  const std::size_t gran = ex.granularity(0);
+  const std::size_t range = (std::size_t{1} << 62) / gran * gran;
+  try {
+    (void)ex.reserve(range, 0);
+    ADD_FAILURE() << "an address range of " << range << " bytes was reserved";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("no address range of " + std::to_string(range)),
+              std::string::npos)
+        << e.what();
+  }
+  // The executor still works after each refusal.
+  buffer b(ex, memory_kind::pageable, 64);
+  EXPECT_NE(b.data(), nullptr);
 }
 
 }  // namespace
