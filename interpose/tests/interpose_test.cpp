@@ -18,8 +18,11 @@
 #include <vector>
 
 #include "isolation.hpp"
+#include "offloadkit/host_executor.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/countdown.hpp"
+#include "offloadkit/interpose/scenarios.hpp"
+#include "offloadkit/plugin/host.hpp"
 
 namespace {
 
@@ -664,6 +667,30 @@ TEST(Countdown, FindsTheFirstReadableInterposer) {
             INTERPOSER);
   EXPECT_EQ(oi::find_interposer({"/nonexistent/a.so", ""}), "");
   EXPECT_EQ(oi::find_interposer({}), "");
+}
+
+TEST(Scenarios, NameWhatThePluginProvidesAndRefuseToRunWithoutTheInterposer) {
+  const auto lib = offloadkit::plugin::library::open(REFERENCE_PLUGIN);
+  oi::fault_subjects subjects;
+  subjects.region = offloadkit::plugin::region_of(lib);
+  subjects.arena = offloadkit::plugin::arena_of(lib);
+  EXPECT_EQ(oi::scenario_features(),
+            (std::vector<std::string>{"stash", "region", "arena", "activation"}));
+  ASSERT_TRUE(oi::subject_name(subjects, "region").has_value());
+  EXPECT_EQ(*oi::subject_name(subjects, "region"), subjects.region->name);
+  EXPECT_FALSE(oi::subject_name(subjects, "stash").has_value()) << "not given to the subjects";
+  EXPECT_FALSE(oi::subject_name(subjects, "warp").has_value());
+  EXPECT_EQ(oi::subject_runs_on_cuda(subjects, "region"), subjects.region->support.cuda);
+  EXPECT_EQ(oi::subject_runs_on_cuda(subjects, "arena"), subjects.arena->support.cuda);
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "stash"));
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "activation"));
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "warp"));
+
+  // This test process has no interposer: the scenario says so instead of running unobserved.
+  offloadkit::host_executor ex;
+  const oi::scenario_result r = oi::run_scenario("region", subjects, ex);
+  EXPECT_EQ(r.implementation, subjects.region->name);
+  EXPECT_NE(r.unusable.find("the interposer is not loaded"), std::string::npos) << r.unusable;
 }
 
 }  // namespace
