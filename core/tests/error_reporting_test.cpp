@@ -343,5 +343,34 @@ TEST(ErrorReporting, MemoryTheHostCannotProvideIsOutOfMemoryNamingTheRequest) {
   EXPECT_NE(b.data(), nullptr);
 }
 
+TEST(ErrorReporting, ARegionThatCannotBeBuiltGivesEveryChunkBack) {
+  host_executor host;
+  fault_injection_adaptor ex(host);
+  const std::size_t gran = ex.granularity(0);
+  const std::size_t free_before = ex.device_memory(0).free;
+  // Each of the calls that build a three-chunk region fails in turn; the error reaches the
+  // caller with its type and nothing the failed constructor made stays behind.
+  for (const op_kind kind : {op_kind::reserve, op_kind::create_physical, op_kind::map,
+                             op_kind::set_access}) {
+    for (std::size_t n = 0;; ++n) {
+      ex.arm({kind}, n);
+      bool threw = false;
+      try {
+        region::vmm_region r(ex, {3 * gran, 0, gran});
+      } catch (const injected_fault&) {
+        threw = true;
+      } catch (const out_of_memory&) {
+        threw = true;
+      }
+      const bool fired = ex.fired();
+      ex.disarm();
+      EXPECT_EQ(threw, fired) << to_string(kind) << " call " << n;
+      EXPECT_EQ(ex.device_memory(0).free, free_before)
+          << to_string(kind) << " call " << n << " failed: device memory was not given back";
+      if (!fired) break;
+    }
+  }
+}
+
 }  // namespace
 
