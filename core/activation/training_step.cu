@@ -115,6 +115,8 @@ training_step::~training_step() {
     try {
       st->compute.synchronize();
     } catch (...) {
+      // A destructor cannot report: the step's work is waited for so that none uses the buffers
+      // freed below, and a failure of that work was reported by run() or has nowhere to go now.
     }
     for (auto& [p, n] : st->owned) ex_.deallocate(memory_kind::device, p, n);
   }

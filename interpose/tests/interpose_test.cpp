@@ -11,13 +11,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "isolation.hpp"
+#include "offloadkit/host_executor.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/countdown.hpp"
+#include "offloadkit/interpose/scenarios.hpp"
+#include "offloadkit/plugin/host.hpp"
 
 namespace {
 
@@ -489,6 +494,22 @@ TEST(Countdown, EveryScenarioPassesOnTheDogfoodPluginsWithoutFaults) {
   }
 }
 
+TEST(Countdown, EveryScenarioSeesThePlantedBugOfItsFeatureWithoutAFault) {
+  const scratch s;
+  const std::pair<const char*, const char*> planted[] = {{PLANTED_STASH_PLUGIN, "stash"},
+                                                         {PLANTED_REGION_PLUGIN, "region"},
+                                                         {PLANTED_ARENA_PLUGIN, "arena"},
+                                                         {PLANTED_ACTIVATION_PLUGIN, "activation"}};
+  for (const auto& [plugin, feature] : planted) {
+    const oi::countdown_result r =
+        count_down_scenario(std::string("plugin ") + plugin + " " + feature, s);
+    ASSERT_TRUE(r.complete) << feature << ": " << r.stopped;
+    ASSERT_EQ(r.rows.size(), 1u) << feature << "\n" << table(r.rows);
+    EXPECT_EQ(r.rows[0].cls, oi::fault_class::data_lost) << feature << "\n" << table(r.rows);
+    EXPECT_FALSE(r.rows[0].detail.empty()) << feature;
+  }
+}
+
 // ---- classification ----------------------------------------------------------------------------
 
 oi::interposer_report complete_report(bool injected) {
@@ -577,4 +598,100 @@ TEST(Countdown, TheEnvironmentPreloadsTheInterposerFirst) {
   EXPECT_EQ(env.at(4), "OFFLOADKIT_FAULT_WINDOW=closed");
 }
 
+TEST(Classify, EveryClassHasItsOwnName) {
+  std::set<std::string> names;
+  for (const auto c : {oi::fault_class::clean, oi::fault_class::retry_failed,
+                       oi::fault_class::data_lost, oi::fault_class::inconsistent,
+                       oi::fault_class::leak, oi::fault_class::exited, oi::fault_class::crashed,
+                       oi::fault_class::hung, oi::fault_class::unknown}) {
+    names.insert(oi::to_string(c));
+  }
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_STREQ(oi::to_string(static_cast<oi::fault_class>(99)), "unknown");
+}
+
+TEST(Classify, ExitAfterTheResultAbsorbedErrorsAndAnOverflowedLedger) {
+  oi::case_run run;
+  run.report = complete_report(true);
+  run.scenario = oi::scenario_result{};
+  run.process.exit_code = 3;
+  oi::case_row row = oi::classify(2, run);
+  EXPECT_EQ(row.cls, oi::fault_class::exited);
+  EXPECT_EQ(row.detail.rfind("exit code 3 after its result", 0), 0u) << row.detail;
+
+  // A fault the implementation absorbed is clean, and the row says where it was absorbed.
+  run.process.exit_code = 0;
+  run.scenario->failed_step = "pause";
+  row = oi::classify(2, run);
+  EXPECT_EQ(row.cls, oi::fault_class::clean);
+  EXPECT_EQ(row.detail, "absorbed: no error reached the caller in pause");
+
+  // A leak seen through a ledger that overflowed says that some of it may not be a leak.
+  run.report->outstanding.device_allocations = 1;
+  run.report->outstanding.device_bytes = 512;
+  run.report->table_full = 4;
+  row = oi::classify(2, run);
+  EXPECT_EQ(row.cls, oi::fault_class::leak);
+  EXPECT_NE(row.detail.find("(512 bytes)"), std::string::npos) << row.detail;
+  EXPECT_NE(row.detail.find("the ledger overflowed: 4 creation(s) untracked"), std::string::npos)
+      << row.detail;
+}
+
+TEST(Countdown, StopsAtTheCaseLimitAndWhenInterrupted) {
+  auto always_reaches_its_call = [](std::uint64_t) -> std::optional<oi::case_run> {
+    oi::case_run run;
+    run.report = complete_report(true);
+    return run;
+  };
+  const oi::countdown_result capped =
+      oi::run_countdown(always_reaches_its_call, 3, std::nullopt, {});
+  EXPECT_FALSE(capped.complete);
+  EXPECT_EQ(capped.rows.size(), 3u);
+  EXPECT_EQ(capped.stopped, "stopped after 3 cases");
+
+  auto interrupted_at_1 = [](std::uint64_t n) -> std::optional<oi::case_run> {
+    if (n == 1) return std::nullopt;
+    oi::case_run run;
+    run.report = complete_report(true);
+    return run;
+  };
+  const oi::countdown_result stopped = oi::run_countdown(interrupted_at_1, 10, std::nullopt, {});
+  EXPECT_FALSE(stopped.complete);
+  EXPECT_EQ(stopped.rows.size(), 1u);
+  EXPECT_EQ(stopped.stopped, "interrupted");
+}
+
+TEST(Countdown, FindsTheFirstReadableInterposer) {
+  EXPECT_EQ(oi::find_interposer({"", "/nonexistent/liboffloadkit_interpose.so", INTERPOSER,
+                                 FAKE_DRIVER}),
+            INTERPOSER);
+  EXPECT_EQ(oi::find_interposer({"/nonexistent/a.so", ""}), "");
+  EXPECT_EQ(oi::find_interposer({}), "");
+}
+
+TEST(Scenarios, NameWhatThePluginProvidesAndRefuseToRunWithoutTheInterposer) {
+  const auto lib = offloadkit::plugin::library::open(REFERENCE_PLUGIN);
+  oi::fault_subjects subjects;
+  subjects.region = offloadkit::plugin::region_of(lib);
+  subjects.arena = offloadkit::plugin::arena_of(lib);
+  EXPECT_EQ(oi::scenario_features(),
+            (std::vector<std::string>{"stash", "region", "arena", "activation"}));
+  ASSERT_TRUE(oi::subject_name(subjects, "region").has_value());
+  EXPECT_EQ(*oi::subject_name(subjects, "region"), subjects.region->name);
+  EXPECT_FALSE(oi::subject_name(subjects, "stash").has_value()) << "not given to the subjects";
+  EXPECT_FALSE(oi::subject_name(subjects, "warp").has_value());
+  EXPECT_EQ(oi::subject_runs_on_cuda(subjects, "region"), subjects.region->support.cuda);
+  EXPECT_EQ(oi::subject_runs_on_cuda(subjects, "arena"), subjects.arena->support.cuda);
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "stash"));
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "activation"));
+  EXPECT_FALSE(oi::subject_runs_on_cuda(subjects, "warp"));
+
+  // This test process has no interposer: the scenario says so instead of running unobserved.
+  offloadkit::host_executor ex;
+  const oi::scenario_result r = oi::run_scenario("region", subjects, ex);
+  EXPECT_EQ(r.implementation, subjects.region->name);
+  EXPECT_NE(r.unusable.find("the interposer is not loaded"), std::string::npos) << r.unusable;
+}
+
 }  // namespace
+

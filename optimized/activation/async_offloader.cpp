@@ -2,6 +2,7 @@
 #include "offloadkit/activation/async_offloader.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "offloadkit/error.hpp"
@@ -26,6 +27,8 @@ async_offloader::~async_offloader() {
   try {
     do_synchronize();
   } catch (...) {
+    // A destructor cannot report: the copies that failed already threw from the call that waited
+    // on them (pack, unpack or synchronize), and what follows frees every buffer either way.
   }
   for (auto& [id, r] : records_) {
     try {
@@ -34,6 +37,8 @@ async_offloader::~async_offloader() {
         if (f) f();
       }
     } catch (...) {
+      // The owner's release failed in a destructor, which cannot report it; the other sources
+      // must still go back to their owners, so the loop goes on.
     }
     if (r.pinned.ptr != nullptr)
       ex_.deallocate(memory_kind::pinned, r.pinned.ptr, r.pinned.capacity);
@@ -43,6 +48,7 @@ async_offloader::~async_offloader() {
     try {
       if (d.release) d.release();
     } catch (...) {
+      // As above: a destructor cannot report the owner's failure, and the rest must go back.
     }
   }
   for (auto& p : pinned_free_) ex_.deallocate(memory_kind::pinned, p.ptr, p.capacity);
@@ -91,11 +97,18 @@ void async_offloader::reap(bool wait) {
     if (!ex_.ready(e)) ex_.synchronize(e);
   };
   std::vector<std::function<void()>> to_call;
-  // Sources already marked released are handed back even if a wait below throws.
+  // Sources already marked released are handed back even if a wait below throws, and every one
+  // of them even if a release throws: the first release error is returned for the caller.
   auto call_collected = [&to_call] {
+    std::exception_ptr first;
     for (auto& f : to_call) {
-      if (f) f();
+      try {
+        if (f) f();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
+    return first;
   };
   try {
     for (auto& [device, l] : lanes_) {
@@ -139,13 +152,12 @@ void async_offloader::reap(bool wait) {
       }
     }
   } catch (...) {
-    try {
-      call_collected();
-    } catch (...) {
-    }
+    // The wait's error is the one the caller gets: it is why this call failed, and a release
+    // error returned here would hide it. The releases themselves still all run.
+    (void)call_collected();
     throw;
   }
-  call_collected();
+  if (std::exception_ptr e = call_collected()) std::rethrow_exception(e);
 }
 
 async_offloader::record* async_offloader::oldest_in_copy(lane& l) {
@@ -211,6 +223,10 @@ void async_offloader::drop_device(pooled& b) noexcept {
     try {
       ex_.synchronize(b.free_after);
     } catch (...) {
+      // Cleanup that cannot fail (noexcept, called from destructors and failure paths): the
+      // buffer goes back either way, as keeping it would leak it, and a failed wait means the
+      // stream that last used the buffer failed, which was reported by the call that issued
+      // that use or will be by the next wait on that stream.
     }
     retiring_.push_back(b.free_after);
     b.has_free_after = false;
@@ -363,7 +379,9 @@ handle async_offloader::do_pack(tensor t, stream_ref s) {
     // finishes first.
     try {
       ex_.synchronize(cp);
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the error that stopped the pack; a failed drain of the copy stream is
+      // the same failure seen again (or the next use of that stream reports it).
     }
     pinned_free_.push_back(r.pinned);
     throw;
@@ -482,6 +500,11 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
   try {
     prefetch();  // opportunistic: a failure leaves the remaining records packed
   } catch (...) {
+    // The tensor asked for is restored, so this unpack succeeds; the records not prefetched are
+    // uploaded on demand when unpacked, and the failure is counted and kept for the caller
+    // (stats().failed_prefetches, last_prefetch_error()).
+    stats_.failed_prefetches += 1;
+    last_prefetch_error_ = std::current_exception();
   }
   return t;
 }
@@ -491,6 +514,8 @@ void async_offloader::abandon(pooled& buf, int device) noexcept {
   try {
     lane_of(device).upload.synchronize();
   } catch (...) {
+    // Called only while an upload's own error propagates to the caller (noexcept): a failed
+    // drain is that stream's failure again, and the buffer must go back either way.
   }
   drop_device(buf);
 }

@@ -25,6 +25,9 @@ void coalesced_offloader::fence(stream_ref s) noexcept {
     try {
       ex_->synchronize(s);
     } catch (...) {
+      // noexcept, called where a copy's own error is being reported or the work is issued: a
+      // failed wait is that stream's failure, which its next wait (reload's, or the caller's)
+      // reports again.
     }
   }
 }

@@ -50,6 +50,8 @@ vmm_region::~vmm_region() {
     try {
       ex_->synchronize(resume_done_.ref());
     } catch (...) {
+      // A destructor cannot report: the resume's copies are waited for so that none writes into
+      // memory released below, and a failed copy has nowhere to go once the region is gone.
     }
   }
   for (auto& [id, g] : graphs_) ex_->destroy_graph(g);
@@ -62,6 +64,8 @@ void vmm_region::release_all() noexcept {
     try {
       ex_->unmap(at(c), c.bytes);
     } catch (...) {
+      // Teardown (noexcept: the destructor, or a constructor that is already throwing): every
+      // chunk's memory must still be released, and the reservation with it.
     }
     ex_->release_physical(c.handle);
     c.mapped = false;
@@ -99,7 +103,9 @@ void vmm_region::map_chunk(chunk& c) {
     if (fresh) {
       try {
         unmap_chunk(c);
-      } catch (...) {
+      } catch (const std::exception&) {
+        // The caller gets set_access's error. The chunk's record stays mapped, which is true,
+        // so a later resume() or the destructor finishes the unmap.
       }
     }
     throw;
@@ -154,7 +160,9 @@ void vmm_region::do_pause(stream_ref s, pause_mode mode) {
     // Drain what was queued so that no copy is in flight on a chunk the record calls resident.
     try {
       ex_->synchronize(s);
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the error that stopped the pause; a failed drain is the stream's failure
+      // seen again. Chunks whose copy was not seen complete still read resident.
     }
     throw;
   }
@@ -174,7 +182,9 @@ void vmm_region::do_resume(stream_ref s) {
         } catch (...) {
           try {
             unmap_chunk(c);
-          } catch (...) {
+          } catch (const std::exception&) {
+            // The caller gets the copy's error; the chunk stays recorded as mapped with its
+            // contents on the host, which is true, so resume() can be retried.
           }
           throw;
         }
@@ -184,7 +194,9 @@ void vmm_region::do_resume(stream_ref s) {
   } catch (...) {
     try {
       ex_->synchronize(s);
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the error that stopped the resume; a failed drain is the stream's
+      // failure seen again.
     }
     throw;
   }

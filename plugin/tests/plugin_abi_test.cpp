@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <new>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,6 +130,82 @@ TEST(PluginExecutor, RoundTripThroughTheTable) {
   EXPECT_THROW((void)ex.allocate(ok::memory_kind::device, std::size_t{1} << 62), ok::bad_alloc);
   ex.deallocate(ok::memory_kind::pinned, h, n);
   ex.deallocate(ok::memory_kind::device, d, n);
+}
+
+TEST(PluginErrors, EveryStatusHasItsOwnNameAndLogicErrorsKeepTheirKind) {
+  const std::vector<okit_status> codes = {OKIT_OK,          OKIT_ERR_OUT_OF_RANGE,
+                                          OKIT_ERR_STATE,   OKIT_ERR_LOGIC,
+                                          OKIT_ERR_OUT_OF_MEMORY, OKIT_ERR_CUDA,
+                                          OKIT_ERR_RUNTIME, OKIT_ERR_INJECTED,
+                                          OKIT_ERR_UNSUPPORTED};
+  std::set<std::string> names;
+  for (const okit_status c : codes) {
+    const std::string name = op::status_name(c);
+    EXPECT_NE(name, op::status_name(99)) << "status " << c << " has no name of its own";
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), codes.size()) << "two status codes share a name";
+  EXPECT_STREQ(op::status_name(99), "unknown status code");
+
+  auto status_of = [](auto thrower) {
+    okit_error err{};
+    return op::guard(&err, thrower);
+  };
+  EXPECT_EQ(status_of([] { throw ok::logic_error("x"); }), OKIT_ERR_LOGIC);
+  EXPECT_EQ(status_of([] { throw std::logic_error("x"); }), OKIT_ERR_LOGIC);
+  EXPECT_EQ(status_of([] { throw std::bad_alloc(); }), OKIT_ERR_OUT_OF_MEMORY);
+  EXPECT_EQ(status_of([] { throw std::runtime_error("x"); }), OKIT_ERR_RUNTIME);
+  EXPECT_EQ(status_of([] {}), OKIT_OK);
+
+  auto thrown = [](okit_status code) {
+    okit_error err{};
+    err.code = code;
+    std::strcpy(err.message, "what the plugin said");
+    op::throw_error(err, "ctx");
+  };
+  EXPECT_THROW(thrown(OKIT_ERR_RUNTIME), ok::runtime_error);
+  try {
+    thrown(OKIT_ERR_LOGIC);
+    ADD_FAILURE() << "OKIT_ERR_LOGIC did not throw";
+  } catch (const ok::out_of_range& e) {
+    ADD_FAILURE() << "OKIT_ERR_LOGIC came back as out_of_range: " << e.what();
+  } catch (const ok::logic_error& e) {
+    EXPECT_STREQ(e.what(), "ctx: what the plugin said");
+  }
+  try {
+    thrown(OKIT_ERR_UNSUPPORTED);
+    ADD_FAILURE() << "OKIT_ERR_UNSUPPORTED did not throw";
+  } catch (const ok::logic_error& e) {
+    EXPECT_STREQ(e.what(), "ctx: what the plugin said (operation not supported)");
+  }
+  // An empty message is named as such rather than left blank.
+  okit_error empty{};
+  empty.code = OKIT_ERR_STATE;
+  try {
+    op::throw_error(empty, "ctx");
+  } catch (const ok::state_error& e) {
+    EXPECT_STREQ(e.what(), "ctx: (no message)");
+  }
+}
+
+TEST(PluginExecutor, MemoryQueriesAndPointerKindsSurviveTheTable) {
+  ok::host_executor host;
+  op::executor_table table(host);
+  op::abi_executor ex(table.get());
+  EXPECT_EQ(ex.name(), host.name());
+  const ok::memory_info direct = host.device_memory(0);
+  const ok::memory_info through = ex.device_memory(0);
+  EXPECT_EQ(through.total, direct.total);
+  EXPECT_LE(through.free, through.total);
+  for (const auto kind : {ok::memory_kind::device, ok::memory_kind::pinned,
+                          ok::memory_kind::pageable}) {
+    void* p = ex.allocate(kind, 256);
+    EXPECT_EQ(ex.classify(p).kind, host.classify(p).kind)
+        << "memory kind " << static_cast<int>(kind);
+    ex.deallocate(kind, p, 256);
+  }
+  // An error of the executor behind the table arrives with its type and the table's context.
+  EXPECT_THROW((void)ex.device_memory(host.device_count()), ok::out_of_range);
 }
 
 template <class Backend>

@@ -1,11 +1,13 @@
 """An arena whose reload raises a plain Python exception from a helper: the failure offloadkit
-reports must carry the exception, its message and the Python traceback down to the helper.
+reports must carry the exception, its message and the Python traceback down to the helper. And a
+region whose info() raises after a failed pause: that error is kept and reported by the next call.
 
     offloadkit check --executor host --python python/examples/numpy_broken.py:make
+    offloadkit check --executor host --python python/examples/numpy_broken.py:make_stale_info
 """
 
 import offloadkit as ok
-from numpy_offload import NumpyArena
+from numpy_offload import NumpyArena, NumpyRegion
 
 
 def chunk_bytes(total, chunks):
@@ -22,3 +24,28 @@ class BrokenArena(NumpyArena):
 
 def make():
     return ok.Plugin(name="numpy-broken", arena=BrokenArena)
+
+
+class StaleInfoRegion(NumpyRegion):
+    """A region whose info() raises once a pause has failed: the bridge reads info() after the
+    failed call, whose own error is the one it throws, so it keeps this one and the next call
+    reports it; the check must fail with it rather than go on with a stale state."""
+
+    implementation = "numpy-stale-info"
+    pause_failed = False
+
+    def pause(self, mode, stream):
+        try:
+            super().pause(mode, stream)
+        except BaseException:
+            self.pause_failed = True
+            raise
+
+    def info(self):
+        if self.pause_failed:
+            raise RuntimeError("info: the state table is out of date")
+        return super().info()
+
+
+def make_stale_info():
+    return ok.Plugin(name="numpy-broken", region=StaleInfoRegion)

@@ -16,6 +16,8 @@ reference_offloader::~reference_offloader() {
       try {
         e.source.release();
       } catch (...) {
+        // A destructor cannot report the owner's failure, and the other sources must still go
+        // back to their owners.
       }
     }
   }

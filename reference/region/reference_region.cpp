@@ -41,7 +41,8 @@ void reference_region::do_pause(stream_ref s, pause_mode mode) {
     // The device allocation still holds the contents: stay active.
     try {
       ex_->synchronize(s);
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the copy's error; a failed drain is the stream's failure seen again.
     }
     ex_->deallocate(memory_kind::pageable, host, bytes_);
     throw;
@@ -69,7 +70,9 @@ void reference_region::do_resume(stream_ref s) {
     // Back to paused: the host copy is untouched.
     try {
       ex_->synchronize(s);
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the error that stopped the resume; a failed drain is the stream's
+      // failure seen again.
     }
     for (auto& [id, g] : fresh) ex_->destroy_graph(g);
     ex_->deallocate(memory_kind::device, dev, bytes_);

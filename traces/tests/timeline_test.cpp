@@ -330,3 +330,159 @@ TEST(Svg, EmptyTimelineIsStillAPicture) {
   const auto svg = ot::to_svg(ot::timeline{});
   EXPECT_NE(svg.find("0 records"), std::string::npos);
 }
+
+namespace {
+
+template <class Enum>
+void expect_distinct_names(std::initializer_list<Enum> values, const char* what) {
+  std::vector<std::string> names;
+  for (Enum v : values) {
+    const std::string n = ot::to_string(v);
+    EXPECT_NE(n, "?") << what << " " << static_cast<int>(v) << " has no name";
+    EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << what << " name '" << n << "' twice";
+    names.push_back(n);
+  }
+}
+
+}  // namespace
+
+TEST(Timeline, EveryEnumValueHasItsOwnName) {
+  using ot::api_kind;
+  using ot::copy_direction;
+  using ot::record_kind;
+  using ot::sync_kind;
+  expect_distinct_names({record_kind::kernel, record_kind::memcpy, record_kind::memset,
+                         record_kind::sync, record_kind::range, record_kind::api},
+                        "record_kind");
+  expect_distinct_names({copy_direction::h2d, copy_direction::d2h, copy_direction::d2d,
+                         copy_direction::h2h, copy_direction::p2p, copy_direction::unknown},
+                        "copy_direction");
+  expect_distinct_names({memory_location::device, memory_location::pinned,
+                         memory_location::pageable, memory_location::managed,
+                         memory_location::unknown},
+                        "memory_location");
+  expect_distinct_names({sync_kind::context, sync_kind::stream, sync_kind::event,
+                         sync_kind::stream_wait_event, sync_kind::event_query, sync_kind::unknown},
+                        "sync_kind");
+  expect_distinct_names({api_kind::pinned_alloc, api_kind::pinned_free, api_kind::pinned_register,
+                         api_kind::mem_map, api_kind::mem_unmap, api_kind::other},
+                        "api_kind");
+  EXPECT_STREQ(ot::to_string(static_cast<record_kind>(99)), "?");
+  EXPECT_STREQ(ot::to_string(static_cast<memory_location>(99)), "?");
+}
+
+TEST(Timeline, CopyDirectionFollowsWhereEachSideLives) {
+  using ot::copy_direction;
+  using M = memory_location;
+  EXPECT_EQ(ot::direction_of(M::pinned, M::device), copy_direction::h2d);
+  EXPECT_EQ(ot::direction_of(M::pageable, M::managed), copy_direction::h2d);
+  EXPECT_EQ(ot::direction_of(M::device, M::pageable), copy_direction::d2h);
+  EXPECT_EQ(ot::direction_of(M::managed, M::device), copy_direction::d2d);
+  EXPECT_EQ(ot::direction_of(M::pinned, M::pageable), copy_direction::h2h);
+  EXPECT_EQ(ot::direction_of(M::unknown, M::device), copy_direction::unknown);
+  EXPECT_EQ(ot::direction_of(M::pinned, M::unknown), copy_direction::unknown);
+}
+
+TEST(Timeline, MemsetTargetsTheDeviceAndSortKeepsTiesInOrder) {
+  ot::timeline t;
+  t.add_kernel("late", 50, 60, 7);
+  const ot::record& m = t.add_memset(4096, 10, 20, 7, 1);
+  EXPECT_EQ(m.kind, ot::record_kind::memset);
+  EXPECT_EQ(m.dst, memory_location::device);
+  EXPECT_EQ(m.bytes, 4096u);
+  EXPECT_EQ(m.device, 1);
+  EXPECT_TRUE(m.is_device_work());
+  t.add_kernel("tie a", 10, 30, 8);
+  t.add_kernel("tie b", 10, 40, 9);
+  t.sort();
+  ASSERT_EQ(t.records.size(), 4u);
+  EXPECT_EQ(t.records[0].name, "memset");
+  EXPECT_EQ(t.records[1].name, "tie a");
+  EXPECT_EQ(t.records[2].name, "tie b");
+  EXPECT_EQ(t.records[3].name, "late");
+  EXPECT_EQ(t.begin_ns(), 10);
+  EXPECT_EQ(t.end_ns(), 60);
+}
+
+TEST(ChromeTrace, EveryKindOfRecordRoundTrips) {
+  ot::timeline t;
+  t.source = "synthetic";
+  t.add_kernel("k", 0, 10, 7);
+  t.add_memset(512, 10, 12, 7);
+  t.add_copy(memory_location::managed, memory_location::device, 64, 12, 20, 13);
+  t.add_sync(ot::sync_kind::event_query, 20, 21, 3);
+  t.add_range("step 0", 0, 30, 3);
+  t.add_api(ot::api_kind::mem_unmap, "cuMemUnmap", 25, 26, 2 * MiB, 3);
+  const ot::timeline back = ot::parse_chrome_trace(ot::to_chrome_trace(t));
+  ASSERT_EQ(back.records.size(), t.records.size());
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const auto& a = t.records[i];
+    const auto& b = back.records[i];
+    EXPECT_EQ(a.kind, b.kind) << i;
+    EXPECT_EQ(a.name, b.name) << i;
+    EXPECT_EQ(a.start_ns, b.start_ns) << i;
+    EXPECT_EQ(a.end_ns, b.end_ns) << i;
+    EXPECT_EQ(a.bytes, b.bytes) << i;
+    EXPECT_EQ(a.direction, b.direction) << i;
+    EXPECT_EQ(a.dst, b.dst) << i;
+    EXPECT_EQ(a.sync, b.sync) << i;
+    EXPECT_EQ(a.api, b.api) << i;
+  }
+}
+
+TEST(Svg, LegendNamesEveryStyleAndTextIsEscaped) {
+  ot::timeline t;
+  t.add_memset(64, 0, 10, 7);
+  t.add_copy(memory_location::pinned, memory_location::device, 64, 0, 10, 13);
+  t.add_copy(memory_location::device, memory_location::device, 64, 10, 20, 13);
+  t.add_copy(memory_location::unknown, memory_location::device, 64, 20, 30, 13);
+  t.add_sync(ot::sync_kind::stream, 0, 5, 1);
+  t.add_api(ot::api_kind::pinned_free, "cudaFreeHost", 5, 6, 64, 1);
+  t.add_api(ot::api_kind::mem_map, "cuMemMap", 6, 7, 64, 1);
+  t.add_api(ot::api_kind::other, "cudaSetDevice", 7, 8, 0, 1);
+  t.add_kernel("say \"hi\"\x01", 0, 10, 7);
+  const std::string svg = ot::to_svg(t);
+  for (const char* w : {"memset", "copy H2D", "copy D2D", "copy other", "host sync",
+                        "pinned free", "map/unmap", ">api<", "say &quot;hi&quot; "}) {
+    EXPECT_NE(svg.find(w), std::string::npos) << w;
+  }
+  EXPECT_EQ(svg.find('\x01'), std::string::npos) << "a control character reached the XML";
+}
+
+TEST(Analysis, OffendersAreListedInTimeOrderWithTheirSizes) {
+  ot::timeline t;
+  // Added out of order: the report lists them by start time.
+  t.add_copy(memory_location::pageable, memory_location::device, 3 * 1024, 2 * ms, 3 * ms, 13);
+  t.add_copy(memory_location::device, memory_location::pageable, 100, 1 * ms, 2 * ms, 13);
+  const auto v = ot::pageable_copies(t);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_LT(v[0]->start_ns, v[1]->start_ns);
+  const auto report = ot::check_no_pageable_copies(t);
+  EXPECT_FALSE(report.passed);
+  const auto first = report.text.find("100 B");
+  const auto second = report.text.find("3.00 KiB");
+  ASSERT_NE(first, std::string::npos) << report.text;
+  ASSERT_NE(second, std::string::npos) << report.text;
+  EXPECT_LT(first, second) << report.text;
+
+  // Without step ranges the whole timeline is one step, and the report says so.
+  ot::timeline u;
+  u.add_sync(ot::sync_kind::context, 5 * ms, 6 * ms, 2);
+  u.add_sync(ot::sync_kind::stream, 1 * ms, 2 * ms, 2);
+  const auto syncs = ot::host_syncs_in_steps(u);
+  ASSERT_EQ(syncs.size(), 2u);
+  EXPECT_LT(syncs[0]->start_ns, syncs[1]->start_ns);
+  const auto r = ot::check_no_host_syncs_in_steps(u);
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.text.find("the whole timeline is one step"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("on host thread 2"), std::string::npos) << r.text;
+
+  ot::timeline w;
+  w.add_range("step 0", 0, ms, 1);
+  w.add_api(ot::api_kind::pinned_register, "cudaHostRegister", 3 * ms, 4 * ms, 2048, 1);
+  w.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 2 * ms, 3 * ms, 2048, 1);
+  const auto allocs = ot::steady_state_pinned_allocations(w);
+  ASSERT_EQ(allocs.size(), 2u);
+  EXPECT_EQ(allocs[0]->name, "cudaHostAlloc");
+  EXPECT_EQ(allocs[1]->name, "cudaHostRegister");
+}

@@ -72,10 +72,15 @@ graph_ref capture_graph(executor& ex, const capture_fn& fn, void* base, stream_r
   try {
     fn(base, s);
   } catch (...) {
-    // End the capture so that the stream is usable again, and drop what was recorded.
-    try {
-      ex.destroy_graph(ex.end_capture(s));
-    } catch (...) {
+    // End the capture so that the stream is usable again, and drop what was recorded; a failed
+    // end may leave the stream capturing, so it is tried once more.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        ex.destroy_graph(ex.end_capture(s));
+        break;
+      } catch (const std::exception&) {
+        // The caller gets the capture function's error, which is why nothing was captured.
+      }
     }
     throw;
   }
@@ -85,7 +90,8 @@ graph_ref capture_graph(executor& ex, const capture_fn& fn, void* base, stream_r
     // A failed end may leave the stream capturing; try once more so that it is usable again.
     try {
       ex.destroy_graph(ex.end_capture(s));
-    } catch (...) {
+    } catch (const std::exception&) {
+      // The caller gets the first end_capture's error; this second try only frees the stream.
     }
     throw;
   }

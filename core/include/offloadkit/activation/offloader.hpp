@@ -81,6 +81,9 @@ struct offload_stats {
   std::size_t pinned_allocations = 0;
   std::size_t device_allocations = 0;
   std::size_t pending_waits = 0;  ///< sources pack() waited for to stay within max_pending_bytes
+  /// Prefetches that failed inside unpack(), which still succeeded: the tensors they were for
+  /// are uploaded on demand instead.
+  std::size_t failed_prefetches = 0;
 };
 
 class offloader {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,13 @@ class async_offloader final : public offloader {
   /// Waits for its own copies and gives back every source it still holds. Tensors returned by
   /// unpack() must have been released before.
   ~async_offloader() override;
+
+  /// The error of the latest prefetch that failed inside unpack() (null if none did). unpack()
+  /// still returns its own tensor then; the tensors left unprefetched are uploaded on demand, and
+  /// stats().failed_prefetches counts such failures.
+  [[nodiscard]] std::exception_ptr last_prefetch_error() const noexcept {
+    return last_prefetch_error_;
+  }
 
  private:
   /// A pooled buffer and the event after which it may be overwritten (stream-ordered reuse).
@@ -124,6 +132,7 @@ class async_offloader final : public offloader {
   int last_pack_layer_ = -1;
   int backward_layer_ = -1;
   offload_stats stats_;
+  std::exception_ptr last_prefetch_error_;
 };
 
 }  // namespace offloadkit::activation
