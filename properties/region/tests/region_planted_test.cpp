@@ -478,32 +478,32 @@ std::set<std::string> failing_properties(const offloadkit::testing::region_imple
 using names = std::set<std::string>;
 const auto optimized = offloadkit::testing::optimized_region_implementation;
 
-TEST(RegionExactlyOneProperty, StagedRegionWithoutABugPassesEverything) {
+TEST(RegionCatchesExactlyOne, StagedRegionWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<staged_region>(optimized())), names{});
 }
-TEST(RegionExactlyOneProperty, StickyDiscardOnlyByModel) {
+TEST(RegionCatchesExactlyOne, StickyDiscardOnlyByModel) {
   EXPECT_EQ(failing_properties(planted<sticky_discard_region>(optimized())), names{"model_based"});
 }
-TEST(RegionExactlyOneProperty, KeptScratchOnlyByReleaseIsReal) {
+TEST(RegionCatchesExactlyOne, KeptScratchOnlyByReleaseIsReal) {
   EXPECT_EQ(failing_properties(planted<scratch_keeping_region>(optimized())),
             names{"release_is_real"});
 }
-TEST(RegionExactlyOneProperty, WrongUnregisterOnlyByGraphReplay) {
+TEST(RegionCatchesExactlyOne, WrongUnregisterOnlyByGraphReplay) {
   EXPECT_EQ(failing_properties(planted<wrong_unregister_region>(optimized())),
             names{"graph_replay_after_resume"});
 }
-TEST(RegionExactlyOneProperty, DiscardOnFailedPauseOnlyByPauseCountdown) {
+TEST(RegionCatchesExactlyOne, DiscardOnFailedPauseOnlyByPauseCountdown) {
   EXPECT_EQ(failing_properties(planted<discarding_failed_pause_region>(optimized())),
             names{"fault_countdown_pause"});
 }
-TEST(RegionExactlyOneProperty, LossOnFailedResumeOnlyByResumeCountdown) {
+TEST(RegionCatchesExactlyOne, LossOnFailedResumeOnlyByResumeCountdown) {
   EXPECT_EQ(failing_properties(planted<lossy_on_failure_region>(optimized())),
             names{"fault_countdown_resume"});
 }
-TEST(RegionExactlyOneProperty, GrowingPinnedMemoryOnlyByManyCycles) {
+TEST(RegionCatchesExactlyOne, GrowingPinnedMemoryOnlyByManyCycles) {
   EXPECT_EQ(failing_properties(planted<growing_region>(optimized())), names{"many_cycles"});
 }
-TEST(RegionExactlyOneProperty, ClampedDeviceOnlyByStateErrors) {
+TEST(RegionCatchesExactlyOne, ClampedDeviceOnlyByStateErrors) {
   auto impl = optimized();
   impl.name = "planted";
   impl.make = [](executor& e, region_config c) {
@@ -512,19 +512,19 @@ TEST(RegionExactlyOneProperty, ClampedDeviceOnlyByStateErrors) {
   };
   EXPECT_EQ(failing_properties(impl), names{"state_errors"});
 }
-TEST(RegionExactlyOneProperty, ScratchOnAnotherDeviceOnlyByMultiDevice) {
+TEST(RegionCatchesExactlyOne, ScratchOnAnotherDeviceOnlyByMultiDevice) {
   EXPECT_EQ(failing_properties(planted<wrong_device_scratch_region>(optimized())),
             names{"multi_device"});
 }
-TEST(RegionExactlyOneProperty, ImpatientPauseOnlyByCrossStreamOrder) {
+TEST(RegionCatchesExactlyOne, ImpatientPauseOnlyByCrossStreamOrder) {
   EXPECT_EQ(failing_properties(planted<impatient_region>(optimized())),
             names{"cross_stream_order"});
 }
-TEST(RegionExactlyOneProperty, MergedCopyAcrossAllocationsOnlyByAdjacentAllocations) {
+TEST(RegionCatchesExactlyOne, MergedCopyAcrossAllocationsOnlyByAdjacentAllocations) {
   EXPECT_EQ(failing_properties(planted<merging_region>(optimized())),
             names{"adjacent_allocations"});
 }
-TEST(RegionExactlyOneProperty, ClearingDiscardOnlyByUnifiedRelease) {
+TEST(RegionCatchesExactlyOne, ClearingDiscardOnlyByUnifiedRelease) {
   EXPECT_EQ(failing_properties(planted<clearing_unified_region>(
                 offloadkit::testing::unified_region_implementation())),
             names{"unified_release_behaviour"});

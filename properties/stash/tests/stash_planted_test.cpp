@@ -267,29 +267,29 @@ std::set<std::string> failing_properties(const offloadkit::testing::stash_implem
 
 using names = std::set<std::string>;
 
-TEST(StashExactlyOneProperty, ForwardingWithoutABugPassesEverything) {
+TEST(StashCatchesExactlyOne, ForwardingWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<plain_stash>()), names{});
 }
-TEST(StashExactlyOneProperty, CappedRowsOnlyByRoundTrip) {
+TEST(StashCatchesExactlyOne, CappedRowsOnlyByRoundTrip) {
   EXPECT_EQ(failing_properties(capped_rows()), names{"round_trip_and_conservation"});
 }
-TEST(StashExactlyOneProperty, MisreportedStatusRowsOnlyByCapacitySweep) {
+TEST(StashCatchesExactlyOne, MisreportedStatusRowsOnlyByCapacitySweep) {
   EXPECT_EQ(failing_properties(planted<misreporting_stash>()),
             names{"capacity_sweep_first_overflow"});
 }
-TEST(StashExactlyOneProperty, WrappedKeysOnlyByKeyLimits) {
+TEST(StashCatchesExactlyOne, WrappedKeysOnlyByKeyLimits) {
   EXPECT_EQ(failing_properties(planted<wrapping_key_stash>()), names{"key_limits"});
 }
-TEST(StashExactlyOneProperty, LenientConfigOnlyByConfigLimits) {
+TEST(StashCatchesExactlyOne, LenientConfigOnlyByConfigLimits) {
   EXPECT_EQ(failing_properties(lenient_config()), names{"config_limits"});
 }
-TEST(StashExactlyOneProperty, SwallowedFaultOnlyByCountdown) {
+TEST(StashCatchesExactlyOne, SwallowedFaultOnlyByCountdown) {
   EXPECT_EQ(failing_properties(planted<swallowing_stash>()), names{"injected_faults_countdown"});
 }
-TEST(StashExactlyOneProperty, WrongStreamOnlyByModel) {
+TEST(StashCatchesExactlyOne, WrongStreamOnlyByModel) {
   EXPECT_EQ(failing_properties(planted<own_stream_stash>()), names{"model_based"});
 }
-TEST(StashExactlyOneProperty, FirstRowsPointerOnlyByGraphReplay) {
+TEST(StashCatchesExactlyOne, FirstRowsPointerOnlyByGraphReplay) {
   EXPECT_EQ(failing_properties(planted<first_rows_pointer_stash>()),
             names{"graph_replay_row_counts"});
 }
@@ -319,21 +319,21 @@ std::set<std::string> failing_codec_properties(const stash::testing::key_codecs&
   return failing_properties(offloadkit::testing::stash_codec_checks(codecs));
 }
 
-TEST(StashCodecExactlyOneProperty, LibraryCodecsPassEverything) {
+TEST(StashCodecCatchesExactlyOne, LibraryCodecsPassEverything) {
   EXPECT_EQ(failing_codec_properties(stash::testing::builtin_codecs()), names{});
 }
-TEST(StashCodecExactlyOneProperty, CollidingFixedWidthCodecOnlyByInjectivity) {
+TEST(StashCodecCatchesExactlyOne, CollidingFixedWidthCodecOnlyByInjectivity) {
   auto c = stash::testing::builtin_codecs();
   c.encode = &encode_dropping_layer_top_bit;
   EXPECT_EQ(failing_codec_properties(c), names{"fixed_width_codec_injective"});
 }
-TEST(StashCodecExactlyOneProperty, BrokenLegacyDecodeOnlyByBelow1000) {
+TEST(StashCodecCatchesExactlyOne, BrokenLegacyDecodeOnlyByBelow1000) {
   auto c = stash::testing::builtin_codecs();
   c.legacy_decode = &legacy_decode_two_digit_microbatch;
   c.legacy_representable = &legacy_round_trip_of_two_digit_decode;
   EXPECT_EQ(failing_codec_properties(c), names{"legacy_codec_round_trips_below_1000"});
 }
-TEST(StashCodecExactlyOneProperty, OverclaimedRepresentabilityOnlyByClaimAgreement) {
+TEST(StashCodecCatchesExactlyOne, OverclaimedRepresentabilityOnlyByClaimAgreement) {
   auto c = stash::testing::builtin_codecs();
   c.legacy_representable = &legacy_claims_the_fixed_width_range;
   EXPECT_EQ(failing_codec_properties(c), names{"legacy_codec_claim_agrees_with_round_trip"});
