@@ -341,8 +341,27 @@ struct read_cmd final : region_command {
   }
 };
 
-/// Model-based: random writes of sub-ranges, pauses in both modes, resumes, graph replays and
-/// reads, each on one of two streams, against a model of which words hold which pattern.
+/// The owner reuses the device memory a paused region gave back: it allocates as much, writes it
+/// on one stream and frees it. A pause that returned with its own copies still in flight would
+/// have them read the owner's bytes.
+struct reuse_cmd final : region_command {
+  int stream_index = gen_stream();
+  void checkPreconditions(const region_model& m) const override { RC_PRE(!m.active); }
+  void run(const region_model&, region_sut& sut) const override {
+    const stream_ref s = sut.on(stream_index, false);
+    buffer reused(*sut.dx, memory_kind::device, sut.region->footprint(), sut.region->device());
+    sut.dx->fill(reused.data(), 0xEE, reused.size(), s);
+    sut.dx->synchronize(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "reuse the released memory";
+    show_stream(os, stream_index);
+  }
+};
+
+/// Model-based: random writes of sub-ranges, pauses in both modes, resumes, graph replays, reads
+/// and reuse of released memory, each on one of two streams, against a model of which words hold
+/// which pattern.
 void model_based(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 4);
   delay_adaptor dx(ex);
@@ -366,9 +385,9 @@ void model_based(executor& ex, const region_implementation& impl) {
   region_model m;
   m.words = sh.words;
   m.segments.push_back({0, sh.words, 0, 0, 0, true});
-  rc::state::check(
-      m, sut,
-      rc::state::gen::execOneOfWithArgs<write_cmd, pause_cmd, resume_cmd, replay_cmd, read_cmd>());
+  rc::state::check(m, sut,
+                   rc::state::gen::execOneOfWithArgs<write_cmd, pause_cmd, resume_cmd, replay_cmd,
+                                                     read_cmd, reuse_cmd>());
   dx.clear();
   sut.streams[0].synchronize();
   sut.streams[1].synchronize();
