@@ -394,16 +394,17 @@ inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
 
 /// A config with one field at the edge of its valid range.
 struct config_edge {
-  const char* field;    ///< the field check_config() names
-  std::uint64_t value;  ///< its value
-  bool valid;           ///< whether the config is usable
+  const char* field;   ///< the field check_config() names
+  std::int64_t value;  ///< its value; for `device`, -1 or one past the executor's last device
+  bool valid;          ///< whether the config is usable
 };
 
 /// Every config field at its last valid and first invalid value: row_bytes, rows_per_page and
 /// max_keys at 1 and 0, max_rows and both tiers at 0, the two tiers together at 2^31 pages (page
-/// ids are 32-bit on the device). The fixed cases come first in every run; random ones after.
+/// ids are 32-bit on the device), device at -1 and at the executor's device count. The fixed
+/// cases come first in every run; random ones after.
 inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
-  const std::uint64_t too_many_pages = std::uint64_t{1} << 31;
+  const std::int64_t too_many_pages = std::int64_t{1} << 31;
   const std::vector<config_edge> edges{{"row_bytes", 1, true},
                                        {"row_bytes", 0, false},
                                        {"rows_per_page", 1, true},
@@ -414,7 +415,9 @@ inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
                                        {"device_pages", 0, true},
                                        {"pinned_pages", 0, true},
                                        {"device_pages", too_many_pages, false},
-                                       {"pinned_pages", too_many_pages, false}};
+                                       {"pinned_pages", too_many_pages, false},
+                                       {"device", -1, false},
+                                       {"device", ex.device_count(), false}};
   std::vector<int> indices(edges.size());
   for (std::size_t i = 0; i < edges.size(); ++i) indices[i] = static_cast<int>(i);
   const int which = *offloadkit::testing::fixed_then_random(
@@ -429,13 +432,14 @@ inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
   cfg.pinned_pages = *rc::gen::inRange<std::size_t>(0, 4);
   cfg.max_keys = 4;
   const std::string field = e.field;
-  auto& target = field == "row_bytes"       ? cfg.row_bytes
-                 : field == "rows_per_page" ? cfg.rows_per_page
-                 : field == "max_keys"      ? cfg.max_keys
-                 : field == "max_rows"      ? cfg.max_rows
-                 : field == "device_pages"  ? cfg.device_pages
-                                            : cfg.pinned_pages;
-  target = static_cast<std::size_t>(e.value);
+  const auto n = static_cast<std::size_t>(e.value);
+  if (field == "row_bytes") cfg.row_bytes = n;
+  if (field == "rows_per_page") cfg.rows_per_page = n;
+  if (field == "max_keys") cfg.max_keys = n;
+  if (field == "max_rows") cfg.max_rows = n;
+  if (field == "device_pages") cfg.device_pages = n;
+  if (field == "pinned_pages") cfg.pinned_pages = n;
+  if (field == "device") cfg.device = static_cast<int>(e.value);
   stream s(ex);
   if (!e.valid) {
     std::string msg;
