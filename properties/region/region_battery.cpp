@@ -673,6 +673,8 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
   const std::size_t gran = ex.granularity(0);
   const int granules = *rc::gen::inRange(2, 5);
   const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
+  // Chunks of one granule, or of two, which leaves a partial last chunk in an odd region.
+  const std::size_t chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const std::size_t slack = memory_slack(ex, 0);
   fault_injection_adaptor fx(ex);
@@ -689,7 +691,7 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
-    auto r = make_region(impl, fx, region_config{words * word, 0, gran});
+    auto r = make_region(impl, fx, region_config{words * word, 0, chunk});
     void* const address = r->data();
     write_pattern(fx, r->data(), words, seed, s);
     const graph_id g = r->register_graph(affine_graph(fx, words), s);
