@@ -21,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -34,6 +35,13 @@ namespace {
 
 /// cudaMalloc returns 256-byte aligned memory; so does the host back end.
 constexpr std::size_t allocation_alignment = 256;
+
+/// What an allocation of `bytes` occupies: at least one byte (a 0-byte request still gets its own
+/// block, so the pointer is unique and non-null), rounded up to the alignment.
+std::size_t padded_size(std::size_t bytes) {
+  return (std::max<std::size_t>(bytes, 1) + allocation_alignment - 1) / allocation_alignment *
+         allocation_alignment;
+}
 /// CUDA's limit on threads per block; a launch outside [1, max_block] fails on a GPU.
 constexpr unsigned max_block = 1024;
 
@@ -213,6 +221,78 @@ struct allocation {
   memory_kind kind = memory_kind::pageable;
   std::size_t bytes = 0;
   int device = -1;
+  bool carved = false;  ///< from a carving_arena (adjacent_allocations), not from the heap
+};
+
+/// One contiguous reservation from which allocations are carved first-fit by address, so that
+/// consecutive allocations are adjacent, as cudaMalloc's can be (adjacent_allocations). The
+/// reservation is MAP_NORESERVE: only touched pages cost memory, and freed whole pages are given
+/// back to the system.
+class carving_arena {
+ public:
+  carving_arena() = default;
+  carving_arena(const carving_arena&) = delete;
+  carving_arena& operator=(const carving_arena&) = delete;
+  ~carving_arena() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+  }
+
+  /// Maps the reservation on first use; false when the system refuses it.
+  bool ready(std::size_t bytes) {
+    if (base_ != nullptr) return true;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    base_ = static_cast<char*>(p);
+    bytes_ = bytes;
+    free_[0] = bytes;
+    return true;
+  }
+
+  /// The lowest free range that holds `padded` bytes, or nullptr.
+  char* carve(std::size_t padded) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < padded) continue;
+      const std::size_t offset = it->first, length = it->second;
+      free_.erase(it);
+      if (length > padded) free_[offset + padded] = length - padded;
+      return base_ + offset;
+    }
+    return nullptr;
+  }
+
+  /// Returns [p, p + padded) to the free ranges, merged with its free neighbours.
+  void give_back(char* p, std::size_t padded) noexcept {
+    std::size_t offset = static_cast<std::size_t>(p - base_), length = padded;
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && next->first == offset + length) {
+      length += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        offset = prev->first;
+        length += prev->second;
+        free_.erase(prev);
+      }
+    }
+    free_[offset] = length;
+    // Whole pages inside the freed block go back to the system (they read as zero when reused).
+    const long page_size = sysconf(_SC_PAGESIZE);
+    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
+    const std::size_t first = (address(p) + page - 1) / page * page;
+    const std::size_t last = (address(p) + padded) / page * page;
+    if (last > first) {
+      // Only a hint: memory that stays committed is still correct, so a refusal is ignored.
+      (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    }
+  }
+
+ private:
+  char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::map<std::size_t, std::size_t> free_;  ///< offset -> length, disjoint and never touching
 };
 
 struct mapping {
@@ -240,7 +320,18 @@ struct host_executor::impl {
   explicit impl(host_executor_options o)
       : options(o),
         device_used(static_cast<std::size_t>(std::max(o.devices, 0)), 0),
-        pool(std::max(o.launch_threads, 1U) - 1) {}
+        pool(std::max(o.launch_threads, 1U) - 1) {
+    for (int d = 0; d < o.devices; ++d) device_arenas.push_back(std::make_unique<carving_arena>());
+  }
+
+  /// The arena that carves `kind` memory of `device`, or nullptr where allocations come from the
+  /// heap (adjacent_allocations off, or pageable memory).
+  carving_arena* arena_for(memory_kind kind, int device) {
+    if (!options.adjacent_allocations) return nullptr;
+    if (kind == memory_kind::device) return device_arenas[static_cast<std::size_t>(device)].get();
+    if (kind == memory_kind::pinned) return &pinned_arena;
+    return nullptr;
+  }
 
   host_executor_options options;
 
@@ -251,6 +342,9 @@ struct host_executor::impl {
   std::map<std::uint64_t, physical> physicals;
   std::uint64_t next_physical = 1;
   std::vector<std::size_t> device_used;
+  /// adjacent_allocations: one arena per device, and one for pinned memory.
+  std::vector<std::unique_ptr<carving_arena>> device_arenas;
+  carving_arena pinned_arena;
 
   // ---- handles (guarded by handle_mu) ----
   std::mutex handle_mu;
@@ -632,7 +726,10 @@ host_executor::~host_executor() {
     if (s->worker.joinable()) s->worker.join();
   }
   std::lock_guard<std::mutex> lk(m.mem_mu);
-  for (auto& kv : m.allocations) std::free(kv.first);
+  // Carved allocations go with their arenas, when the impl is destroyed.
+  for (auto& kv : m.allocations) {
+    if (!kv.second.carved) std::free(kv.first);
+  }
   m.allocations.clear();
   for (auto& kv : m.reservations) munmap(kv.first, kv.second.bytes);
   m.reservations.clear();
@@ -664,12 +761,22 @@ void* host_executor::do_allocate(memory_kind kind, std::size_t bytes, int device
     OFFLOADKIT_FAIL(out_of_memory, "host_executor::allocate: ", bytes, " bytes of ",
                     to_string(kind), " memory cannot be provided");
   }
-  // A 0-byte request still gets its own block, so the pointer is unique and non-null.
-  const std::size_t padded = (std::max<std::size_t>(bytes, 1) + allocation_alignment - 1) /
-                             allocation_alignment * allocation_alignment;
+  const std::size_t padded = padded_size(bytes);
   if (on_device) {
     std::lock_guard<std::mutex> lk(m.mem_mu);
     m.charge(device, bytes, "allocate");
+  }
+  if (carving_arena* arena = m.arena_for(kind, device)) {
+    std::lock_guard<std::mutex> lk(m.mem_mu);
+    char* p = arena->ready(m.options.device_capacity) ? arena->carve(padded) : nullptr;
+    if (p == nullptr) {
+      if (on_device) m.device_used[device] -= bytes;
+      OFFLOADKIT_FAIL(out_of_memory, "host_executor::allocate: no free range of ", padded,
+                      " bytes is left in the ", m.options.device_capacity, "-byte reservation for ",
+                      to_string(kind), " memory (adjacent_allocations)");
+    }
+    m.allocations[p] = allocation{kind, bytes, on_device ? device : -1, true};
+    return p;
   }
   void* p = nullptr;
   if (posix_memalign(&p, allocation_alignment, padded) != 0 || p == nullptr) {
@@ -681,7 +788,7 @@ void* host_executor::do_allocate(memory_kind kind, std::size_t bytes, int device
                     " bytes of ", to_string(kind), " memory");
   }
   std::lock_guard<std::mutex> lk(m.mem_mu);
-  m.allocations[key(p)] = allocation{kind, bytes, on_device ? device : -1};
+  m.allocations[key(p)] = allocation{kind, bytes, on_device ? device : -1, false};
   return p;
 }
 
@@ -708,6 +815,12 @@ void host_executor::do_deallocate(memory_kind kind, void* p, std::size_t bytes) 
     if (it->second.kind == memory_kind::device) {
       m.device_used[it->second.device] -=
           std::min(m.device_used[it->second.device], it->second.bytes);
+    }
+    if (it->second.carved) {
+      m.arena_for(it->second.kind, it->second.device)
+          ->give_back(it->first, padded_size(it->second.bytes));
+      m.allocations.erase(it);
+      return;
     }
     m.allocations.erase(it);
   }

@@ -14,7 +14,7 @@ class plugin_stash final : public stash::stash_interface {
   plugin_stash(std::shared_ptr<const library> lib, executor& ex, const stash::stash_config& cfg,
                stream_ref s)
       : obj_(std::move(lib), ex, "stash"), t_(obj_.lib->description().stash), cfg_(cfg) {
-    stash::check_config(cfg);
+    stash::check_config(cfg, ex.device_count());
     okit_stash_config c{};
     c.row_bytes = cfg.row_bytes;
     c.rows_per_page = cfg.rows_per_page;

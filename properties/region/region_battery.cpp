@@ -18,6 +18,7 @@
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
+#include "offloadkit/host_executor.hpp"
 #include "offloadkit/region/patterns.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
@@ -98,8 +99,10 @@ capture_fn affine_graph(executor& ex, std::size_t words) {
   return [&ex, words](void* base, stream_ref s) { apply_affine(ex, base, words, s); };
 }
 
-/// Region sizes: from one word to a few chunks of one granule, so that single- and multi-chunk
-/// regions and a partial last granule all occur.
+/// Region sizes: from one word to a few granules, with a chunk of one granule, of the whole
+/// region, or of several granules that does not divide the region (a partial last chunk, whose
+/// size is given a little under its granules so that the rounding up happens too). Single- and
+/// multi-chunk regions, a partial last granule and a partial last chunk all occur.
 struct shape {
   std::size_t words;
   std::size_t chunk_bytes;
@@ -111,8 +114,20 @@ shape gen_shape(executor& ex, int device, int max_granules) {
   const std::size_t tail = *rc::gen::inRange<std::size_t>(0, gran / word);
   std::size_t words = (granules * gran) / word - tail;
   if (*rc::gen::inRange(0, 8) == 0) words = *rc::gen::inRange<std::size_t>(1, 64);
-  const bool one_chunk_per_granule = *rc::gen::arbitrary<bool>();
-  return {std::max<std::size_t>(words, 1), one_chunk_per_granule ? gran : 0};
+  words = std::max<std::size_t>(words, 1);
+  const int chunking = *rc::gen::inRange(0, 3);
+  if (chunking == 0) return {words, gran};
+  if (chunking == 1) return {words, 0};
+  // k granules per chunk with k not dividing the region's granules where there are three or more.
+  const std::size_t region_granules = (words * word + gran - 1) / gran;
+  std::size_t k = 2;
+  while (k < region_granules && region_granules % k == 0) ++k;
+  return {words, k * gran - *rc::gen::inRange<std::size_t>(0, gran)};
+}
+
+/// Delays the next `ops` operations issued to `s` (one place to follow delay_adaptor's signature).
+void delay_ops(delay_adaptor& dx, stream_ref s, std::chrono::microseconds d, std::size_t ops) {
+  dx.delay_next(s, d, ops);
 }
 
 // ---- model-based --------------------------------------------------------------------------------
@@ -133,20 +148,59 @@ struct region_model {
   std::vector<segment> segments;  // sorted, covering [0, words)
 };
 
+/// The region under test driven from two streams of its device. The harness orders what the
+/// caller must order, as a caller would: its own work (writes, replays, reads) before anything on
+/// the other stream, and a resume before the caller's own work on the other stream ("work issued
+/// to s afterwards sees" the contents, on s only). A pause or resume on the other stream after a
+/// resume it leaves unordered: that is the region's own work, which the region must order. Delays
+/// on a resume's stream keep that work pending while the next command runs.
 struct region_sut {
   executor* ex;
+  delay_adaptor* dx;
   std::unique_ptr<offload_region> region;
-  stream s;
+  stream streams[2];
+  event user_done[2];    ///< recorded after the caller's own work on each stream
+  event resume_done[2];  ///< recorded after a resume on each stream
+  bool user_pending[2] = {false, false};
+  bool resume_pending[2] = {false, false};
   void* address;
   graph_id graph;
   bool address_stable;  ///< declared by the descriptor
+
+  /// The stream a command runs on, ordered after what the caller must order before it.
+  stream_ref on(int i, bool region_call) {
+    const int other = 1 - i;
+    if (user_pending[other]) {
+      ex->wait(user_done[other].ref(), streams[i].ref());
+      user_pending[other] = false;
+    }
+    if (!region_call && resume_pending[other]) {
+      ex->wait(resume_done[other].ref(), streams[i].ref());
+      resume_pending[other] = false;
+    }
+    return streams[i].ref();
+  }
+  /// Marks the end of the caller's own work on stream i.
+  void user_work_done(int i) {
+    ex->record(user_done[i].ref(), streams[i].ref());
+    user_pending[i] = true;
+  }
+  void resumed_on(int i) {
+    ex->record(resume_done[i].ref(), streams[i].ref());
+    resume_pending[i] = true;
+  }
 };
 
 using region_command = rc::state::Command<region_model, region_sut>;
 
+int gen_stream() { return *rc::gen::inRange(0, 2); }
+
+void show_stream(std::ostream& os, int i) { os << " on stream " << (i == 0 ? 'a' : 'b'); }
+
 struct write_cmd final : region_command {
   std::size_t begin = 0, end = 0;
   std::uint32_t seed = 0;
+  int stream_index = gen_stream();
   explicit write_cmd(const region_model& m) {
     begin = *rc::gen::inRange<std::size_t>(0, m.words);
     end = *rc::gen::inRange<std::size_t>(begin + 1, m.words + 1);
@@ -171,16 +225,20 @@ struct write_cmd final : region_command {
     m.segments = std::move(out);
   }
   void run(const region_model&, region_sut& sut) const override {
-    write_pattern(*sut.ex, static_cast<char*>(sut.region->data()) + begin * word, end - begin, seed,
-                  sut.s);
+    const stream_ref s = sut.on(stream_index, false);
+    write_pattern(*sut.dx, static_cast<char*>(sut.region->data()) + begin * word, end - begin, seed,
+                  s);
+    sut.user_work_done(stream_index);
   }
   void show(std::ostream& os) const override {
     os << "write [" << begin << ", " << end << ") seed " << seed;
+    show_stream(os, stream_index);
   }
 };
 
 struct pause_cmd final : region_command {
   pause_mode mode;
+  int stream_index = gen_stream();
   explicit pause_cmd(const region_model&)
       : mode(*rc::gen::inRange(0, 2) == 1 ? pause_mode::discard : pause_mode::preserve) {}
   void apply(region_model& m) const override {
@@ -190,55 +248,80 @@ struct pause_cmd final : region_command {
       for (auto& g : m.segments) g.known = false;
   }
   void run(const region_model& m, region_sut& sut) const override {
+    const stream_ref s = sut.on(stream_index, true);
     if (!m.active) {
-      RC_ASSERT_THROWS_AS(sut.region->pause(sut.s, mode), state_error);
+      RC_ASSERT_THROWS_AS(sut.region->pause(s, mode), state_error);
       RC_ASSERT(sut.region->state() == region_state::paused);
       return;
     }
-    sut.region->pause(sut.s, mode);
+    sut.region->pause(s, mode);
     RC_ASSERT(sut.region->state() == region_state::paused);
     if (sut.address_stable) RC_ASSERT(same_address(sut.region->data(), sut.address));
   }
-  void show(std::ostream& os) const override { os << "pause(" << to_string(mode) << ")"; }
+  void show(std::ostream& os) const override {
+    os << "pause(" << to_string(mode) << ")";
+    show_stream(os, stream_index);
+  }
 };
 
+/// Resumes, with the resume's own work delayed on its stream by up to half a millisecond so that
+/// it is still pending when the next command runs on the other stream.
 struct resume_cmd final : region_command {
+  int stream_index = gen_stream();
+  int delay_us =
+      *rc::gen::weightedOneOf<int>({{1, rc::gen::just(0)}, {3, rc::gen::inRange(50, 500)}});
   void apply(region_model& m) const override { m.active = true; }
   void run(const region_model& m, region_sut& sut) const override {
+    const stream_ref s = sut.on(stream_index, true);
     if (m.active) {
-      RC_ASSERT_THROWS_AS(sut.region->resume(sut.s), state_error);
+      RC_ASSERT_THROWS_AS(sut.region->resume(s), state_error);
       RC_ASSERT(sut.region->state() == region_state::active);
       return;
     }
-    sut.region->resume(sut.s);
+    if (delay_us > 0) delay_ops(*sut.dx, s, std::chrono::microseconds(delay_us), 1);
+    sut.region->resume(s);
+    sut.dx->clear();
+    sut.resumed_on(stream_index);
     RC_ASSERT(sut.region->state() == region_state::active);
     if (sut.address_stable) {
       RC_ASSERT(same_address(sut.region->data(), sut.address));
       RC_ASSERT(sut.region->captures() == 1u);
     }
   }
-  void show(std::ostream& os) const override { os << "resume"; }
+  void show(std::ostream& os) const override {
+    os << "resume";
+    show_stream(os, stream_index);
+    if (delay_us > 0) os << " delayed " << delay_us << " us";
+  }
 };
 
 struct replay_cmd final : region_command {
+  int stream_index = gen_stream();
   void apply(region_model& m) const override {
     if (!m.active) return;
     for (auto& g : m.segments) ++g.k;
   }
   void run(const region_model& m, region_sut& sut) const override {
+    const stream_ref s = sut.on(stream_index, false);
     if (!m.active) {
-      RC_ASSERT_THROWS_AS(sut.region->replay(sut.graph, sut.s), state_error);
+      RC_ASSERT_THROWS_AS(sut.region->replay(sut.graph, s), state_error);
       return;
     }
-    sut.region->replay(sut.graph, sut.s);
+    sut.region->replay(sut.graph, s);
+    sut.user_work_done(stream_index);
   }
-  void show(std::ostream& os) const override { os << "replay graph"; }
+  void show(std::ostream& os) const override {
+    os << "replay graph";
+    show_stream(os, stream_index);
+  }
 };
 
 struct read_cmd final : region_command {
+  int stream_index = gen_stream();
   void checkPreconditions(const region_model& m) const override { RC_PRE(m.active); }
   void run(const region_model& m, region_sut& sut) const override {
-    const auto got = read_words(*sut.ex, sut.region->data(), m.words, sut.s);
+    const stream_ref s = sut.on(stream_index, false);
+    const auto got = read_words(*sut.dx, sut.region->data(), m.words, s);
     for (const auto& g : m.segments) {
       if (!g.known) continue;
       for (std::size_t i = g.begin; i < g.end; ++i) {
@@ -252,24 +335,62 @@ struct read_cmd final : region_command {
       }
     }
   }
-  void show(std::ostream& os) const override { os << "read"; }
+  void show(std::ostream& os) const override {
+    os << "read";
+    show_stream(os, stream_index);
+  }
 };
 
+/// The owner reuses the device memory a paused region gave back: it allocates as much, writes it
+/// on one stream and frees it. A pause that returned with its own copies still in flight would
+/// have them read the owner's bytes.
+struct reuse_cmd final : region_command {
+  int stream_index = gen_stream();
+  void checkPreconditions(const region_model& m) const override { RC_PRE(!m.active); }
+  void run(const region_model&, region_sut& sut) const override {
+    const stream_ref s = sut.on(stream_index, false);
+    buffer reused(*sut.dx, memory_kind::device, sut.region->footprint(), sut.region->device());
+    sut.dx->fill(reused.data(), 0xEE, reused.size(), s);
+    sut.dx->synchronize(s);
+  }
+  void show(std::ostream& os) const override {
+    os << "reuse the released memory";
+    show_stream(os, stream_index);
+  }
+};
+
+/// Model-based: random writes of sub-ranges, pauses in both modes, resumes, graph replays, reads
+/// and reuse of released memory, each on one of two streams, against a model of which words hold
+/// which pattern.
 void model_based(executor& ex, const region_implementation& impl) {
-  const shape sh = gen_shape(ex, 0, 3);
-  auto region = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
-  region_sut sut{&ex, std::move(region), stream(ex, 0), nullptr, 0, impl.caps.address_stable};
+  const shape sh = gen_shape(ex, 0, 4);
+  delay_adaptor dx(ex);
+  auto region = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
+  region_sut sut{&dx,
+                 &dx,
+                 std::move(region),
+                 {stream(dx, 0), stream(dx, 0)},
+                 {event(dx, 0), event(dx, 0)},
+                 {event(dx, 0), event(dx, 0)},
+                 {false, false},
+                 {false, false},
+                 nullptr,
+                 0,
+                 impl.caps.address_stable};
   sut.address = sut.region->data();
   // Fresh device memory is unspecified: start from a known pattern.
-  write_pattern(ex, sut.region->data(), sh.words, 0, sut.s);
-  sut.graph = sut.region->register_graph(affine_graph(ex, sh.words), sut.s);
+  write_pattern(dx, sut.region->data(), sh.words, 0, sut.streams[0]);
+  sut.graph = sut.region->register_graph(affine_graph(dx, sh.words), sut.streams[0]);
+  sut.streams[0].synchronize();
   region_model m;
   m.words = sh.words;
   m.segments.push_back({0, sh.words, 0, 0, 0, true});
-  rc::state::check(
-      m, sut,
-      rc::state::gen::execOneOfWithArgs<write_cmd, pause_cmd, resume_cmd, replay_cmd, read_cmd>());
-  sut.s.synchronize();
+  rc::state::check(m, sut,
+                   rc::state::gen::execOneOfWithArgs<write_cmd, pause_cmd, resume_cmd, replay_cmd,
+                                                     read_cmd, reuse_cmd>());
+  dx.clear();
+  sut.streams[0].synchronize();
+  sut.streams[1].synchronize();
 }
 
 // ---- release, graphs, cycles, errors, devices ---------------------------------------------------
@@ -301,12 +422,16 @@ void release_is_real(executor& ex, const region_implementation& impl) {
   RC_ASSERT(free_memory_settles_near(ex, device, free0, slack));
 }
 
+/// Graphs survive pause/resume cycles: one registered before the cycles and one registered after
+/// them both replay on the region's current contents; after the first is unregistered the second
+/// still replays, and the first is refused. An address-stable region never re-captures.
 void graph_replay_after_resume(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const int before = *rc::gen::inRange(0, 3);
   const int after = *rc::gen::inRange(1, 4);
   const int cycles = *rc::gen::inRange(1, 4);
+  const int later = *rc::gen::inRange(1, 3);
   stream s(ex, 0);
   auto r = make_region(impl, ex, region_config{sh.words * word, 0, sh.chunk_bytes});
   void* const address = r->data();
@@ -323,6 +448,23 @@ void graph_replay_after_resume(executor& ex, const region_implementation& impl) 
     RC_ASSERT(same_address(r->data(), address));
     RC_ASSERT(r->captures() == 1u);  // replayed as captured, never re-captured
   }
+  // A second graph, registered after the cycles, outlives the first.
+  const graph_id g2 = r->register_graph(affine_graph(ex, sh.words), s);
+  RC_ASSERT(g2 != g);
+  r->unregister_graph(g);
+  bool refused = false;
+  try {
+    r->replay(g, s);
+  } catch (const out_of_range&) {
+    refused = true;
+  }
+  // A replay that was not refused is queued work on the region: it ends before the region does.
+  s.synchronize();
+  RC_ASSERT(refused);
+  r->pause(s);
+  r->resume(s);
+  for (int i = 0; i < later; ++i) r->replay(g2, s);
+  assert_contents(ex, *r, sh.words, seed, before + after + later, s);
 }
 
 void many_cycles(executor& ex, const region_implementation& impl) {
@@ -444,13 +586,53 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
   auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
   write_pattern(dx, r->data(), sh.words, seed, a);
   r->pause(a);
-  dx.delay_next(a, std::chrono::microseconds(delay_us), 64);
+  delay_ops(dx, a, std::chrono::microseconds(delay_us), 64);
   r->resume(a);
   r->pause(b);
   dx.clear();
   r->resume(b);
   assert_contents(dx, *r, sh.words, seed, 0, b);
   a.synchronize();
+}
+
+/// Regions whose allocations touch, as cudaMalloc places them: a region's copies stay inside
+/// each of its allocations (a copy spanning two touching allocations fails on a GPU and on the
+/// host back end), and a pause or resume of one region never changes its neighbours. The host
+/// back end's default heap never places allocations next to each other, so there the property
+/// runs on a host executor of the same shape with adjacent_allocations.
+void adjacent_allocations(executor& ex, const region_implementation& impl) {
+  std::unique_ptr<host_executor> adjacent;
+  executor* run = &ex;
+  if (const auto* host = dynamic_cast<const host_executor*>(&ex);
+      host != nullptr && !host->options().adjacent_allocations) {
+    host_executor_options o = host->options();
+    o.adjacent_allocations = true;
+    adjacent = std::make_unique<host_executor>(o);
+    run = adjacent.get();
+  }
+  executor& x = *run;
+  const int count = *rc::gen::inRange(2, 4);
+  stream s(x, 0);
+  std::vector<std::unique_ptr<offload_region>> regions;
+  std::vector<std::size_t> words;
+  std::vector<std::uint32_t> seeds;
+  for (int i = 0; i < count; ++i) {
+    const shape sh = gen_shape(x, 0, 4);
+    regions.push_back(make_region(impl, x, region_config{sh.words * word, 0, sh.chunk_bytes}));
+    words.push_back(sh.words);
+    seeds.push_back(*rc::gen::arbitrary<std::uint32_t>());
+    write_pattern(x, regions.back()->data(), sh.words, seeds.back(), s);
+  }
+  const int steps = *rc::gen::inRange(1, 6);
+  for (int step = 0; step < steps; ++step) {
+    const auto i = static_cast<std::size_t>(*rc::gen::inRange(0, count));
+    RC_LOG() << "step " << step << ": pause and resume region " << i << "\n";
+    regions[i]->pause(s);
+    regions[i]->resume(s);
+    for (std::size_t j = 0; j < regions.size(); ++j)
+      assert_contents(x, *regions[j], words[j], seeds[j], 0, s);
+  }
+  s.synchronize();
 }
 
 /// A managed region's documented release (unified_region.hpp): the allocation stays, a paused
@@ -491,6 +673,8 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
   const std::size_t gran = ex.granularity(0);
   const int granules = *rc::gen::inRange(2, 5);
   const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
+  // Chunks of one granule, or of two, which leaves a partial last chunk in an odd region.
+  const std::size_t chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const std::size_t slack = memory_slack(ex, 0);
   fault_injection_adaptor fx(ex);
@@ -507,7 +691,7 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
-    auto r = make_region(impl, fx, region_config{words * word, 0, gran});
+    auto r = make_region(impl, fx, region_config{words * word, 0, chunk});
     void* const address = r->data();
     write_pattern(fx, r->data(), words, seed, s);
     const graph_id g = r->register_graph(affine_graph(fx, words), s);
@@ -605,6 +789,7 @@ std::vector<check_case> region_battery(const region_implementation& impl) {
     out.push_back(std::move(m));
   }
   out.push_back(c("cross_stream_order", &region::cross_stream_order, 5));
+  out.push_back(c("adjacent_allocations", &region::adjacent_allocations, 10));
   if (caps.managed_memory) {
     out.push_back(c("unified_release_behaviour", &region::unified_release_behaviour, 10));
   }

@@ -8,13 +8,20 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 
+#include "offloadkit/testing/fixed_cases.hpp"
+
 namespace offloadkit {
 namespace {
+
+/// What each fixed_then_random() call site has drawn in the run_check() run in progress on this
+/// thread.
+thread_local std::map<std::string, std::size_t> tls_fixed_cases_drawn;
 
 // rapidcheck's global listener prints to stderr and, at exit, a hint in RC_PARAMS terms; offloadkit
 // reports the seed and the command that replays it itself, so the run listens to nothing.
@@ -59,6 +66,10 @@ std::string describe(const rc::detail::FailureResult& f, const observations& see
 
 }  // namespace
 
+namespace testing::detail {
+std::size_t& fixed_cases_drawn(const char* tag) { return tls_fixed_cases_drawn[tag]; }
+}  // namespace testing::detail
+
 int planned_cases(const check_case& c, const check_config& cfg) {
   // An explicit count wins both ways: a user hunting a rare failure runs longer than the default,
   // and a quick smoke run shorter.
@@ -85,6 +96,9 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
     o.message = "the check case has no property body";
     return o;
   }
+
+  // Every run starts with its property's fixed cases.
+  tls_fixed_cases_drawn.clear();
 
   rc::detail::TestParams params;
   params.seed = o.seed;

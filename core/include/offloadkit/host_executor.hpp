@@ -22,6 +22,14 @@ struct host_executor_options {
   std::size_t granularity = std::size_t{2} << 20;
   /// Host threads that run one launch's index space (in chunks).
   unsigned launch_threads = 4;
+  /// Place device and pinned allocations back to back, as cudaMalloc and cudaHostAlloc can: each
+  /// device's allocations are carved first-fit from one contiguous reservation of
+  /// device_capacity bytes (pinned ones from another of the same size), so consecutive
+  /// allocations touch (each is padded to the 256-byte alignment only). Code that merges
+  /// neighbouring buffers into one copy without asking extent_of() then issues a copy that spans
+  /// two allocations, which the host back end rejects as a GPU does. Off: every allocation is a
+  /// separate host allocation whose neighbours never touch it.
+  bool adjacent_allocations = false;
 };
 
 class host_executor final : public executor {

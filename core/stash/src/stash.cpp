@@ -19,6 +19,12 @@ void check_config(const stash_config& c) {
                      " is outside [0, ", std::size_t{1} << 31, ")");
 }
 
+void check_config(const stash_config& c, int device_count) {
+  check_config(c);
+  OFFLOADKIT_EXPECTS(c.device >= 0 && c.device < device_count, out_of_range,
+                     "stash_config.device = ", c.device, " is outside [0, ", device_count, ")");
+}
+
 const char* to_string(status_code c) noexcept {
   switch (c) {
     case status_code::ok:

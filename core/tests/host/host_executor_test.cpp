@@ -211,6 +211,111 @@ TEST(HostExecutor, ExhaustingDeviceCapacityThrowsOutOfMemoryAndRecovers) {
   EXPECT_EQ(ex.device_memory(1).free, 1024 * kib);
 }
 
+ok::host_executor_options adjacent_options() {
+  ok::host_executor_options o = small_options();
+  o.adjacent_allocations = true;
+  return o;
+}
+
+const char* bytes_of(const void* p) { return static_cast<const char*>(p); }
+
+TEST(HostExecutorAdjacent, OffUnlessAskedFor) {
+  EXPECT_FALSE(ok::host_executor_options{}.adjacent_allocations);
+  ok::host_executor heap(small_options());
+  void* a = heap.allocate(ok::memory_kind::device, 1024, 0);
+  void* b = heap.allocate(ok::memory_kind::device, 1024, 0);
+  EXPECT_NE(bytes_of(a) + 1024, bytes_of(b));  // the heap keeps its own headers in between
+  heap.deallocate(ok::memory_kind::device, b, 1024);
+  heap.deallocate(ok::memory_kind::device, a, 1024);
+}
+
+TEST(HostExecutorAdjacent, ConsecutiveAllocationsTouchAndEachKeepsItsOwnExtent) {
+  ok::host_executor ex(adjacent_options());
+  EXPECT_TRUE(ex.options().adjacent_allocations);
+  for (const ok::memory_kind kind : {ok::memory_kind::device, ok::memory_kind::pinned}) {
+    void* a = ex.allocate(kind, 1000, 0);  // padded to 1024
+    void* b = ex.allocate(kind, 512, 0);
+    void* c = ex.allocate(kind, 0, 0);  // still a block of its own
+    EXPECT_EQ(bytes_of(b), bytes_of(a) + 1024) << ok::to_string(kind);
+    EXPECT_EQ(bytes_of(c), bytes_of(b) + 512) << ok::to_string(kind);
+    EXPECT_EQ(ex.extent_of(bytes_of(a) + 999).base, a);
+    EXPECT_EQ(ex.extent_of(bytes_of(a) + 999).bytes, 1000U);
+    EXPECT_EQ(ex.extent_of(b).base, b);
+    EXPECT_EQ(ex.extent_of(b).bytes, 512U);
+    EXPECT_EQ(ex.classify(b).kind, kind == ok::memory_kind::device ? ok::pointer_kind::device
+                                                                   : ok::pointer_kind::pinned);
+    ex.deallocate(kind, c, 0);
+    ex.deallocate(kind, b, 512);
+    ex.deallocate(kind, a, 1000);
+  }
+  // Pageable memory is the heap's, as on a GPU.
+  void* p = ex.allocate(ok::memory_kind::pageable, 64);
+  EXPECT_EQ(ex.classify(p).kind, ok::pointer_kind::pageable);
+  ex.deallocate(ok::memory_kind::pageable, p, 64);
+}
+
+TEST(HostExecutorAdjacent, ACopyThatSpansTwoTouchingAllocationsIsRejectedAsOnAGpu) {
+  ok::host_executor ex(adjacent_options());
+  ok::stream s(ex, 0);
+  void* a = ex.allocate(ok::memory_kind::device, 1024, 0);
+  void* b = ex.allocate(ok::memory_kind::device, 1024, 0);
+  ASSERT_EQ(bytes_of(b), bytes_of(a) + 1024);
+  ok::buffer host(ex, ok::memory_kind::pinned, 2048);
+  for (std::size_t i = 0; i < 2048; ++i)
+    host.as<unsigned char>()[i] = static_cast<unsigned char>(i);
+  // Each allocation on its own works, and its bytes are its own.
+  ex.copy(a, host.data(), 1024, s);
+  ex.copy(b, host.as<char>() + 1024, 1024, s);
+  ok::buffer back(ex, ok::memory_kind::pinned, 2048);
+  ex.copy(back.data(), a, 1024, s);
+  ex.copy(back.as<char>() + 1024, b, 1024, s);
+  s.synchronize();
+  EXPECT_EQ(std::memcmp(back.data(), host.data(), 2048), 0);
+  // One copy over both, although the addresses are contiguous, is refused in either direction.
+  const std::string msg = message_of<ok::out_of_range>([&] { ex.copy(back.data(), a, 2048, s); });
+  EXPECT_NE(msg.find("runs past the end"), std::string::npos) << msg;
+  EXPECT_THROW(ex.copy(a, host.data(), 2048, s), ok::out_of_range);
+  EXPECT_THROW(ex.fill(static_cast<char*>(a) + 512, 0, 1024, s), ok::out_of_range);
+  ex.deallocate(ok::memory_kind::device, b, 1024);
+  ex.deallocate(ok::memory_kind::device, a, 1024);
+}
+
+TEST(HostExecutorAdjacent, FreedRangesAreReusedLowestFirstAndMergeWithTheirNeighbours) {
+  ok::host_executor ex(adjacent_options());
+  const auto dev = ok::memory_kind::device;
+  void* a = ex.allocate(dev, 256, 0);
+  void* b = ex.allocate(dev, 256, 0);
+  void* c = ex.allocate(dev, 256, 0);
+  ex.deallocate(dev, b, 256);
+  void* b2 = ex.allocate(dev, 256, 0);
+  EXPECT_EQ(b2, b);  // the hole is filled first
+  ex.deallocate(dev, a, 256);
+  ex.deallocate(dev, b2, 256);
+  void* ab = ex.allocate(dev, 512, 0);
+  EXPECT_EQ(ab, a);  // the two freed neighbours merged into one range
+  void* d = ex.allocate(dev, 256, 0);
+  EXPECT_EQ(bytes_of(d), bytes_of(c) + 256);
+  // Another device's allocations come from its own reservation.
+  void* other = ex.allocate(dev, 256, 1);
+  EXPECT_EQ(ex.extent_of(other).base, other);
+  EXPECT_EQ(ex.classify(other).device, 1);
+  for (void* p : {ab, c, d, other}) ex.deallocate(dev, p, p == ab ? 512 : 256);
+  EXPECT_EQ(ex.device_memory(0).free, 1024 * kib);
+}
+
+TEST(HostExecutorAdjacent, CapacityStillBoundsDeviceMemory) {
+  ok::host_executor ex(adjacent_options());
+  void* a = ex.allocate(ok::memory_kind::device, 768 * kib, 0);
+  EXPECT_EQ(ex.device_memory(0).free, 256 * kib);
+  EXPECT_THROW((void)ex.allocate(ok::memory_kind::device, 512 * kib, 0), ok::out_of_memory);
+  EXPECT_EQ(ex.device_memory(0).free, 256 * kib);  // the failure changed nothing
+  ex.deallocate(ok::memory_kind::device, a, 768 * kib);
+  void* whole = ex.allocate(ok::memory_kind::device, 1024 * kib, 0);
+  EXPECT_EQ(whole, a);
+  EXPECT_EQ(ex.device_memory(0).free, 0U);
+  ex.deallocate(ok::memory_kind::device, whole, 1024 * kib);
+}
+
 TEST(HostExecutor, PhysicalMemoryGoesOnlyWhenReleasedAndUnmapped) {
   ok::host_executor ex(small_options());
   const std::size_t free0 = ex.device_memory(0).free;

@@ -50,7 +50,7 @@ struct paged_stash::impl {
 
 paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
     : impl_(std::make_unique<impl>()) {
-  check_config(config);
+  check_config(config, ex.device_count());
   impl& m = *impl_;
   m.ex = &ex;
   m.cfg = config;

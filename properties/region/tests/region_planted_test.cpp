@@ -3,8 +3,13 @@
 // it exists for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <iostream>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -134,8 +139,8 @@ class growing_region final : public forwarding_region {
 
  private:
   void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
     grown_.emplace_back(ex(), memory_kind::pinned, 4096);
+    inner().pause(s, m);
   }
   std::vector<buffer> grown_;
 };
@@ -152,6 +157,220 @@ class moving_region final : public forwarding_region {
   void do_resume(stream_ref s) override {
     buffer spacer(ex(), memory_kind::device, inner().size(), inner().device());
     inner().resume(s);
+  }
+};
+
+// ---- bugs that exactly one property of the battery catches -------------------------------------
+
+/// A correct region: device memory from a vmm_region, the host copy in its own pinned staging
+/// buffers, one per chunk (allocated at the first preserving pause and kept). The variants below
+/// change one step of it.
+class staged_region : public forwarding_region {
+ public:
+  staged_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)), resumed_(ex, c.device) {
+    const std::size_t gran = ex.granularity(c.device);
+    const std::size_t reserved = (c.bytes + gran - 1) / gran * gran;
+    const std::size_t chunk = c.chunk_bytes != 0 ? c.chunk_bytes : default_chunk_bytes;
+    const std::size_t chunk_bytes = std::min(reserved, (chunk + gran - 1) / gran * gran);
+    for (std::size_t off = 0; off < c.bytes; off += chunk_bytes)
+      chunks_.push_back({off, std::min(chunk_bytes, c.bytes - off)});
+  }
+  ~staged_region() override {
+    if (resume_pending_) {
+      // Destructor path: the copies in were the region's own work and must land before the
+      // device memory goes; a failure here has no caller to go to.
+      try {
+        ex().synchronize(resumed_.ref());
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+ protected:
+  struct span {
+    std::size_t offset, bytes;
+  };
+  /// Merges neighbouring chunks whose staging buffers touch into one copy.
+  virtual bool merge_touching() const { return false; }
+  /// Orders the copies out on `s` after a resume still pending on another stream.
+  virtual void order_after_resume(stream_ref s) { ex().wait(resumed_.ref(), s); }
+  /// Whether a preserving pause copies out; false once a discarding pause has happened.
+  virtual bool copies_out() const { return true; }
+  bool discarded_once_ = false;
+  event resumed_;  ///< recorded after the copies in of the last resume
+
+  void do_pause(stream_ref s, pause_mode m) override {
+    if (m == pause_mode::preserve && copies_out()) {
+      while (staging_.size() < chunks_.size())
+        staging_.emplace_back(ex(), memory_kind::pinned, chunks_[staging_.size()].bytes);
+      if (resume_pending_) order_after_resume(s);
+      each_run([&](std::size_t first, std::size_t offset, std::size_t bytes) {
+        ex().copy(staging_[first].data(), static_cast<char*>(inner().data()) + offset, bytes, s);
+      });
+    }
+    // The device memory goes only once the copies in of a pending resume have landed.
+    if (resume_pending_) ex().synchronize(resumed_.ref());
+    resume_pending_ = false;
+    inner().pause(s, pause_mode::discard);  // waits for `s`, the copies out included
+    if (m == pause_mode::discard) discarded_once_ = true;
+    saved_ = m == pause_mode::preserve && staging_.size() == chunks_.size();
+  }
+  void do_resume(stream_ref s) override {
+    inner().resume(s);
+    if (saved_) {
+      try {
+        each_run([&](std::size_t first, std::size_t offset, std::size_t bytes) {
+          ex().copy(static_cast<char*>(inner().data()) + offset, staging_[first].data(), bytes, s);
+        });
+      } catch (const std::exception&) {
+        // Back to paused, the staging buffers intact, so that a retry can succeed.
+        ex().synchronize(s);
+        inner().pause(s, pause_mode::discard);
+        throw;
+      }
+    }
+    ex().record(resumed_.ref(), s);
+    resume_pending_ = true;
+  }
+
+ private:
+  template <class F>
+  void each_run(F copy) {
+    for (std::size_t i = 0; i < chunks_.size();) {
+      std::size_t j = i + 1, bytes = chunks_[i].bytes;
+      while (merge_touching() && j < chunks_.size() &&
+             staging_[j - 1].as<char>() + chunks_[j - 1].bytes == staging_[j].as<char>()) {
+        bytes += chunks_[j].bytes;
+        ++j;
+      }
+      copy(i, chunks_[i].offset, bytes);
+      i = j;
+    }
+  }
+
+  std::vector<span> chunks_;
+  std::vector<buffer> staging_;
+  bool resume_pending_ = false;
+  bool saved_ = false;
+};
+
+/// Bug (adjacent_allocations): copies of neighbouring chunks whose staging buffers touch are
+/// merged into one copy without asking extent_of(), so the copy spans two allocations.
+class merging_region final : public staged_region {
+ public:
+  using staged_region::staged_region;
+
+ private:
+  bool merge_touching() const override { return true; }
+};
+
+/// Bug (cross_stream_order): a pause waits for a resume pending on another stream for at most
+/// 10 ms, then copies out whatever the device holds.
+class impatient_region final : public staged_region {
+ public:
+  using staged_region::staged_region;
+
+ private:
+  void order_after_resume(stream_ref) override {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+    while (!ex().ready(resumed_.ref()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+};
+
+/// Bug (model_based): after one discarding pause, preserving pauses no longer copy out.
+class sticky_discard_region final : public staged_region {
+ public:
+  using staged_region::staged_region;
+
+ private:
+  bool copies_out() const override { return !discarded_once_; }
+};
+
+/// Bug (release_is_real): a region on any device but the first keeps a small device scratch
+/// allocation while paused (a status word it forgets to free until resume).
+class scratch_keeping_region final : public forwarding_region {
+ public:
+  scratch_keeping_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  void do_pause(stream_ref s, pause_mode m) override {
+    inner().pause(s, m);
+    if (inner().device() != 0) scratch_ = buffer(ex(), memory_kind::device, 4, inner().device());
+  }
+  void do_resume(stream_ref s) override {
+    scratch_.reset();
+    inner().resume(s);
+  }
+  buffer scratch_;
+};
+
+/// Bug (multi_device): pausing a region on a device other than the first takes its scratch on
+/// the first device (the current device at the time), moving another device's memory.
+class wrong_device_scratch_region final : public forwarding_region {
+ public:
+  wrong_device_scratch_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  void do_pause(stream_ref s, pause_mode m) override {
+    inner().pause(s, m);
+    if (inner().device() != 0) scratch_ = buffer(ex(), memory_kind::device, 4096, 0);
+  }
+  void do_resume(stream_ref s) override {
+    scratch_.reset();
+    inner().resume(s);
+  }
+  buffer scratch_;
+};
+
+/// Bug (graph_replay_after_resume): unregister_graph() destroys the most recently registered
+/// graph, whatever id it is given.
+class wrong_unregister_region final : public forwarding_region {
+ public:
+  wrong_unregister_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  graph_id do_register_graph(capture_fn fn, stream_ref s) override {
+    last_ = inner().register_graph(std::move(fn), s);
+    return last_;
+  }
+  void do_unregister_graph(graph_id) noexcept override { inner().unregister_graph(last_); }
+  graph_id last_ = 0;
+};
+
+/// Bug (fault_countdown_pause): a pause that fails midway "cleans up" by discarding the rest,
+/// which leaves the region paused with its contents lost.
+class discarding_failed_pause_region final : public forwarding_region {
+ public:
+  discarding_failed_pause_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  void do_pause(stream_ref s, pause_mode m) override {
+    try {
+      inner().pause(s, m);
+    } catch (const std::exception&) {
+      inner().pause(s, pause_mode::discard);
+      throw;
+    }
+  }
+};
+
+/// Bug (unified_release_behaviour): a managed region whose discarding pause really discards
+/// (clears the contents), against the documented behaviour that it keeps them.
+class clearing_unified_region final : public forwarding_region {
+ public:
+  clearing_unified_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<unified_region>(ex, c)) {}
+
+ private:
+  void do_pause(stream_ref s, pause_mode m) override {
+    if (m == pause_mode::discard) ex().fill(inner().data(), 0, inner().size(), s);
+    inner().pause(s, m);
   }
 };
 
@@ -233,6 +452,82 @@ TEST(RegionPlantedBugs, CorrectRegionPassesTheSameProperties) {
   // The control: the unmodified optimized region passes what the variants fail.
   for (const char* p : {"model_based", "release_is_real", "fault_countdown_resume", "many_cycles"})
     EXPECT_TRUE(run_planted<vmm_region>(p, 3).passed) << p;
+}
+
+// ---- each property catches a bug that no other property catches ------------------------------
+
+/// The properties of the whole battery for `impl` that fail on the host executor (a fresh one
+/// each), with each property's default case count (the whole battery runs in seconds).
+std::set<std::string> failing_properties(const offloadkit::testing::region_implementation& impl) {
+  std::set<std::string> failed;
+  for (const check_case& c : offloadkit::testing::region_battery(impl)) {
+    host_executor ex;
+    check_config cfg;
+    cfg.seed = offloadkit::testing::seed();
+    cfg.shrink = false;
+    const check_outcome o = run_check(c, ex, cfg);
+    EXPECT_EQ(o.message.find("the check itself threw"), std::string::npos) << c.name << o.message;
+    if (!o.passed && !o.skipped) {
+      failed.insert(c.name);
+      std::cout << c.name << " failed:\n" << o.message.substr(0, 400) << "\n";
+    }
+  }
+  return failed;
+}
+
+using names = std::set<std::string>;
+const auto optimized = offloadkit::testing::optimized_region_implementation;
+
+TEST(RegionCatchesExactlyOne, StagedRegionWithoutABugPassesEverything) {
+  EXPECT_EQ(failing_properties(planted<staged_region>(optimized())), names{});
+}
+TEST(RegionCatchesExactlyOne, StickyDiscardOnlyByModel) {
+  EXPECT_EQ(failing_properties(planted<sticky_discard_region>(optimized())), names{"model_based"});
+}
+TEST(RegionCatchesExactlyOne, KeptScratchOnlyByReleaseIsReal) {
+  EXPECT_EQ(failing_properties(planted<scratch_keeping_region>(optimized())),
+            names{"release_is_real"});
+}
+TEST(RegionCatchesExactlyOne, WrongUnregisterOnlyByGraphReplay) {
+  EXPECT_EQ(failing_properties(planted<wrong_unregister_region>(optimized())),
+            names{"graph_replay_after_resume"});
+}
+TEST(RegionCatchesExactlyOne, DiscardOnFailedPauseOnlyByPauseCountdown) {
+  EXPECT_EQ(failing_properties(planted<discarding_failed_pause_region>(optimized())),
+            names{"fault_countdown_pause"});
+}
+TEST(RegionCatchesExactlyOne, LossOnFailedResumeOnlyByResumeCountdown) {
+  EXPECT_EQ(failing_properties(planted<lossy_on_failure_region>(optimized())),
+            names{"fault_countdown_resume"});
+}
+TEST(RegionCatchesExactlyOne, GrowingPinnedMemoryOnlyByManyCycles) {
+  EXPECT_EQ(failing_properties(planted<growing_region>(optimized())), names{"many_cycles"});
+}
+TEST(RegionCatchesExactlyOne, ClampedDeviceOnlyByStateErrors) {
+  auto impl = optimized();
+  impl.name = "planted";
+  impl.make = [](executor& e, region_config c) {
+    c.device = std::min(std::max(c.device, 0), e.device_count() - 1);
+    return std::unique_ptr<offload_region>(std::make_unique<vmm_region>(e, c));
+  };
+  EXPECT_EQ(failing_properties(impl), names{"state_errors"});
+}
+TEST(RegionCatchesExactlyOne, ScratchOnAnotherDeviceOnlyByMultiDevice) {
+  EXPECT_EQ(failing_properties(planted<wrong_device_scratch_region>(optimized())),
+            names{"multi_device"});
+}
+TEST(RegionCatchesExactlyOne, ImpatientPauseOnlyByCrossStreamOrder) {
+  EXPECT_EQ(failing_properties(planted<impatient_region>(optimized())),
+            names{"cross_stream_order"});
+}
+TEST(RegionCatchesExactlyOne, MergedCopyAcrossAllocationsOnlyByAdjacentAllocations) {
+  EXPECT_EQ(failing_properties(planted<merging_region>(optimized())),
+            names{"adjacent_allocations"});
+}
+TEST(RegionCatchesExactlyOne, ClearingDiscardOnlyByUnifiedRelease) {
+  EXPECT_EQ(failing_properties(planted<clearing_unified_region>(
+                offloadkit::testing::unified_region_implementation())),
+            names{"unified_release_behaviour"});
 }
 
 }  // namespace

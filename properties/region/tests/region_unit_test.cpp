@@ -66,6 +66,26 @@ TEST(VmmRegion, ChunksAreGranularityMultiplesCoveringTheRegion) {
   EXPECT_EQ(r.host_buffer_bytes(), 5 * mib + 3);
 }
 
+TEST(VmmRegion, APartialLastChunkRoundTripsOnNeighbouringAllocations) {
+  host_executor_options o;
+  o.adjacent_allocations = true;
+  host_executor ex(o);
+  stream s(ex, 0);
+  // 5 MiB + 4 bytes in chunks of 4 MiB: the last chunk is one granule, partly used.
+  vmm_region r(ex, region_config{5 * mib + 4, 0, 4 * mib - 100});
+  EXPECT_EQ(r.chunk_bytes(), 4 * mib);
+  EXPECT_EQ(r.footprint(), 6 * mib);
+  write_pattern(ex, r.data(), r.size() / 4, 15, s);
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    r.pause(s);
+    // Pinned memory taken now lands right after the region's host buffer.
+    buffer neighbour(ex, memory_kind::pinned, 256);
+    ex.fill(neighbour.data(), 0xEE, 256, s);
+    r.resume(s);
+    EXPECT_TRUE(holds_pattern(ex, r, 15, s));
+  }
+}
+
 TEST(VmmRegion, PauseQueuesTheNextCopyBeforeUnmappingAChunk) {
   host_executor host;
   order_log log(host, nullptr);

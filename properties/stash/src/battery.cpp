@@ -27,6 +27,7 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
   out.push_back(make("round_trip_and_conservation", &props::prop_round_trip, 200));
   out.push_back(make("capacity_sweep_first_overflow", &props::prop_capacity_sweep, 80));
   out.push_back(make("key_limits", &props::prop_key_limits, 30));
+  out.push_back(make("config_limits", &props::prop_config_limits, 30));
   // The fault adaptor fails only what passes through the executor.
   if (impl.support.executor_allocations) {
     out.push_back(make("injected_faults_countdown", &props::prop_injected_faults, 15));
@@ -38,20 +39,26 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
   return out;
 }
 
+std::vector<check_case> stash_codec_checks(const stash::testing::key_codecs& codecs) {
+  using codec_property = void (*)(const stash::testing::key_codecs&);
+  auto make = [&codecs](const char* implementation, const char* name, codec_property f) {
+    check_case c;
+    c.feature = "stash";
+    c.implementation = implementation;
+    c.name = name;
+    c.property = [codecs, f](executor&) { f(codecs); };
+    c.default_cases = 500;
+    return c;
+  };
+  namespace props = stash::testing;
+  return {make("key_codec", "fixed_width_codec_injective", &props::prop_codec_injective),
+          make("legacy_codec", "legacy_codec_round_trips_below_1000", &props::prop_legacy_in_range),
+          make("legacy_codec", "legacy_codec_claim_agrees_with_round_trip",
+               &props::prop_legacy_claim_agrees)};
+}
+
 std::vector<check_case> stash_codec_checks() {
-  std::vector<check_case> out;
-  check_case c;
-  c.feature = "stash";
-  c.implementation = "key_codec";
-  c.name = "fixed_width_codec_injective";
-  c.property = stash::testing::prop_codec_injective;
-  c.default_cases = 500;
-  out.push_back(c);
-  c.implementation = "legacy_codec";
-  c.name = "legacy_codec_round_trips_below_1000";
-  c.property = stash::testing::prop_legacy_in_range;
-  out.push_back(c);
-  return out;
+  return stash_codec_checks(stash::testing::builtin_codecs());
 }
 
 stash_implementation reference_stash_implementation() {

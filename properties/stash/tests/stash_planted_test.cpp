@@ -7,14 +7,17 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
 #include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
 #include "testing.hpp"
 
@@ -150,6 +153,236 @@ offloadkit::testing::stash_implementation undersized() {
     return std::unique_ptr<stash_interface>(
         std::make_unique<undersized_stash>(ex, c, one_page_short(c), s));
   });
+}
+
+// ---- bugs that exactly one property of the battery catches -------------------------------------
+
+/// No bug: the control.
+class plain_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+};
+
+/// Bug (round_trip_and_conservation): buffers for at most 30 rows whatever max_rows says; a key
+/// with more rows is refused (rows_too_large) and restores nothing.
+offloadkit::testing::stash_implementation capped_rows() {
+  return planted_descriptor([](executor& ex, const stash_config& c, stream_ref s) {
+    stash_config real = c;
+    real.max_rows = std::min<std::size_t>(c.max_rows, 30);
+    return std::unique_ptr<stash_interface>(std::make_unique<plain_stash>(ex, c, real, s));
+  });
+}
+
+/// Bug (capacity_sweep_first_overflow): the status word reports the overflowing key's page need
+/// where its row count belongs.
+class misreporting_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  stash_snapshot do_snapshot(stream_ref s) override {
+    stash_snapshot snap = inner_->snapshot(s);
+    if (!snap.status.ok()) snap.status.rows = snap.status.needed;
+    return snap;
+  }
+};
+
+/// Bug (key_limits): stash() wraps key fields into their widths instead of refusing them.
+class wrapping_key_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  void do_stash(const stash_key& k, const void* src, const std::uint64_t* rows,
+                stream_ref s) override {
+    const stash_key wrapped{k.vp % key_limits::vp, k.layer % key_limits::layer,
+                            k.microbatch % key_limits::microbatch};
+    inner_->stash(wrapped, src, rows, s);
+  }
+};
+
+/// Bug (config_limits): rows_per_page = 0 is taken as 1 instead of being refused.
+offloadkit::testing::stash_implementation lenient_config() {
+  return planted_descriptor([](executor& ex, const stash_config& c, stream_ref s) {
+    stash_config fixed = c;
+    if (fixed.rows_per_page == 0) fixed.rows_per_page = 1;
+    return std::unique_ptr<stash_interface>(std::make_unique<plain_stash>(ex, fixed, fixed, s));
+  });
+}
+
+/// Bug (model_based): every call runs on the stream the stash was made with, not the one given.
+class own_stream_stash final : public forwarding_stash {
+ public:
+  own_stream_stash(executor& ex, const stash_config& c, stream_ref s)
+      : forwarding_stash(ex, c, c, s), made_on_(s) {}
+
+ private:
+  stream_ref made_on_;
+  void do_stash(const stash_key& k, const void* src, const std::uint64_t* rows,
+                stream_ref) override {
+    inner_->stash(k, src, rows, made_on_);
+  }
+  void do_restore(const stash_key& k, void* dst, std::uint64_t* rows_out, stream_ref) override {
+    inner_->restore(k, dst, rows_out, made_on_);
+  }
+};
+
+/// Bug (graph_replay_row_counts): the row-count pointer of the first stash() is kept and read
+/// for every later key (one pointer per step is the common case it was written for).
+class first_rows_pointer_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  const std::uint64_t* first_ = nullptr;
+  void do_stash(const stash_key& k, const void* src, const std::uint64_t* rows,
+                stream_ref s) override {
+    if (first_ == nullptr) first_ = rows;
+    inner_->stash(k, src, first_, s);
+  }
+};
+
+/// The properties of the whole battery for `impl` that fail on the host executor (a fresh one
+/// each, each property's default case count).
+std::set<std::string> failing_properties(const std::vector<check_case>& battery) {
+  std::set<std::string> failed;
+  for (const check_case& c : battery) {
+    host_executor ex;
+    offloadkit::check_config cfg;
+    cfg.seed = offloadkit::testing::seed();
+    cfg.shrink = false;
+    const check_outcome o = run_check(c, ex, cfg);
+    EXPECT_EQ(o.message.find("the check itself threw"), std::string::npos) << c.name << o.message;
+    if (!o.passed) {
+      failed.insert(c.name);
+      std::cout << c.name << " failed:\n" << o.message.substr(0, 400) << "\n";
+    }
+  }
+  return failed;
+}
+
+std::set<std::string> failing_properties(const offloadkit::testing::stash_implementation& impl) {
+  return failing_properties(offloadkit::testing::stash_battery(impl));
+}
+
+using names = std::set<std::string>;
+
+TEST(StashCatchesExactlyOne, ForwardingWithoutABugPassesEverything) {
+  EXPECT_EQ(failing_properties(planted<plain_stash>()), names{});
+}
+TEST(StashCatchesExactlyOne, CappedRowsOnlyByRoundTrip) {
+  EXPECT_EQ(failing_properties(capped_rows()), names{"round_trip_and_conservation"});
+}
+TEST(StashCatchesExactlyOne, MisreportedStatusRowsOnlyByCapacitySweep) {
+  EXPECT_EQ(failing_properties(planted<misreporting_stash>()),
+            names{"capacity_sweep_first_overflow"});
+}
+TEST(StashCatchesExactlyOne, WrappedKeysOnlyByKeyLimits) {
+  EXPECT_EQ(failing_properties(planted<wrapping_key_stash>()), names{"key_limits"});
+}
+TEST(StashCatchesExactlyOne, LenientConfigOnlyByConfigLimits) {
+  EXPECT_EQ(failing_properties(lenient_config()), names{"config_limits"});
+}
+TEST(StashCatchesExactlyOne, SwallowedFaultOnlyByCountdown) {
+  EXPECT_EQ(failing_properties(planted<swallowing_stash>()), names{"injected_faults_countdown"});
+}
+TEST(StashCatchesExactlyOne, WrongStreamOnlyByModel) {
+  EXPECT_EQ(failing_properties(planted<own_stream_stash>()), names{"model_based"});
+}
+TEST(StashCatchesExactlyOne, FirstRowsPointerOnlyByGraphReplay) {
+  EXPECT_EQ(failing_properties(planted<first_rows_pointer_stash>()),
+            names{"graph_replay_row_counts"});
+}
+
+// ---- codecs: each codec property catches a broken codec that the others pass ------------------
+
+std::uint32_t encode_dropping_layer_top_bit(const stash_key& k) {
+  check_key(k);
+  return pack_key(k.vp, k.layer & (key_limits::layer / 2 - 1), k.microbatch);
+}
+
+stash_key legacy_decode_two_digit_microbatch(std::uint64_t code) noexcept {
+  stash_key k = legacy_decode(code);
+  k.microbatch = static_cast<std::uint32_t>(code % 100);
+  return k;
+}
+
+bool legacy_round_trip_of_two_digit_decode(const stash_key& k) noexcept {
+  return legacy_decode_two_digit_microbatch(legacy_encode(k)) == k;
+}
+
+bool legacy_claims_the_fixed_width_range(const stash_key& k) noexcept {
+  return k.layer < key_limits::layer && k.microbatch < key_limits::microbatch;
+}
+
+std::set<std::string> failing_codec_properties(const stash::testing::key_codecs& codecs) {
+  return failing_properties(offloadkit::testing::stash_codec_checks(codecs));
+}
+
+TEST(StashCodecCatchesExactlyOne, LibraryCodecsPassEverything) {
+  EXPECT_EQ(failing_codec_properties(stash::testing::builtin_codecs()), names{});
+}
+TEST(StashCodecCatchesExactlyOne, CollidingFixedWidthCodecOnlyByInjectivity) {
+  auto c = stash::testing::builtin_codecs();
+  c.encode = &encode_dropping_layer_top_bit;
+  EXPECT_EQ(failing_codec_properties(c), names{"fixed_width_codec_injective"});
+}
+TEST(StashCodecCatchesExactlyOne, BrokenLegacyDecodeOnlyByBelow1000) {
+  auto c = stash::testing::builtin_codecs();
+  c.legacy_decode = &legacy_decode_two_digit_microbatch;
+  c.legacy_representable = &legacy_round_trip_of_two_digit_decode;
+  EXPECT_EQ(failing_codec_properties(c), names{"legacy_codec_round_trips_below_1000"});
+}
+TEST(StashCodecCatchesExactlyOne, OverclaimedRepresentabilityOnlyByClaimAgreement) {
+  auto c = stash::testing::builtin_codecs();
+  c.legacy_representable = &legacy_claims_the_fixed_width_range;
+  EXPECT_EQ(failing_codec_properties(c), names{"legacy_codec_claim_agrees_with_round_trip"});
+}
+
+// ---- fixed cases come first in every run
+// ---------------------------------------------------------
+
+TEST(FixedCases, EveryRunStartsWithTheFixedValuesThenDrawsRandomOnes) {
+  auto seen = std::make_shared<std::vector<int>>();
+  check_case c;
+  c.feature = "stash";
+  c.implementation = "fixed_cases";
+  c.name = "records";
+  c.default_cases = 8;
+  c.property = [seen](executor&) {
+    seen->push_back(*offloadkit::testing::fixed_then_random("test.fixed_cases", {-1, -2, -3},
+                                                            rc::gen::inRange(0, 1000)));
+  };
+  host_executor ex;
+  offloadkit::check_config cfg;
+  cfg.seed = offloadkit::testing::seed();
+  for (int run = 0; run < 2; ++run) {
+    seen->clear();
+    ASSERT_TRUE(run_check(c, ex, cfg).passed);
+    ASSERT_EQ(seen->size(), 8u);
+    EXPECT_EQ(std::vector<int>(seen->begin(), seen->begin() + 3), (std::vector<int>{-1, -2, -3}));
+    for (std::size_t i = 3; i < seen->size(); ++i) EXPECT_GE((*seen)[i], 0);
+  }
+}
+
+TEST(FixedCases, AFailingFixedCaseIsReportedAsItWas) {
+  check_case c;
+  c.feature = "stash";
+  c.implementation = "fixed_cases";
+  c.name = "fails_on_the_second";
+  c.default_cases = 20;
+  c.property = [](executor&) {
+    const int v = *offloadkit::testing::fixed_then_random("test.fixed_fail", {5, 4095},
+                                                          rc::gen::inRange(0, 10));
+    RC_ASSERT(v != 4095);
+  };
+  host_executor ex;
+  offloadkit::check_config cfg;
+  cfg.seed = offloadkit::testing::seed();
+  const check_outcome o = run_check(c, ex, cfg);
+  EXPECT_FALSE(o.passed);
+  EXPECT_EQ(o.cases_run, 2);
+  EXPECT_NE(o.message.find("4095"), std::string::npos) << o.message;
 }
 
 /// Runs `property` of the battery for `impl` on the host executor: it must fail.

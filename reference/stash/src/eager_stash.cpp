@@ -8,7 +8,7 @@ namespace offloadkit::stash {
 
 eager_stash::eager_stash(executor& ex, const stash_config& config, stream_ref s)
     : ex_(&ex), cfg_(config) {
-  check_config(config);
+  check_config(config, ex.device_count());
   free_ = {config.device_pages, config.pinned_pages};
   scalar_ = buffer(ex, memory_kind::pinned, sizeof(std::uint64_t));
   (void)s;

@@ -36,6 +36,9 @@ struct stash_config {
 
 /// Throws out_of_range naming the field when a config is unusable.
 void check_config(const stash_config& c);
+/// The same, and `device` must be one of the executor's devices [0, device_count): a stash on
+/// another device would only fail at its first allocation, in the middle of a step.
+void check_config(const stash_config& c, int device_count);
 
 /// What the sticky status word records: the first failure since the last clear.
 enum class status_code : std::uint32_t {

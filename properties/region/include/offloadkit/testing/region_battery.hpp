@@ -16,7 +16,8 @@ namespace offloadkit::testing {
 
 /// The cases for one implementation, in this order where they apply: model_based,
 /// release_is_real, graph_replay_after_resume, fault_countdown_pause, fault_countdown_resume,
-/// many_cycles, state_errors, multi_device, cross_stream_order, unified_release_behaviour.
+/// many_cycles, state_errors, multi_device, cross_stream_order, adjacent_allocations,
+/// unified_release_behaviour.
 std::vector<check_case> region_battery(const region_implementation& impl);
 
 /// The library's regions as descriptors, with their true capabilities: the reference region

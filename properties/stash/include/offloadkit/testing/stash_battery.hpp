@@ -8,6 +8,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -15,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
@@ -25,6 +27,7 @@
 #include "offloadkit/stash/schedule.hpp"
 #include "offloadkit/stash/stash.hpp"
 #include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/implementation.hpp"
 
 namespace offloadkit::stash::testing {
@@ -41,6 +44,12 @@ inline unsigned char pattern_byte(std::uint32_t code, std::uint32_t salt, std::u
 }
 
 constexpr unsigned char sentinel = 0xA5;
+
+/// Delays the next `ops` operations issued to `s` (one place to follow delay_adaptor's signature).
+inline void delay_stream(delay_adaptor& dx, stream_ref s, std::chrono::microseconds d,
+                         std::size_t ops) {
+  dx.delay_next(s, d, ops);
+}
 
 /// Device buffers and a pinned staging area for driving a stash from a test.
 struct device_io {
@@ -269,17 +278,63 @@ inline void prop_capacity_sweep(const stash_implementation& impl, executor& ex) 
   }
 }
 
-/// Keys at their limits work and keys one past throw out_of_range naming the field, the value and
-/// the limit, from make_key and from stash(), which stays usable afterwards.
+using key_fields = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>;
+
+/// Every corner of the key ranges: each field at its minimum (0) or its maximum (limit - 1).
+inline std::vector<key_fields> corner_keys() {
+  std::vector<key_fields> out;
+  for (int i = 0; i < 8; ++i) {
+    out.emplace_back((i & 1) != 0 ? key_limits::vp - 1 : 0,
+                     (i & 2) != 0 ? key_limits::layer - 1 : 0,
+                     (i & 4) != 0 ? key_limits::microbatch - 1 : 0);
+  }
+  return out;
+}
+
+/// A key in range: the corners first, then fields at either end or anywhere between.
+inline rc::Gen<key_fields> gen_boundary_key() {
+  auto field = [](std::uint32_t limit) {
+    return rc::gen::weightedOneOf<std::uint32_t>({{1, rc::gen::just(std::uint32_t{0})},
+                                                  {1, rc::gen::just(limit - 1)},
+                                                  {2, rc::gen::inRange<std::uint32_t>(0, limit)}});
+  };
+  return offloadkit::testing::fixed_then_random(
+      "stash.key_limits.key", corner_keys(),
+      rc::gen::tuple(field(key_limits::vp), field(key_limits::layer),
+                     field(key_limits::microbatch)));
+}
+
+/// A field (0 vp, 1 layer, 2 microbatch) and a value past its limit: for every field the limit
+/// itself, one more, the largest 32-bit and the largest 64-bit value first, then random ones.
+inline rc::Gen<std::pair<int, std::uint64_t>> gen_past_limit() {
+  const std::uint64_t limits[] = {key_limits::vp, key_limits::layer, key_limits::microbatch};
+  std::vector<std::pair<int, std::uint64_t>> fixed;
+  for (int f = 0; f < 3; ++f) {
+    for (std::uint64_t v : {limits[f], limits[f] + 1, std::uint64_t{UINT32_MAX}, UINT64_MAX})
+      fixed.emplace_back(f, v);
+  }
+  return offloadkit::testing::fixed_then_random(
+      "stash.key_limits.past", std::move(fixed), rc::gen::mapcat(rc::gen::inRange(0, 3), [](int f) {
+        const std::uint64_t limit = f == 0   ? key_limits::vp
+                                    : f == 1 ? key_limits::layer
+                                             : key_limits::microbatch;
+        return rc::gen::map(rc::gen::inRange<std::uint64_t>(limit, limit + (1u << 20)),
+                            [f](std::uint64_t v) { return std::make_pair(f, v); });
+      }));
+}
+
+/// Keys at the corners of their ranges round-trip through make_key, the codec and the stash;
+/// keys past a limit throw out_of_range naming the field, the value and the limit, from make_key
+/// and from stash(), which stays usable afterwards; more distinct keys than max_keys is a typed
+/// error. The corners and the first values past each limit are the first cases of every run.
 inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
-  const int field = *rc::gen::inRange(0, 3);
+  const key_fields corner = *gen_boundary_key();
+  const auto [field, past] = *gen_past_limit();
   const char* names[] = {"vp", "layer", "microbatch"};
   const std::uint64_t limits[] = {key_limits::vp, key_limits::layer, key_limits::microbatch};
-  const std::uint64_t at = limits[field] - 1, past = limits[field] + *rc::gen::inRange(0, 3);
-  std::uint64_t f[3] = {0, 0, 0};
-  f[field] = at;
-  const stash_key ok = make_key(f[0], f[1], f[2]);
+  const stash_key ok = make_key(std::get<0>(corner), std::get<1>(corner), std::get<2>(corner));
   RC_ASSERT(decode_key(encode_key(ok)) == ok);
+  std::uint64_t f[3] = {0, 0, 0};
   f[field] = past;
   std::string msg;
   try {
@@ -300,8 +355,10 @@ inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
   stream s(ex);
   auto st = impl.make(ex, cfg, s);
   device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
-  const stash_key bad{static_cast<std::uint32_t>(f[0]), static_cast<std::uint32_t>(f[1]),
-                      static_cast<std::uint32_t>(f[2])};
+  auto narrow = [](std::uint64_t v) {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, UINT32_MAX));
+  };
+  const stash_key bad{narrow(f[0]), narrow(f[1]), narrow(f[2])};
   io.write_u64(io.rows.data(), 5);
   bool threw = false;
   try {
@@ -310,7 +367,7 @@ inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
     threw = true;
   }
   RC_ASSERT(threw);
-  // The stash is still usable: a round trip of the key at the limit.
+  // The stash is still usable: a round trip of the corner key.
   workload w;
   w.sched.vp_stages = ok.vp + 1;
   w.sched.layers = ok.layer + 1;
@@ -321,16 +378,99 @@ inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
   w.max_rows = 5;
   run_workload(*st, io, w, {}, true, impl.caps.page_ids, 7);
   // More distinct keys than max_keys is a typed error, not a silent overwrite.
+  const stash_key other1{ok.vp, ok.layer, ok.microbatch == 0 ? 1u : 0u};
+  const stash_key other2{ok.vp, ok.layer == 0 ? 1u : 0u, ok.microbatch};
   io.write_u64(io.rows.data(), 1);
-  st->stash({0, 0, 1}, io.src.data(), io.rows.as<std::uint64_t>(), s);
+  st->stash(other1, io.src.data(), io.rows.as<std::uint64_t>(), s);
   threw = false;
   try {
-    st->stash({0, 0, 2}, io.src.data(), io.rows.as<std::uint64_t>(), s);
+    st->stash(other2, io.src.data(), io.rows.as<std::uint64_t>(), s);
   } catch (const out_of_range& e) {
     threw = std::string(e.what()).find("max_keys = 2") != std::string::npos;
   }
   RC_ASSERT(threw);
   RC_ASSERT(check_conservation(st->snapshot(s), cfg, impl.caps.page_ids).empty());
+}
+
+/// A config with one field at the edge of its valid range.
+struct config_edge {
+  const char* field;   ///< the field check_config() names
+  std::int64_t value;  ///< its value; for `device`, -1 or one past the executor's last device
+  bool valid;          ///< whether the config is usable
+};
+
+/// Every config field at its last valid and first invalid value: row_bytes, rows_per_page and
+/// max_keys at 1 and 0, max_rows and both tiers at 0, the two tiers together at 2^31 pages (page
+/// ids are 32-bit on the device), device at -1 and at the executor's device count. The fixed
+/// cases come first in every run; random ones after.
+inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
+  const std::int64_t too_many_pages = std::int64_t{1} << 31;
+  const std::vector<config_edge> edges{{"row_bytes", 1, true},
+                                       {"row_bytes", 0, false},
+                                       {"rows_per_page", 1, true},
+                                       {"rows_per_page", 0, false},
+                                       {"max_keys", 1, true},
+                                       {"max_keys", 0, false},
+                                       {"max_rows", 0, true},
+                                       {"device_pages", 0, true},
+                                       {"pinned_pages", 0, true},
+                                       {"device_pages", too_many_pages, false},
+                                       {"pinned_pages", too_many_pages, false},
+                                       {"device", -1, false},
+                                       {"device", ex.device_count(), false}};
+  std::vector<int> indices(edges.size());
+  for (std::size_t i = 0; i < edges.size(); ++i) indices[i] = static_cast<int>(i);
+  const int which = *offloadkit::testing::fixed_then_random(
+      "stash.config_limits.edge", indices, rc::gen::inRange(0, static_cast<int>(edges.size())));
+  const config_edge& e = edges[static_cast<std::size_t>(which)];
+  RC_TAG(e.field, e.value);
+  stash_config cfg;
+  cfg.row_bytes = *rc::gen::inRange<std::size_t>(1, 9);
+  cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 5);
+  cfg.max_rows = *rc::gen::inRange<std::size_t>(1, 9);
+  cfg.device_pages = *rc::gen::inRange<std::size_t>(0, 4);
+  cfg.pinned_pages = *rc::gen::inRange<std::size_t>(0, 4);
+  cfg.max_keys = 4;
+  const std::string field = e.field;
+  const auto n = static_cast<std::size_t>(e.value);
+  if (field == "row_bytes") cfg.row_bytes = n;
+  if (field == "rows_per_page") cfg.rows_per_page = n;
+  if (field == "max_keys") cfg.max_keys = n;
+  if (field == "max_rows") cfg.max_rows = n;
+  if (field == "device_pages") cfg.device_pages = n;
+  if (field == "pinned_pages") cfg.pinned_pages = n;
+  if (field == "device") cfg.device = static_cast<int>(e.value);
+  stream s(ex);
+  if (!e.valid) {
+    std::string msg;
+    try {
+      (void)impl.make(ex, cfg, s);
+    } catch (const out_of_range& x) {
+      msg = x.what();
+    }
+    if (msg.find(field) == std::string::npos)
+      RC_FAIL(detail::concat("stash_config.", field, " = ", e.value,
+                             " was not rejected with an out_of_range naming the field (got '", msg,
+                             "')"));
+    return;
+  }
+  // A valid config at its edge: one key stashed and restored, overflowing where nothing fits.
+  auto st = impl.make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  const stash_key k{0, 0, 0};
+  const std::uint64_t rows = *rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1);
+  const bool fits = pages_for(rows, cfg.rows_per_page) <= cfg.device_pages + cfg.pinned_pages;
+  workload w;
+  w.sched.vp_stages = 1;
+  w.sched.layers = 1;
+  w.sched.microbatches = 1;
+  w.sched.steps = {{step_kind::stash, k}, {step_kind::restore, k}};
+  w.rows = {{k, rows}};
+  w.row_bytes = cfg.row_bytes;
+  w.max_rows = cfg.max_rows;
+  run_workload(*st, io, w, fits ? std::vector<stash_key>{} : std::vector<stash_key>{k}, true,
+               impl.caps.page_ids, 3);
+  RC_ASSERT(st->status(s).ok() == fits);
 }
 
 /// Countdown fault injection (abseil style): fail the Nth allocation, copy, fill or launch the
@@ -401,10 +541,27 @@ struct model_state {
   }
 };
 
+/// The stash under test, driven from two streams; it was made on a third. The harness orders the
+/// caller's side as a caller must: each call's stream waits for the previous call's stream, and
+/// the source and row count are written on the call's own stream without a host wait, delayed, so
+/// that a stash that works on any other stream than the one it is given reads them too early.
 struct model_sut {
   stash_interface* st;
   device_io* io;
   bool page_ids;
+  delay_adaptor* dx = nullptr;
+  stream_ref streams[2] = {};
+  event* after_call = nullptr;  ///< recorded on the stream of the previous call
+  int last = 0;
+
+  /// Stream i, ordered after the previous call.
+  stream_ref use(int i) {
+    if (i != last) io->ex->wait(after_call->ref(), streams[i]);
+    last = i;
+    io->s = streams[i];
+    return streams[i];
+  }
+  void called() { io->ex->record(after_call->ref(), streams[last]); }
 };
 
 inline stash_key gen_small_key() {
@@ -434,9 +591,18 @@ inline void compare_with_model(const model_state& m, const model_sut& sut) {
   }
 }
 
+inline int gen_model_stream() { return *rc::gen::inRange(0, 2); }
+
+inline std::ostream& show_model_stream(std::ostream& os, int i) {
+  return os << " on stream " << (i == 0 ? 'a' : 'b');
+}
+
 struct stash_command : rc::state::Command<model_state, model_sut> {
   stash_key key = gen_small_key();
   std::uint64_t rows = 0;
+  int on = gen_model_stream();
+  int delay_us =
+      *rc::gen::weightedOneOf<int>({{1, rc::gen::just(0)}, {2, rc::gen::inRange(50, 400)}});
   stash_command() = default;
   explicit stash_command(const model_state& m)
       : rows(*rc::gen::inRange<std::uint64_t>(0, m.max_rows + 2)) {}
@@ -453,20 +619,32 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
     m.pin_pages[key] = need - d;
   }
   void run(const model_state& m, model_sut& sut) const override {
-    sut.io->write_u64(sut.io->rows.data(), rows);
-    sut.io->write_source(sut.io->src.data(), encode_key(key), m.salt);
-    sut.st->stash(key, sut.io->src.data(), sut.io->rows.as<std::uint64_t>(), sut.io->s);
+    device_io& io = *sut.io;
+    const stream_ref s = sut.use(on);
+    // The source and the row count go in on the call's stream with no host wait (the staging
+    // area is not touched again before the call's snapshot synchronizes).
+    auto* h = io.staging.as<unsigned char>();
+    for (std::size_t o = 0; o < io.bytes; ++o) h[o] = pattern_byte(encode_key(key), m.salt, o);
+    std::memcpy(h + io.bytes, &rows, sizeof rows);
+    if (delay_us > 0) delay_stream(*sut.dx, s, std::chrono::microseconds(delay_us), 1);
+    if (io.bytes > 0) io.ex->copy(io.src.data(), h, io.bytes, s);
+    io.ex->copy(io.rows.data(), h + io.bytes, sizeof rows, s);
+    sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+    sut.called();
+    sut.dx->clear();
     model_state next = m;
     apply(next);
     compare_with_model(next, sut);
   }
   void show(std::ostream& os) const override {
-    os << "stash " << to_string(key) << " rows " << rows;
+    show_model_stream(os << "stash " << to_string(key) << " rows " << rows, on);
+    if (delay_us > 0) os << " delayed " << delay_us << " us";
   }
 };
 
 struct restore_command : rc::state::Command<model_state, model_sut> {
   stash_key key = gen_small_key();
+  int on = gen_model_stream();
   void apply(model_state& m) const override {
     auto it = m.rows.find(key);
     if (it == m.rows.end()) return m.fail(status_code::restore_empty, key, 0, 0);
@@ -478,8 +656,10 @@ struct restore_command : rc::state::Command<model_state, model_sut> {
   }
   void run(const model_state& m, model_sut& sut) const override {
     device_io& io = *sut.io;
+    const stream_ref s = sut.use(on);
     io.clear(io.dst.data());
-    sut.st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), io.s);
+    sut.st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+    sut.called();
     auto it = m.rows.find(key);
     const std::uint64_t rows = it == m.rows.end() ? 0 : it->second;
     const auto got = io.read(io.dst.data());
@@ -489,10 +669,13 @@ struct restore_command : rc::state::Command<model_state, model_sut> {
     apply(next);
     compare_with_model(next, sut);
   }
-  void show(std::ostream& os) const override { os << "restore " << to_string(key); }
+  void show(std::ostream& os) const override {
+    show_model_stream(os << "restore " << to_string(key), on);
+  }
 };
 
 struct reset_command : rc::state::Command<model_state, model_sut> {
+  int on = gen_model_stream();
   void apply(model_state& m) const override {
     m.rows.clear();
     m.dev_pages.clear();
@@ -502,38 +685,81 @@ struct reset_command : rc::state::Command<model_state, model_sut> {
     m.free_pin = m.pin_total;
   }
   void run(const model_state& m, model_sut& sut) const override {
-    sut.st->reset(sut.io->s);
+    sut.st->reset(sut.use(on));
+    sut.called();
     model_state next = m;
     apply(next);
     compare_with_model(next, sut);
   }
-  void show(std::ostream& os) const override { os << "reset"; }
+  void show(std::ostream& os) const override { show_model_stream(os << "reset", on); }
 };
 
 struct clear_status_command : rc::state::Command<model_state, model_sut> {
+  int on = gen_model_stream();
   void apply(model_state& m) const override { m.status = {}; }
   void run(const model_state& m, model_sut& sut) const override {
-    sut.st->clear_status(sut.io->s);
+    sut.st->clear_status(sut.use(on));
+    sut.called();
     model_state next = m;
     apply(next);
     compare_with_model(next, sut);
   }
-  void show(std::ostream& os) const override { os << "clear_status"; }
+  void show(std::ostream& os) const override { show_model_stream(os << "clear_status", on); }
 };
+
+using model_config = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t>;
+
+/// (row_bytes, rows_per_page, max_rows, device_pages, pinned_pages) of the model: every field
+/// at its minimum and at its maximum (the others in the middle), all at their minima and all at
+/// their maxima first; random ones after.
+inline rc::Gen<model_config> gen_model_config() {
+  const model_config mid{8, 2, 6, 3, 3}, lo{1, 1, 0, 0, 0}, hi{24, 4, 11, 5, 5};
+  std::vector<model_config> fixed{lo, hi};
+  auto with = [&](int field, const model_config& from) {
+    model_config c = mid;
+    switch (field) {
+      case 0:
+        std::get<0>(c) = std::get<0>(from);
+        break;
+      case 1:
+        std::get<1>(c) = std::get<1>(from);
+        break;
+      case 2:
+        std::get<2>(c) = std::get<2>(from);
+        break;
+      case 3:
+        std::get<3>(c) = std::get<3>(from);
+        break;
+      default:
+        std::get<4>(c) = std::get<4>(from);
+        break;
+    }
+    return c;
+  };
+  for (int f = 0; f < 5; ++f) {
+    fixed.push_back(with(f, lo));
+    fixed.push_back(with(f, hi));
+  }
+  return offloadkit::testing::fixed_then_random(
+      "stash.model.config", std::move(fixed),
+      rc::gen::tuple(rc::gen::elementOf(std::vector<std::size_t>{1, 3, 8, 16, 24}),
+                     rc::gen::inRange<std::size_t>(1, 5), rc::gen::inRange<std::size_t>(0, 12),
+                     rc::gen::inRange<std::size_t>(0, 6), rc::gen::inRange<std::size_t>(0, 6)));
+}
 
 /// Model-based: random stash/restore/reset/clear sequences (double stashes, empty restores and
 /// overflows included) against a plain model of the freelists, page table and status word.
 inline void prop_model(const stash_implementation& impl, executor& ex) {
+  const model_config mc = *gen_model_config();
   stash_config cfg;
-  cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 3, 8, 16, 24});
-  cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 5);
-  cfg.max_rows = *rc::gen::inRange<std::size_t>(0, 12);
-  cfg.device_pages = *rc::gen::inRange<std::size_t>(0, 6);
-  cfg.pinned_pages = *rc::gen::inRange<std::size_t>(0, 6);
-  cfg.max_keys = 8;
-  stream s(ex);
-  auto st = impl.make(ex, cfg, s);
-  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  std::tie(cfg.row_bytes, cfg.rows_per_page, cfg.max_rows, cfg.device_pages, cfg.pinned_pages) = mc;
+  cfg.max_keys = 8;  // every key gen_small_key() can draw: the limit is reached, never passed
+  delay_adaptor dx(ex);
+  stream made_on(dx), a(dx), b(dx);
+  event after_call(dx);
+  auto st = impl.make(dx, cfg, made_on);
+  device_io io(dx, a, cfg.max_rows * cfg.row_bytes);
+  made_on.synchronize();
   model_state m;
   m.free_dev = cfg.device_pages;
   m.free_pin = cfg.pinned_pages;
@@ -542,11 +768,14 @@ inline void prop_model(const stash_implementation& impl, executor& ex) {
   m.row_bytes = cfg.row_bytes;
   m.rows_per_page = cfg.rows_per_page;
   m.max_rows = cfg.max_rows;
-  model_sut sut{st.get(), &io, impl.caps.page_ids};
+  model_sut sut{st.get(), &io, impl.caps.page_ids, &dx, {a.ref(), b.ref()}, &after_call, 0};
   rc::state::check(
       m, sut,
       rc::state::gen::execOneOfWithArgs<stash_command, stash_command, restore_command,
                                         restore_command, clear_status_command, reset_command>());
+  dx.clear();
+  a.synchronize();
+  b.synchronize();
 }
 
 // ---- graph capture ----------------------------------------------------------------------------
@@ -610,26 +839,76 @@ inline void prop_graph_replay(const stash_implementation& impl, executor& ex) {
 
 // ---- codecs -------------------------------------------------------------------------------------
 
+/// The key codecs the codec properties check: the library's by default (builtin_codecs()); a
+/// planted test substitutes broken ones.
+struct key_codecs {
+  std::uint32_t (*encode)(const stash_key&) = nullptr;
+  stash_key (*decode)(std::uint32_t) noexcept = nullptr;
+  std::uint64_t (*legacy_encode)(const stash_key&) noexcept = nullptr;
+  stash_key (*legacy_decode)(std::uint64_t) noexcept = nullptr;
+  bool (*legacy_representable)(const stash_key&) noexcept = nullptr;
+};
+
+inline key_codecs builtin_codecs() {
+  key_codecs c;
+  c.encode = &encode_key;
+  c.decode = &decode_key;
+  c.legacy_encode = &stash::legacy_encode;
+  c.legacy_decode = &stash::legacy_decode;
+  c.legacy_representable = &stash::legacy_representable;
+  return c;
+}
+
 /// The fixed-width codec round-trips every key in range and distinct keys get distinct codes.
-inline void prop_codec_injective(executor&) {
+inline void prop_codec_injective(const key_codecs& codec) {
   const stash_key a{*rc::gen::inRange<std::uint32_t>(0, key_limits::vp),
                     *rc::gen::inRange<std::uint32_t>(0, key_limits::layer),
                     *rc::gen::inRange<std::uint32_t>(0, key_limits::microbatch)};
   const stash_key b{*rc::gen::inRange<std::uint32_t>(0, key_limits::vp),
                     *rc::gen::inRange<std::uint32_t>(0, key_limits::layer),
                     *rc::gen::inRange<std::uint32_t>(0, key_limits::microbatch)};
-  RC_ASSERT(decode_key(encode_key(a)) == a);
-  RC_ASSERT((encode_key(a) == encode_key(b)) == (a == b));
+  RC_ASSERT(codec.decode(codec.encode(a)) == a);
+  RC_ASSERT((codec.encode(a) == codec.encode(b)) == (a == b));
 }
 
 /// The legacy codec round-trips while layer and microbatch stay below 1000; this holds and is the
 /// range third-party code using it must stay in.
-inline void prop_legacy_in_range(executor&) {
+inline void prop_legacy_in_range(const key_codecs& codec) {
   const stash_key a{*rc::gen::inRange<std::uint32_t>(0, key_limits::vp),
                     *rc::gen::inRange<std::uint32_t>(0, 1000),
                     *rc::gen::inRange<std::uint32_t>(0, 1000)};
-  RC_ASSERT(legacy_decode(legacy_encode(a)) == a);
-  RC_ASSERT(legacy_representable(a));
+  RC_ASSERT(codec.legacy_decode(codec.legacy_encode(a)) == a);
+  RC_ASSERT(codec.legacy_representable(a));
+}
+
+/// What legacy_representable() claims agrees with the decode round trip over the whole key
+/// range, layer or microbatch at 1000 and above included: a key it calls representable decodes
+/// back to itself and one it does not call representable does not. The edges around 1000 and at
+/// the key limits are the first cases of every run.
+inline void prop_legacy_claim_agrees(const key_codecs& codec) {
+  std::vector<key_fields> fixed;
+  for (std::uint32_t vp : {0u, key_limits::vp - 1}) {
+    for (std::uint32_t layer : {0u, 999u, 1000u, 1001u, key_limits::layer - 1}) {
+      for (std::uint32_t mb : {0u, 999u, 1000u, key_limits::microbatch - 1})
+        fixed.emplace_back(vp, layer, mb);
+    }
+  }
+  auto field = [](std::uint32_t limit) {
+    return rc::gen::weightedOneOf<std::uint32_t>({{1, rc::gen::inRange<std::uint32_t>(995, 1005)},
+                                                  {2, rc::gen::inRange<std::uint32_t>(0, limit)}});
+  };
+  const key_fields f = *offloadkit::testing::fixed_then_random(
+      "stash.legacy_claim.key", std::move(fixed),
+      rc::gen::tuple(rc::gen::inRange<std::uint32_t>(0, key_limits::vp), field(key_limits::layer),
+                     field(key_limits::microbatch)));
+  const stash_key k{std::get<0>(f), std::get<1>(f), std::get<2>(f)};
+  const bool round_trips = codec.legacy_decode(codec.legacy_encode(k)) == k;
+  const bool claimed = codec.legacy_representable(k);
+  if (claimed != round_trips) {
+    RC_FAIL(detail::concat("legacy_representable", to_string(k), " says ", claimed,
+                           " but the code ", codec.legacy_encode(k), " decodes to ",
+                           to_string(codec.legacy_decode(codec.legacy_encode(k)))));
+  }
 }
 
 /// "The legacy codec is collision-free over the key ranges" — false. Expected to FAIL; the
@@ -659,8 +938,9 @@ namespace offloadkit::testing {
 /// call for, named after it in the results.
 std::vector<check_case> stash_battery(const stash_implementation& impl);
 
-/// Key-codec properties (no implementation involved).
+/// Key-codec properties (no implementation involved), of the library's codecs or of `codecs`.
 std::vector<check_case> stash_codec_checks();
+std::vector<check_case> stash_codec_checks(const stash::testing::key_codecs& codecs);
 
 /// The built-in stashes as descriptors, with their true capabilities: the eager reference
 /// (synchronizes with the host, keeps no page ids) and the paged optimized stash (both).
