@@ -18,9 +18,9 @@
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {
 namespace {

@@ -12,10 +12,10 @@
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/region/reference_region.hpp"
 #include "offloadkit/region/vmm_region.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace {
 

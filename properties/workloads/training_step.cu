@@ -8,10 +8,10 @@
 #include <cuda/atomic>
 #include <sstream>
 
-#include "offloadkit/activation/training_step.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_device.hpp"
 #include "offloadkit/launch.hpp"
+#include "offloadkit/workloads/training_step.hpp"
 
 namespace offloadkit::activation {
 namespace {
