@@ -27,6 +27,15 @@ allocation_extent executor_adaptor::do_extent_of(const void* p) const {
 memory_info executor_adaptor::do_device_memory(int device) {
   return upstream().device_memory(device);
 }
+void* executor_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  return upstream().allocate_managed(bytes, device);
+}
+void executor_adaptor::do_deallocate_managed(void* p, std::size_t bytes) noexcept {
+  upstream().deallocate_managed(p, bytes);
+}
+void executor_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  upstream().prefetch(p, bytes, device, s);
+}
 stream_ref executor_adaptor::do_create_stream(int device) {
   return upstream().create_stream(device);
 }
@@ -82,7 +91,8 @@ constexpr std::size_t kind_index(op_kind k) noexcept { return static_cast<std::s
 
 bool is_allocation_kind(op_kind k) noexcept {
   return k == op_kind::allocate_device || k == op_kind::allocate_pinned ||
-         k == op_kind::allocate_pageable || k == op_kind::create_physical;
+         k == op_kind::allocate_pageable || k == op_kind::allocate_managed ||
+         k == op_kind::create_physical;
 }
 
 }  // namespace
@@ -140,6 +150,15 @@ void fault_injection_adaptor::maybe_fail(op_kind k) {
 void* fault_injection_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
   maybe_fail(allocation_op(kind));
   return executor_adaptor::do_allocate(kind, bytes, device);
+}
+void* fault_injection_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  maybe_fail(op_kind::allocate_managed);
+  return executor_adaptor::do_allocate_managed(bytes, device);
+}
+void fault_injection_adaptor::do_prefetch(const void* p, std::size_t bytes, int device,
+                                          stream_ref s) {
+  maybe_fail(op_kind::prefetch);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
 }
 void fault_injection_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
   maybe_fail(op_kind::copy);
@@ -266,6 +285,10 @@ void delay_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref 
   maybe_delay(s);
   executor_adaptor::do_fill(dst, value, bytes, s);
 }
+void delay_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  maybe_delay(s);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
+}
 void delay_adaptor::do_launch(const launch_request& r, stream_ref s) {
   maybe_delay(s);
   executor_adaptor::do_launch(r, s);
@@ -317,6 +340,16 @@ void* counting_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int dev
   ++counts_.allocations[k];
   counts_.allocated_bytes[k] += bytes;
   return p;
+}
+
+void* counting_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  count(op_kind::allocate_managed);
+  return executor_adaptor::do_allocate_managed(bytes, device);
+}
+
+void counting_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  count(op_kind::prefetch);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
 }
 
 void counting_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {

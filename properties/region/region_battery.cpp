@@ -503,7 +503,9 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
                                    op_kind::set_access,
                                    op_kind::copy,
                                    op_kind::begin_capture,
-                                   op_kind::end_capture};
+                                   op_kind::end_capture,
+                                   op_kind::allocate_managed,
+                                   op_kind::prefetch};
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);

@@ -30,6 +30,9 @@ class executor_adaptor : public executor {
   [[nodiscard]] pointer_info do_classify(const void* p) const override;
   [[nodiscard]] allocation_extent do_extent_of(const void* p) const override;
   memory_info do_device_memory(int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_deallocate_managed(void* p, std::size_t bytes) noexcept override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   stream_ref do_create_stream(int device) override;
   void do_destroy_stream(stream_ref s) noexcept override;
   event_ref do_create_event(int device) override;
@@ -77,6 +80,8 @@ class fault_injection_adaptor final : public executor_adaptor {
  private:
   void maybe_fail(op_kind k);
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;
@@ -116,6 +121,7 @@ class delay_adaptor final : public executor_adaptor {
 
  private:
   void maybe_delay(stream_ref s);
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;
@@ -165,6 +171,8 @@ class counting_adaptor final : public executor_adaptor {
  private:
   void count(op_kind k);
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;

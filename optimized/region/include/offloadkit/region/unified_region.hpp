@@ -12,10 +12,8 @@
 //  - On the host back end managed memory is host memory: pause and resume move nothing and
 //    device_memory() does not change.
 //
-// The executor interface has no managed memory, so this class calls the CUDA runtime directly
-// (cudaMallocManaged, cudaMemPrefetchAsync) on the cuda back end and takes pageable memory from
-// the executor on the host back end. Those calls do not pass through executor adaptors: fault
-// injection and counting do not see them.
+// The allocation and the prefetches are executor operations (allocate_managed, prefetch), so
+// fault injection, delays and counting reach them as they reach every other region's memory.
 #pragma once
 
 #include <map>
@@ -49,7 +47,6 @@ class unified_region final : public offload_region {
   executor* ex_;
   std::size_t bytes_;
   int device_;
-  bool managed_;  // cuda back end: cudaMallocManaged; host back end: executor pageable memory
   void* data_ = nullptr;
   region_state state_ = region_state::active;
   std::map<graph_id, graph_ref> graphs_;
