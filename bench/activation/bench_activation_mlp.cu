@@ -37,6 +37,7 @@
 
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_device.hpp"
 #include "offloadkit/launch.hpp"
@@ -85,12 +86,7 @@ void check_cublas(cublasStatus_t st, const char* what) {
 // ---- device bodies
 // --------------------------------------------------------------------------------
 
-OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using offloadkit::detail::splitmix64_hash;
 
 /// Deterministic values in [-scale, scale].
 struct init_body {
@@ -98,7 +94,7 @@ struct init_body {
   std::uint64_t key;
   float scale;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const float u = static_cast<float>(mix(key + i) % 2001) / 1000.0f - 1.0f;
+    const float u = static_cast<float>(splitmix64_hash(key + i) % 2001) / 1000.0f - 1.0f;
     p[i] = __float2bfloat16(u * scale);
   }
 };
@@ -131,9 +127,9 @@ struct gelu_backward_body {
   }
 };
 
-/// Order-independent hash of a buffer: the sum over 8-byte words of mix(index ^ word). Worker i of
-/// `workers` sums words i, i + workers, ... (coalesced) and adds its sum with one atomic, so that
-/// the hash costs a read of the buffer, not one contended atomic per word.
+/// Order-independent hash of a buffer: the sum over 8-byte words of splitmix64_hash(index ^ word).
+/// Worker i of `workers` sums words i, i + workers, ... (coalesced) and adds its sum with one
+/// atomic, so that the hash costs a read of the buffer, not one contended atomic per word.
 struct hash_body {
   const std::uint64_t* p;
   std::size_t words;
@@ -142,7 +138,7 @@ struct hash_body {
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     unsigned long long sum = 0;
     for (std::size_t w = i; w < words; w += workers) {
-      sum += static_cast<unsigned long long>(mix(p[w] ^ (w * 0x100000001b3ull)));
+      sum += static_cast<unsigned long long>(splitmix64_hash(p[w] ^ (w * 0x100000001b3ull)));
     }
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> o(*out);
     o.fetch_add(sum, cuda::memory_order_relaxed);

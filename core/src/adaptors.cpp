@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "hold.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit {
@@ -220,18 +221,6 @@ void fault_injection_adaptor::do_replay(graph_ref g, stream_ref s) {
 // ---- delay_adaptor
 // ----------------------------------------------------------------------------------
 
-namespace {
-
-// splitmix64: a tiny, well-mixed generator, so a seed names one exact sequence of delays.
-std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 void delay_adaptor::delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops) {
   OFFLOADKIT_EXPECTS(d.count() >= 0, out_of_range, "delay_adaptor::delay_next: delay ", d.count(),
                      " us is negative; valid delays are >= 0");
@@ -268,7 +257,7 @@ void delay_adaptor::maybe_delay(stream_ref s) {
       d = p.fixed;
     } else if (p.random_max.count() > 0) {
       const auto span = static_cast<std::uint64_t>(p.random_max.count()) + 1;
-      d = std::chrono::microseconds(static_cast<std::int64_t>(splitmix64(p.state) % span));
+      d = std::chrono::microseconds(static_cast<std::int64_t>(detail::splitmix64(p.state) % span));
     }
   }
   if (d.count() <= 0) return;

@@ -2,6 +2,8 @@
 // behaviour differs from vmm_region.
 #include "offloadkit/region/unified_region.hpp"
 
+#include <utility>
+
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::region {
@@ -17,7 +19,7 @@ unified_region::unified_region(executor& ex, region_config config)
 }
 
 unified_region::~unified_region() {
-  for (auto& [id, g] : graphs_) ex_->destroy_graph(g);
+  graphs_.clear();
   // The executor waits for work using the allocation before it goes.
   ex_->deallocate_managed(data_, bytes_);
 }
@@ -38,25 +40,11 @@ void unified_region::do_resume(stream_ref s) {
 }
 
 graph_id unified_region::do_register_graph(capture_fn fn, stream_ref s) {
-  graph_ref g = detail::capture_graph(*ex_, fn, data_, s);
-  ++captures_;
-  const graph_id id = next_id_++;
-  graphs_.emplace(id, g);
-  return id;
+  return graphs_.add(std::move(fn), data_, s);
 }
 
-void unified_region::do_replay(graph_id g, stream_ref s) {
-  auto it = graphs_.find(g);
-  OFFLOADKIT_EXPECTS(it != graphs_.end(), out_of_range, "unified_region::replay: graph ", g,
-                     " is not registered (ids are in [1, ", next_id_, "))");
-  ex_->replay(it->second, s);
-}
+void unified_region::do_replay(graph_id g, stream_ref s) { graphs_.replay(g, s); }
 
-void unified_region::do_unregister_graph(graph_id g) noexcept {
-  auto it = graphs_.find(g);
-  if (it == graphs_.end()) return;
-  ex_->destroy_graph(it->second);
-  graphs_.erase(it);
-}
+void unified_region::do_unregister_graph(graph_id g) noexcept { graphs_.remove(g); }
 
 }  // namespace offloadkit::region

@@ -24,6 +24,7 @@
 
 #include "executor_kernels.hpp"
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/resources.hpp"
 
@@ -41,12 +42,7 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using detail::splitmix64;
 
 /// Fills host-visible memory with bytes determined by `seed` (distinct seeds, distinct bytes).
 void write_pattern(void* p, std::size_t bytes, std::uint64_t seed) {

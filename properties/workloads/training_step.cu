@@ -8,6 +8,7 @@
 #include <cuda/atomic>
 #include <sstream>
 
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_device.hpp"
 #include "offloadkit/launch.hpp"
@@ -16,12 +17,7 @@
 namespace offloadkit::activation {
 namespace {
 
-OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using offloadkit::detail::splitmix64_hash;
 
 /// Writes the pattern of `key` into `bytes` bytes, one 8-byte word per index.
 struct fill_pattern {
@@ -29,7 +25,7 @@ struct fill_pattern {
   std::size_t bytes;
   std::uint64_t key;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const std::uint64_t v = mix(key + i);
+    const std::uint64_t v = splitmix64_hash(key + i);
     for (std::size_t b = 0; b < 8; ++b) {
       const std::size_t at = i * 8 + b;
       if (at < bytes) data[at] = static_cast<unsigned char>(v >> (8 * b));
@@ -44,7 +40,7 @@ struct verify_pattern {
   std::uint64_t key;
   unsigned long long* wrong;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const std::uint64_t v = mix(key + i);
+    const std::uint64_t v = splitmix64_hash(key + i);
     bool bad = false;
     for (std::size_t b = 0; b < 8; ++b) {
       const std::size_t at = i * 8 + b;
@@ -72,7 +68,8 @@ struct compute_body {
 std::size_t words(std::size_t bytes) { return (bytes + 7) / 8; }
 
 std::uint64_t tensor_key(std::uint64_t seed, std::size_t layer, std::size_t index) {
-  return mix(seed ^ (static_cast<std::uint64_t>(layer) << 40) ^ (index << 8) ^ 0x5a5aull);
+  return splitmix64_hash(seed ^ (static_cast<std::uint64_t>(layer) << 40) ^ (index << 8) ^
+                         0x5a5aull);
 }
 
 }  // namespace

@@ -16,9 +16,8 @@
 // fault injection, delays and counting reach them as they reach every other region's memory.
 #pragma once
 
-#include <map>
-
 #include "offloadkit/executor.hpp"
+#include "offloadkit/region/graph_registry.hpp"
 #include "offloadkit/region/region.hpp"
 
 namespace offloadkit::region {
@@ -35,7 +34,7 @@ class unified_region final : public offload_region {
   [[nodiscard]] region_state do_state() const noexcept override { return state_; }
   [[nodiscard]] bool do_address_stable() const noexcept override { return true; }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return bytes_; }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
   void do_pause(stream_ref s, pause_mode mode) override;
   void do_resume(stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
@@ -49,9 +48,7 @@ class unified_region final : public offload_region {
   int device_;
   void* data_ = nullptr;
   region_state state_ = region_state::active;
-  std::map<graph_id, graph_ref> graphs_;
-  graph_id next_id_ = 1;
-  std::size_t captures_ = 0;
+  detail::graph_registry graphs_{*ex_, "unified_region"};
 };
 
 }  // namespace offloadkit::region

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/key.hpp"
@@ -33,10 +34,8 @@ using offloadkit::testing::stash_implementation;
 
 /// Non-zero byte `offset` of key `code`'s activation in generation `salt`.
 inline unsigned char pattern_byte(std::uint32_t code, std::uint32_t salt, std::uint64_t offset) {
-  std::uint64_t x = (std::uint64_t{code} << 32 | salt) ^ (offset * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
+  const std::uint64_t x = offloadkit::detail::splitmix64_mix(
+      (std::uint64_t{code} << 32 | salt) ^ (offset * offloadkit::detail::splitmix64_gamma));
   return static_cast<unsigned char>((x % 255) + 1);
 }
 
