@@ -253,7 +253,7 @@ class mlp {
       bf16* a = take(t_ * 4 * h_);
       gemm(false, false, t_, 4 * h_, h_, x, w1_[b].as<bf16>(), a);
       bf16* g = take(t_ * 4 * h_);
-      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_body{a, g}, s, "gelu");
+      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_body{a, g}, "gelu", s);
       bf16* y = take(t_ * h_);
       gemm(false, false, t_, h_, 4 * h_, g, w2_[b].as<bf16>(), y);
       std::vector<tensor> saved;
@@ -301,7 +301,7 @@ class mlp {
       gemm(false, true, t_, 4 * h_, h_, dy, w2_[b].as<bf16>(), dg);  // dg = dy W2^T
       tensor a = saved(1);
       launch(ex_, static_cast<std::size_t>(t_ * 4 * h_),
-             gelu_backward_body{static_cast<const bf16*>(a.data), dg, dg}, s, "gelu_backward");
+             gelu_backward_body{static_cast<const bf16*>(a.data), dg, dg}, "gelu_backward", s);
       done(a);
       tensor x = saved(0);
       gemm(true, false, h_, 4 * h_, t_, static_cast<const bf16*>(x.data), dg,
@@ -321,11 +321,11 @@ class mlp {
         launch(ex_, workers,
                hash_body{reinterpret_cast<const std::uint64_t*>(dx),
                          static_cast<std::size_t>(t_ * h_ / 4), workers, h},
-               s, "hash");
+               "hash", s);
         launch(ex_, workers,  // h*4h bf16 = h*h words
                hash_body{reinterpret_cast<const std::uint64_t*>(dw1_.data()),
                          static_cast<std::size_t>(h_ * h_), workers, h + 1},
-               s, "hash");
+               "hash", s);
         ex_.copy(hash_host_.data(), hash_.data(), 2 * sizeof(unsigned long long), s);
       }
     }
@@ -346,7 +346,7 @@ class mlp {
   static std::size_t bytes(std::int64_t elems) { return static_cast<std::size_t>(elems) * 2; }
 
   void init(bf16* p, std::int64_t n, std::uint64_t key, float scale) {
-    launch(ex_, static_cast<std::size_t>(n), init_body{p, key, scale}, compute_.ref(), "init");
+    launch(ex_, static_cast<std::size_t>(n), init_body{p, key, scale}, "init", compute_.ref());
   }
 
   /// Row-major C[M,N] = op(A) op(B); A is [K,M] when ta, else [M,K]; B is [N,K] when tb, else

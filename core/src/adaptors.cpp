@@ -221,7 +221,7 @@ void fault_injection_adaptor::do_replay(graph_ref g, stream_ref s) {
 // ---- delay_adaptor
 // ----------------------------------------------------------------------------------
 
-void delay_adaptor::delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops) {
+void delay_adaptor::delay_next(std::chrono::microseconds d, std::size_t ops, stream_ref s) {
   OFFLOADKIT_EXPECTS(d.count() >= 0, out_of_range, "delay_adaptor::delay_next: delay ", d.count(),
                      " us is negative; valid delays are >= 0");
   std::lock_guard<std::mutex> lock(mutex_);

@@ -28,7 +28,7 @@ void unified_region::prefetch(bool to_device, stream_ref s) {
   ex_->prefetch(data_, bytes_, to_device ? device_ : host_location, s);
 }
 
-void unified_region::do_pause(stream_ref s, pause_mode) {
+void unified_region::do_pause(pause_mode, stream_ref s) {
   prefetch(false, s);
   ex_->synchronize(s);
   state_ = region_state::paused;

@@ -115,7 +115,7 @@ void vmm_region::unmap_chunk(chunk& c) {
   c.mapped = false;
 }
 
-void vmm_region::do_pause(stream_ref s, pause_mode mode) {
+void vmm_region::do_pause(pause_mode mode, stream_ref s) {
   if (mode == pause_mode::discard) {
     // Nothing to copy: wait for the work that uses the region, then give the memory back.
     ex_->synchronize(s);

@@ -495,7 +495,7 @@ void event_ordering(executor& base) {
   ex.copy(shared.data(), old_data.data(), words * 8, producer);
   ex.synchronize(producer);
 
-  ex.delay_next(producer, delay);
+  ex.delay_next(delay, producer);
   ex.delay_randomly(consumer, microseconds(*rc::gen::inRange(0, 1000)), gen_seed());
   produce(ex, p, shared, source, counter, words, producer);
   ex.record(done, producer);
@@ -575,7 +575,7 @@ void missing_wait_is_observable(executor& base) {
   ex.copy(shared.data(), old_data.data(), words * 8, producer);
   ex.synchronize(producer);
 
-  ex.delay_next(producer, delay);
+  ex.delay_next(delay, producer);
   ex.host_function([gate] { gate->hold(); }, producer);
   produce(ex, p, shared, source, counter, words, producer);
   ex.copy(out.data(), shared.data(), words * 8, consumer);

@@ -191,11 +191,11 @@ struct pause_cmd final : region_command {
   }
   void run(const region_model& m, region_sut& sut) const override {
     if (!m.active) {
-      RC_ASSERT_THROWS_AS(sut.region->pause(sut.s, mode), state_error);
+      RC_ASSERT_THROWS_AS(sut.region->pause(mode, sut.s), state_error);
       RC_ASSERT(sut.region->state() == region_state::paused);
       return;
     }
-    sut.region->pause(sut.s, mode);
+    sut.region->pause(mode, sut.s);
     RC_ASSERT(sut.region->state() == region_state::paused);
     if (sut.address_stable) RC_ASSERT(same_address(sut.region->data(), sut.address));
   }
@@ -339,7 +339,7 @@ void many_cycles(executor& ex, const region_implementation& impl) {
   const std::size_t free_active = cx.device_memory(0).free;
   std::optional<counting_adaptor::counts> after_first;
   for (int c = 0; c < cycles; ++c) {
-    r->pause(s, c % 10 == 9 ? pause_mode::discard : pause_mode::preserve);
+    r->pause(c % 10 == 9 ? pause_mode::discard : pause_mode::preserve, s);
     RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
     const auto n = cx.snapshot();
     // Every mapping made is undone while paused.
@@ -389,7 +389,7 @@ void state_errors(executor& ex, const region_implementation& impl) {
   RC_ASSERT(r->state() == region_state::active);
   r->pause(s);
   RC_ASSERT_THROWS_AS(r->pause(s), state_error);
-  RC_ASSERT_THROWS_AS(r->pause(s, pause_mode::discard), state_error);
+  RC_ASSERT_THROWS_AS(r->pause(pause_mode::discard, s), state_error);
   RC_ASSERT_THROWS_AS(r->replay(g, s), state_error);
   RC_ASSERT_THROWS_AS(r->register_graph(affine_graph(ex, sh.words), s), state_error);
   RC_ASSERT(r->state() == region_state::paused);
@@ -444,7 +444,7 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
   auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
   write_pattern(dx, r->data(), sh.words, seed, a);
   r->pause(a);
-  dx.delay_next(a, std::chrono::microseconds(delay_us), 64);
+  dx.delay_next(std::chrono::microseconds(delay_us), 64, a);
   r->resume(a);
   r->pause(b);
   dx.clear();
@@ -466,7 +466,7 @@ void unified_release_behaviour(executor& ex, const region_implementation& impl) 
   write_pattern(ex, r->data(), words, seed, s);
   s.synchronize();
   const std::size_t free_active = ex.device_memory(0).free;
-  r->pause(s, *rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve);
+  r->pause(*rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve, s);
   const std::size_t free_paused = ex.device_memory(0).free;
   RC_LOG() << "free: before " << free0 << ", active " << free_active << ", paused " << free_paused
            << "\n";

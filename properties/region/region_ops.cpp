@@ -87,14 +87,14 @@ std::string region_ops_run(const std::uint8_t* data, std::size_t size) {
           const pause_mode mode = op == 1 ? pause_mode::preserve : pause_mode::discard;
           if (before == region_state::paused) {
             try {
-              r->pause(s, mode);
+              r->pause(mode, s);
               return "pause of a paused region did not throw";
             } catch (const state_error&) {
             }
             break;
           }
           if (mode == pause_mode::discard) m.known = false;
-          r->pause(s, mode);
+          r->pause(mode, s);
           break;
         }
         case 3:  // resume

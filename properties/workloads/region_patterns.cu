@@ -36,18 +36,18 @@ struct mismatch_body {
 }  // namespace
 
 void write_pattern(executor& ex, void* p, std::size_t words, std::uint32_t seed, stream_ref s) {
-  launch(ex, words, write_pattern_body{static_cast<std::uint32_t*>(p), seed}, s,
-         "region_write_pattern");
+  launch(ex, words, write_pattern_body{static_cast<std::uint32_t*>(p), seed},
+         "region_write_pattern", s);
 }
 
 void apply_affine(executor& ex, void* p, std::size_t words, stream_ref s) {
-  launch(ex, words, affine_body{static_cast<std::uint32_t*>(p)}, s, "region_apply_affine");
+  launch(ex, words, affine_body{static_cast<std::uint32_t*>(p)}, "region_apply_affine", s);
 }
 
 void count_mismatches(executor& ex, const void* p, std::size_t words, std::uint32_t seed,
                       unsigned long long* mismatches, stream_ref s) {
-  launch(ex, words, mismatch_body{static_cast<const std::uint32_t*>(p), seed, mismatches}, s,
-         "region_count_mismatches");
+  launch(ex, words, mismatch_body{static_cast<const std::uint32_t*>(p), seed, mismatches},
+         "region_count_mismatches", s);
 }
 
 }  // namespace offloadkit::region

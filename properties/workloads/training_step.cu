@@ -77,7 +77,7 @@ std::uint64_t tensor_key(std::uint64_t seed, std::size_t layer, std::size_t inde
 void launch_compute(executor& ex, float* sink, std::size_t threads, std::uint64_t iterations,
                     stream_ref s) {
   if (iterations == 0 || threads == 0) return;
-  launch(ex, threads, compute_body{sink, iterations}, s, "activation_compute");
+  launch(ex, threads, compute_body{sink, iterations}, "activation_compute", s);
 }
 
 std::string step_report::describe() const {
@@ -187,8 +187,8 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
       void* p = take(ls.device, bytes);
       if (bytes > 0) {
         launch(ex_, words(bytes),
-               fill_pattern{static_cast<unsigned char*>(p), bytes, tensor_key(seed, l, j)}, s,
-               "activation_fill");
+               fill_pattern{static_cast<unsigned char*>(p), bytes, tensor_key(seed, l, j)},
+               "activation_fill", s);
       }
       tensor t;
       t.data = p;
@@ -257,7 +257,7 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
         launch(ex_, words(t.bytes),
                verify_pattern{static_cast<const unsigned char*>(t.data), t.bytes,
                               tensor_key(seed, l, j), st.wrong.as<unsigned long long>()},
-               s_layer, "activation_verify");
+               "activation_verify", s_layer);
       }
     }
     if (s_unpack != s_layer) {

@@ -25,7 +25,7 @@ reference_region::~reference_region() {
   if (host_ != nullptr) ex_->deallocate(memory_kind::pageable, host_, bytes_);
 }
 
-void reference_region::do_pause(stream_ref s, pause_mode mode) {
+void reference_region::do_pause(pause_mode mode, stream_ref s) {
   if (mode == pause_mode::discard) {
     ex_->synchronize(s);
     ex_->deallocate(memory_kind::device, device_, bytes_);

@@ -113,7 +113,9 @@ class delay_adaptor final : public executor_adaptor {
   using executor_adaptor::executor_adaptor;
 
   /// Delays the next `ops` stream operations issued to `s` by `d` each.
-  void delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops = 1);
+  void delay_next(std::chrono::microseconds d, std::size_t ops, stream_ref s);
+  /// Delays the next stream operation issued to `s` by `d`.
+  void delay_next(std::chrono::microseconds d, stream_ref s) { delay_next(d, 1, s); }
   /// Delays every stream operation issued to `s` by a duration drawn from [0, max] with the given
   /// seed (deterministic per seed); max = 0 stops it.
   void delay_randomly(stream_ref s, std::chrono::microseconds max, std::uint64_t seed);

@@ -664,7 +664,7 @@ TEST(HostExecutor, AnOperationThatThrowsLeavesAStickyErrorForTheNextSynchronize)
   EXPECT_TRUE(ran_after.load());
   s.synchronize();  // reported once
 
-  ok::launch(ex, 100, throw_at_seven{}, s, "cursed_kernel");
+  ok::launch(ex, 100, throw_at_seven{}, "cursed_kernel", s);
   msg = message_of<ok::runtime_error>([&] { s.synchronize(); });
   EXPECT_NE(msg.find("index 7 is cursed"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cursed_kernel"), std::string::npos) << msg;

@@ -28,7 +28,7 @@ class forwarding_region : public offload_region {
  protected:
   executor& ex() const { return *ex_; }
   offload_region& inner() const { return *inner_; }
-  void do_pause(stream_ref s, pause_mode m) override { inner_->pause(s, m); }
+  void do_pause(pause_mode m, stream_ref s) override { inner_->pause(m, s); }
   void do_resume(stream_ref s) override { inner_->resume(s); }
 
  private:
@@ -56,7 +56,7 @@ class copyless_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode) override { inner().pause(s, pause_mode::discard); }
+  void do_pause(pause_mode, stream_ref s) override { inner().pause(pause_mode::discard, s); }
 };
 
 /// Bug: pause copies out but keeps as much device memory as the region held.
@@ -66,8 +66,8 @@ class hoarding_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
     held_ = buffer(ex(), memory_kind::device, inner().footprint(), inner().device());
   }
   void do_resume(stream_ref s) override {
@@ -100,8 +100,8 @@ class leaky_on_failure_region final : public forwarding_region {
     }
     ex().deallocate(memory_kind::device, p, g);
   }
-  void do_pause(stream_ref s, pause_mode m) override {
-    staged([&] { inner().pause(s, m); });
+  void do_pause(pause_mode m, stream_ref s) override {
+    staged([&] { inner().pause(m, s); });
   }
   void do_resume(stream_ref s) override {
     staged([&] { inner().resume(s); });
@@ -120,7 +120,7 @@ class lossy_on_failure_region final : public forwarding_region {
     try {
       inner().resume(s);
     } catch (...) {
-      if (inner().state() == region_state::partial) inner().pause(s, pause_mode::discard);
+      if (inner().state() == region_state::partial) inner().pause(pause_mode::discard, s);
       throw;
     }
   }
@@ -133,8 +133,8 @@ class growing_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
     grown_.emplace_back(ex(), memory_kind::pinned, 4096);
   }
   std::vector<buffer> grown_;
