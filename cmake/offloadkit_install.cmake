@@ -53,7 +53,7 @@ list(TRANSFORM offloadkit_battery_targets PREPEND offloadkit_)
 offloadkit_aggregate(offloadkit_reference reference ${offloadkit_reference_targets})
 offloadkit_aggregate(offloadkit_optimized optimized ${offloadkit_optimized_targets})
 # Not offloadkit_testing: that name is the GoogleTest main of the project's own suites.
-offloadkit_aggregate(offloadkit_batteries testing offloadkit_properties
+offloadkit_aggregate(offloadkit_batteries testing offloadkit_properties offloadkit_workloads
   offloadkit_executor_battery ${offloadkit_battery_targets} offloadkit_traces_battery)
 
 # ---- exported targets ---------------------------------------------------------------------------
@@ -66,7 +66,8 @@ set(offloadkit_export_candidates
   offloadkit_core ${offloadkit_feature_core_targets}
   ${offloadkit_reference_targets} offloadkit_reference
   ${offloadkit_optimized_targets} offloadkit_optimized
-  offloadkit_properties offloadkit_executor_battery ${offloadkit_battery_targets}
+  offloadkit_properties offloadkit_workloads offloadkit_executor_battery
+  ${offloadkit_battery_targets}
   offloadkit_traces_timeline offloadkit_traces_schedule offloadkit_traces_replay offloadkit_traces
   offloadkit_traces_cli offloadkit_traces_battery offloadkit_batteries
   offloadkit_plugin_abi offloadkit_plugin_sdk offloadkit_plugin_host)

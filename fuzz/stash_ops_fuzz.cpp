@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "offloadkit/detail/byte_reader.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
@@ -18,16 +19,6 @@ namespace {
 
 using namespace offloadkit;
 using namespace offloadkit::stash;
-
-struct reader {
-  const std::uint8_t* p;
-  std::size_t n;
-  std::uint8_t next() {
-    if (n == 0) return 0;
-    --n;
-    return *p++;
-  }
-};
 
 host_executor& fuzz_executor() {
   static host_executor ex(host_executor_options{1, std::size_t{1} << 30, std::size_t{2} << 20, 4});
@@ -39,7 +30,7 @@ host_executor& fuzz_executor() {
 /// Runs one input; returns the first violated invariant, or an empty string.
 std::string offloadkit_stash_ops_run(const std::uint8_t* data, std::size_t size) {
   using detail::concat;
-  reader in{data, size};
+  offloadkit::detail::byte_reader in{data, size};
   stash_config cfg;
   cfg.row_bytes = 1 + in.next() % 24;
   cfg.rows_per_page = 1 + in.next() % 6;

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "offloadkit/activation/async_offloader.hpp"
-#include "offloadkit/activation/training_step.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/training_step.hpp"
 
 namespace {
 

@@ -37,6 +37,7 @@
 
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_device.hpp"
 #include "offloadkit/launch.hpp"
@@ -85,12 +86,7 @@ void check_cublas(cublasStatus_t st, const char* what) {
 // ---- device bodies
 // --------------------------------------------------------------------------------
 
-OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using offloadkit::detail::splitmix64_hash;
 
 /// Deterministic values in [-scale, scale].
 struct init_body {
@@ -98,7 +94,7 @@ struct init_body {
   std::uint64_t key;
   float scale;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const float u = static_cast<float>(mix(key + i) % 2001) / 1000.0f - 1.0f;
+    const float u = static_cast<float>(splitmix64_hash(key + i) % 2001) / 1000.0f - 1.0f;
     p[i] = __float2bfloat16(u * scale);
   }
 };
@@ -131,9 +127,9 @@ struct gelu_backward_body {
   }
 };
 
-/// Order-independent hash of a buffer: the sum over 8-byte words of mix(index ^ word). Worker i of
-/// `workers` sums words i, i + workers, ... (coalesced) and adds its sum with one atomic, so that
-/// the hash costs a read of the buffer, not one contended atomic per word.
+/// Order-independent hash of a buffer: the sum over 8-byte words of splitmix64_hash(index ^ word).
+/// Worker i of `workers` sums words i, i + workers, ... (coalesced) and adds its sum with one
+/// atomic, so that the hash costs a read of the buffer, not one contended atomic per word.
 struct hash_body {
   const std::uint64_t* p;
   std::size_t words;
@@ -142,7 +138,7 @@ struct hash_body {
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     unsigned long long sum = 0;
     for (std::size_t w = i; w < words; w += workers) {
-      sum += static_cast<unsigned long long>(mix(p[w] ^ (w * 0x100000001b3ull)));
+      sum += static_cast<unsigned long long>(splitmix64_hash(p[w] ^ (w * 0x100000001b3ull)));
     }
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> o(*out);
     o.fetch_add(sum, cuda::memory_order_relaxed);
@@ -257,7 +253,7 @@ class mlp {
       bf16* a = take(t_ * 4 * h_);
       gemm(false, false, t_, 4 * h_, h_, x, w1_[b].as<bf16>(), a);
       bf16* g = take(t_ * 4 * h_);
-      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_body{a, g}, s, "gelu");
+      launch(ex_, static_cast<std::size_t>(t_ * 4 * h_), gelu_body{a, g}, "gelu", s);
       bf16* y = take(t_ * h_);
       gemm(false, false, t_, h_, 4 * h_, g, w2_[b].as<bf16>(), y);
       std::vector<tensor> saved;
@@ -305,7 +301,7 @@ class mlp {
       gemm(false, true, t_, 4 * h_, h_, dy, w2_[b].as<bf16>(), dg);  // dg = dy W2^T
       tensor a = saved(1);
       launch(ex_, static_cast<std::size_t>(t_ * 4 * h_),
-             gelu_backward_body{static_cast<const bf16*>(a.data), dg, dg}, s, "gelu_backward");
+             gelu_backward_body{static_cast<const bf16*>(a.data), dg, dg}, "gelu_backward", s);
       done(a);
       tensor x = saved(0);
       gemm(true, false, h_, 4 * h_, t_, static_cast<const bf16*>(x.data), dg,
@@ -325,11 +321,11 @@ class mlp {
         launch(ex_, workers,
                hash_body{reinterpret_cast<const std::uint64_t*>(dx),
                          static_cast<std::size_t>(t_ * h_ / 4), workers, h},
-               s, "hash");
+               "hash", s);
         launch(ex_, workers,  // h*4h bf16 = h*h words
                hash_body{reinterpret_cast<const std::uint64_t*>(dw1_.data()),
                          static_cast<std::size_t>(h_ * h_), workers, h + 1},
-               s, "hash");
+               "hash", s);
         ex_.copy(hash_host_.data(), hash_.data(), 2 * sizeof(unsigned long long), s);
       }
     }
@@ -350,7 +346,7 @@ class mlp {
   static std::size_t bytes(std::int64_t elems) { return static_cast<std::size_t>(elems) * 2; }
 
   void init(bf16* p, std::int64_t n, std::uint64_t key, float scale) {
-    launch(ex_, static_cast<std::size_t>(n), init_body{p, key, scale}, compute_.ref(), "init");
+    launch(ex_, static_cast<std::size_t>(n), init_body{p, key, scale}, "init", compute_.ref());
   }
 
   /// Row-major C[M,N] = op(A) op(B); A is [K,M] when ta, else [M,K]; B is [N,K] when tb, else

@@ -17,9 +17,9 @@
 
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/region/vmm_region.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace {
 

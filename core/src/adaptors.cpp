@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "hold.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit {
@@ -26,6 +27,15 @@ allocation_extent executor_adaptor::do_extent_of(const void* p) const {
 }
 memory_info executor_adaptor::do_device_memory(int device) {
   return upstream().device_memory(device);
+}
+void* executor_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  return upstream().allocate_managed(bytes, device);
+}
+void executor_adaptor::do_deallocate_managed(void* p, std::size_t bytes) noexcept {
+  upstream().deallocate_managed(p, bytes);
+}
+void executor_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  upstream().prefetch(p, bytes, device, s);
 }
 stream_ref executor_adaptor::do_create_stream(int device) {
   return upstream().create_stream(device);
@@ -82,7 +92,8 @@ constexpr std::size_t kind_index(op_kind k) noexcept { return static_cast<std::s
 
 bool is_allocation_kind(op_kind k) noexcept {
   return k == op_kind::allocate_device || k == op_kind::allocate_pinned ||
-         k == op_kind::allocate_pageable || k == op_kind::create_physical;
+         k == op_kind::allocate_pageable || k == op_kind::allocate_managed ||
+         k == op_kind::create_physical;
 }
 
 }  // namespace
@@ -140,6 +151,15 @@ void fault_injection_adaptor::maybe_fail(op_kind k) {
 void* fault_injection_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
   maybe_fail(allocation_op(kind));
   return executor_adaptor::do_allocate(kind, bytes, device);
+}
+void* fault_injection_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  maybe_fail(op_kind::allocate_managed);
+  return executor_adaptor::do_allocate_managed(bytes, device);
+}
+void fault_injection_adaptor::do_prefetch(const void* p, std::size_t bytes, int device,
+                                          stream_ref s) {
+  maybe_fail(op_kind::prefetch);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
 }
 void fault_injection_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
   maybe_fail(op_kind::copy);
@@ -201,19 +221,7 @@ void fault_injection_adaptor::do_replay(graph_ref g, stream_ref s) {
 // ---- delay_adaptor
 // ----------------------------------------------------------------------------------
 
-namespace {
-
-// splitmix64: a tiny, well-mixed generator, so a seed names one exact sequence of delays.
-std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
-void delay_adaptor::delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops) {
+void delay_adaptor::delay_next(std::chrono::microseconds d, std::size_t ops, stream_ref s) {
   OFFLOADKIT_EXPECTS(d.count() >= 0, out_of_range, "delay_adaptor::delay_next: delay ", d.count(),
                      " us is negative; valid delays are >= 0");
   std::lock_guard<std::mutex> lock(mutex_);
@@ -249,7 +257,7 @@ void delay_adaptor::maybe_delay(stream_ref s) {
       d = p.fixed;
     } else if (p.random_max.count() > 0) {
       const auto span = static_cast<std::uint64_t>(p.random_max.count()) + 1;
-      d = std::chrono::microseconds(static_cast<std::int64_t>(splitmix64(p.state) % span));
+      d = std::chrono::microseconds(static_cast<std::int64_t>(detail::splitmix64(p.state) % span));
     }
   }
   if (d.count() <= 0) return;
@@ -265,6 +273,10 @@ void delay_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, strea
 void delay_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
   maybe_delay(s);
   executor_adaptor::do_fill(dst, value, bytes, s);
+}
+void delay_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  maybe_delay(s);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
 }
 void delay_adaptor::do_launch(const launch_request& r, stream_ref s) {
   maybe_delay(s);
@@ -317,6 +329,16 @@ void* counting_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int dev
   ++counts_.allocations[k];
   counts_.allocated_bytes[k] += bytes;
   return p;
+}
+
+void* counting_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  count(op_kind::allocate_managed);
+  return executor_adaptor::do_allocate_managed(bytes, device);
+}
+
+void counting_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  count(op_kind::prefetch);
+  executor_adaptor::do_prefetch(p, bytes, device, s);
 }
 
 void counting_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {

@@ -462,6 +462,40 @@ memory_info cuda_executor::do_device_memory(int device) {
   return m;
 }
 
+// ---- managed memory -----------------------------------------------------------------------------
+
+void* cuda_executor::do_allocate_managed(std::size_t bytes, int device) {
+  impl_->check_device(device, "allocate_managed");
+  device_guard guard(device);
+  void* p = nullptr;
+  // Zero bytes still gets a unique, non-null pointer: allocate one byte.
+  OFFLOADKIT_CUDA_TRY_CTX(
+      cudaMallocManaged(&p, std::max<std::size_t>(bytes, 1), cudaMemAttachGlobal), "allocating ",
+      bytes, " bytes of managed memory for device ", device);
+  return p;
+}
+
+void cuda_executor::do_deallocate_managed(void* p, std::size_t /*bytes*/) noexcept {
+  if (p == nullptr) return;
+  OFFLOADKIT_CUDA_ASSERT_OK(cudaFree(p));
+}
+
+void cuda_executor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  impl_->check_stream(s, "prefetch");
+  OFFLOADKIT_EXPECTS(device == host_location || (device >= 0 && device < impl_->devices),
+                     out_of_range, "prefetch: device = ", device, " is outside [0, ",
+                     impl_->devices, ") and is not host_location (", host_location, ")");
+  if (bytes == 0) return;
+  OFFLOADKIT_EXPECTS(p != nullptr, logic_error, "prefetch: null pointer for ", bytes, " bytes");
+  cudaMemLocation where{};
+  where.type = device == host_location ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+  where.id = device == host_location ? 0 : device;
+  const std::string to = device == host_location ? "the host" : concat("device ", device);
+  device_guard guard(s.device);
+  OFFLOADKIT_CUDA_TRY_CTX(cudaMemPrefetchAsync(p, bytes, where, 0, native(s)), "prefetching ",
+                          bytes, " bytes at ", p, " to ", to);
+}
+
 // ---- streams and events -------------------------------------------------------------------------
 
 stream_ref cuda_executor::do_create_stream(int device) {

@@ -39,6 +39,10 @@ const char* to_string(op_kind k) noexcept {
       return "end_capture";
     case op_kind::replay:
       return "replay";
+    case op_kind::allocate_managed:
+      return "allocate_managed";
+    case op_kind::prefetch:
+      return "prefetch";
     case op_kind::count_:
       break;
   }

@@ -71,7 +71,7 @@ struct event_state {
 
 /// One stream operation, as queued on a stream or kept in a captured graph.
 struct op {
-  enum class type { copy, fill, launch, host_function, record, wait };
+  enum class type { copy, fill, launch, host_function, record, wait, prefetch };
   type t = type::copy;
   void* dst = nullptr;
   const void* src = nullptr;
@@ -99,6 +99,8 @@ const char* to_string(op::type t) {
       return "record";
     case op::type::wait:
       return "wait";
+    case op::type::prefetch:
+      return "prefetch";
   }
   return "op";
 }
@@ -222,6 +224,8 @@ struct allocation {
   std::size_t bytes = 0;
   int device = -1;
   bool carved = false;  ///< from a carving_arena (adjacent_allocations), not from the heap
+  /// Managed memory: host memory like `pageable`, classified as managed and owned by `device`.
+  bool managed = false;
 };
 
 /// One contiguous reservation from which allocations are carved first-fit by address, so that
@@ -384,6 +388,15 @@ struct host_executor::impl {
     return options.device_capacity - std::min(options.device_capacity, device_used[device]);
   }
 
+  /// A fresh block of host memory for an allocation of `bytes`: a 0-byte request still gets its
+  /// own block, so the pointer is unique and non-null. Null when the host cannot provide it.
+  static void* host_block(std::size_t bytes) noexcept {
+    if (bytes > SIZE_MAX - allocation_alignment) return nullptr;
+    void* p = nullptr;
+    if (posix_memalign(&p, allocation_alignment, padded_size(bytes)) != 0) return nullptr;
+    return p;
+  }
+
   /// Counts `bytes` against `device`'s capacity or throws out_of_memory (mem_mu held).
   void charge(int device, std::size_t bytes, const char* what) {
     const std::size_t free = free_bytes(device);
@@ -405,10 +418,12 @@ struct host_executor::impl {
       if (a - address(it->first) < extent) {
         base = it->first;
         size = it->second.bytes;
-        info.kind = it->second.kind == memory_kind::device   ? pointer_kind::device
+        info.kind = it->second.managed                       ? pointer_kind::managed
+                    : it->second.kind == memory_kind::device ? pointer_kind::device
                     : it->second.kind == memory_kind::pinned ? pointer_kind::pinned
                                                              : pointer_kind::pageable;
-        info.device = it->second.kind == memory_kind::device ? it->second.device : -1;
+        info.device =
+            it->second.kind == memory_kind::device || it->second.managed ? it->second.device : -1;
         return true;
       }
     }
@@ -617,6 +632,8 @@ struct host_executor::impl {
         case op::type::host_function:
           o.fn();
           break;
+        case op::type::prefetch:
+          break;
         case op::type::record: {
           std::lock_guard<std::mutex> lk(signal_mu);
           o.mark->done = true;
@@ -778,8 +795,8 @@ void* host_executor::do_allocate(memory_kind kind, std::size_t bytes, int device
     m.allocations[p] = allocation{kind, bytes, on_device ? device : -1, true};
     return p;
   }
-  void* p = nullptr;
-  if (posix_memalign(&p, allocation_alignment, padded) != 0 || p == nullptr) {
+  void* p = impl::host_block(bytes);
+  if (p == nullptr) {
     if (on_device) {
       std::lock_guard<std::mutex> lk(m.mem_mu);
       m.device_used[device] -= bytes;
@@ -803,6 +820,9 @@ void host_executor::do_deallocate(memory_kind kind, void* p, std::size_t bytes) 
     OFFLOADKIT_ASSERT_NOEXCEPT(deallocate_of_a_live_allocation);
     if (!deallocate_of_a_live_allocation) return;
     registered = it->second.kind;
+    const bool deallocate_of_managed_memory_with_deallocate_managed = !it->second.managed;
+    OFFLOADKIT_ASSERT_NOEXCEPT(deallocate_of_managed_memory_with_deallocate_managed);
+    if (!deallocate_of_managed_memory_with_deallocate_managed) return;
   }
   const bool deallocate_with_the_allocation_kind = registered == kind;
   OFFLOADKIT_ASSERT_NOEXCEPT(deallocate_with_the_allocation_kind);
@@ -838,6 +858,74 @@ memory_info host_executor::do_device_memory(int device) {
   m.check_device(device, "device_memory");
   std::lock_guard<std::mutex> lk(m.mem_mu);
   return memory_info{m.free_bytes(device), m.options.device_capacity};
+}
+
+// ---- managed memory ----------------------------------------------------------------------------
+// Managed memory is host memory, which every simulated device reaches at the same address as it
+// reaches all host-backend memory. It is not charged to a device's capacity: on a GPU, pages
+// count against a device only once they migrate there, and here they never do.
+
+void* host_executor::do_allocate_managed(std::size_t bytes, int device) {
+  impl& m = *impl_;
+  m.check_device(device, "allocate_managed");
+  void* p = impl::host_block(bytes);
+  if (p == nullptr) {
+    OFFLOADKIT_FAIL(out_of_memory, "host_executor::allocate_managed: the host could not provide ",
+                    bytes, " bytes of managed memory");
+  }
+  allocation a{memory_kind::pageable, bytes, device};
+  a.managed = true;
+  std::lock_guard<std::mutex> lk(m.mem_mu);
+  m.allocations[key(p)] = a;
+  return p;
+}
+
+void host_executor::do_deallocate_managed(void* p, std::size_t /*bytes*/) noexcept {
+  if (p == nullptr) return;
+  impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mem_mu);
+    auto it = m.allocations.find(key(p));
+    const bool deallocate_managed_of_a_live_managed_allocation =
+        it != m.allocations.end() && it->second.managed;
+    OFFLOADKIT_ASSERT_NOEXCEPT(deallocate_managed_of_a_live_managed_allocation);
+    if (!deallocate_managed_of_a_live_managed_allocation) return;
+  }
+  // cudaFree synchronizes the device before the memory goes, and so does the host back end.
+  if (!tls_executor_thread) m.drain_all_streams();
+  {
+    std::lock_guard<std::mutex> lk(m.mem_mu);
+    // Another thread may have freed it while the streams drained.
+    if (m.allocations.erase(key(p)) == 0) return;
+  }
+  std::free(p);
+}
+
+void host_executor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  impl& m = *impl_;
+  impl::check_not_on_executor_thread("prefetch");
+  OFFLOADKIT_EXPECTS(device == host_location || (device >= 0 && device < m.options.devices),
+                     out_of_range, "host_executor::prefetch: device = ", device, " is outside [0, ",
+                     m.options.devices, ") and is not host_location (", host_location, ")");
+  if (bytes == 0) {
+    (void)m.find_stream(s, "prefetch");  // still reject a bad stream
+    return;
+  }
+  // As cudaMemPrefetchAsync, only managed memory can be prefetched.
+  const pointer_info info = m.look_up(p).info;
+  OFFLOADKIT_EXPECTS(info.kind == pointer_kind::managed, logic_error, "host_executor::prefetch: [",
+                     p, ", +", bytes, ") is ", to_string(info.kind),
+                     " memory; only managed memory (allocate_managed) can be prefetched");
+  m.check_extent(p, bytes, "prefetch");
+  // The pages are host memory wherever they are prefetched to, so the operation moves nothing,
+  // but it is a stream operation like any other: it runs after the work issued before it, later
+  // work waits for it, and a capture records it.
+  op o;
+  o.t = op::type::prefetch;
+  o.src = p;
+  o.bytes = bytes;
+  o.value = device;
+  m.issue(s, std::move(o), "prefetch");
 }
 
 // ---- streams and events

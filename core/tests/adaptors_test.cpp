@@ -153,7 +153,7 @@ TEST(DelayAdaptor, HoldsTheStreamNotTheCaller) {
   stream s(ex);
   const auto delay = 200ms;
   auto ran_at = std::make_shared<std::atomic<std::int64_t>>(0);
-  ex.delay_next(s, delay);
+  ex.delay_next(delay, s);
   const auto issued = std::chrono::steady_clock::now();
   ex.host_function(
       [ran_at] { ran_at->store(std::chrono::steady_clock::now().time_since_epoch().count()); }, s);
@@ -174,7 +174,7 @@ TEST(DelayAdaptor, DelaysTheRequestedNumberOfOperations) {
   buffer a(ex, memory_kind::pinned, 8);
   buffer b(ex, memory_kind::pinned, 8);
   buffer c(ex, memory_kind::pinned, 8);
-  ex.delay_next(s, 1ms, 2);
+  ex.delay_next(1ms, 2, s);
   ex.copy(c.data(), a.data(), 8, other);  // another stream: not delayed
   ex.copy(b.data(), a.data(), 8, s);
   ex.fill(b.data(), 0, 8, s);
@@ -217,7 +217,7 @@ TEST(DelayAdaptor, RejectsNegativeDelays) {
   host_executor base;
   delay_adaptor ex(base);
   stream s(ex);
-  EXPECT_THROW(ex.delay_next(s, std::chrono::microseconds(-1)), offloadkit::out_of_range);
+  EXPECT_THROW(ex.delay_next(std::chrono::microseconds(-1), s), offloadkit::out_of_range);
   EXPECT_THROW(ex.delay_randomly(s, std::chrono::microseconds(-1), 1), offloadkit::out_of_range);
 }
 

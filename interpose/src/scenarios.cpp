@@ -222,7 +222,7 @@ void region_scenario(const testing::region_implementation& impl, executor& ex, s
       run.problem(std::string("after ") + after + " the region is " + region::to_string(st));
     };
     const bool paused = run.step(
-        "pause", [&] { r->pause(s, region::pause_mode::preserve); },
+        "pause", [&] { r->pause(region::pause_mode::preserve, s); },
         [&] {
           expect_state("a failed pause",
                        {region::region_state::active, region::region_state::partial});

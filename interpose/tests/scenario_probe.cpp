@@ -130,7 +130,7 @@ class driver_region final : public ok::region::offload_region {
   std::size_t do_captures() const noexcept override { return 0; }
   // The scenario's copies run on the host executor's stream threads; the host executor orders
   // them before it returns from synchronize, and this region copies on the calling thread.
-  void do_pause(ok::stream_ref, ok::region::pause_mode) override {
+  void do_pause(ok::region::pause_mode, ok::stream_ref) override {
     for (std::size_t i = 0; i < handles_.size(); ++i) {
       if (handles_[i] == 0) continue;
       std::memcpy(host_.data() + i * chunk_, reinterpret_cast<void*>(at(i)), used(i));

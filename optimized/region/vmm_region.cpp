@@ -6,6 +6,8 @@
 // state reads partial and pause() or resume() finishes the job.
 #include "offloadkit/region/vmm_region.hpp"
 
+#include <utility>
+
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::region {
@@ -54,7 +56,7 @@ vmm_region::~vmm_region() {
       // memory released below, and a failed copy has nowhere to go once the region is gone.
     }
   }
-  for (auto& [id, g] : graphs_) ex_->destroy_graph(g);
+  graphs_.clear();
   release_all();
 }
 
@@ -119,7 +121,7 @@ void vmm_region::unmap_chunk(chunk& c) {
   c.mapped = false;
 }
 
-void vmm_region::do_pause(stream_ref s, pause_mode mode) {
+void vmm_region::do_pause(pause_mode mode, stream_ref s) {
   if (mode == pause_mode::discard) {
     // Nothing to copy: wait for the work that uses the region, then give the memory back.
     ex_->synchronize(s);
@@ -211,25 +213,11 @@ void vmm_region::do_resume(stream_ref s) {
 }
 
 graph_id vmm_region::do_register_graph(capture_fn fn, stream_ref s) {
-  graph_ref g = detail::capture_graph(*ex_, fn, base_, s);
-  ++captures_;
-  const graph_id id = next_id_++;
-  graphs_.emplace(id, g);
-  return id;
+  return graphs_.add(std::move(fn), base_, s);
 }
 
-void vmm_region::do_replay(graph_id g, stream_ref s) {
-  auto it = graphs_.find(g);
-  OFFLOADKIT_EXPECTS(it != graphs_.end(), out_of_range, "vmm_region::replay: graph ", g,
-                     " is not registered (ids are in [1, ", next_id_, "))");
-  ex_->replay(it->second, s);
-}
+void vmm_region::do_replay(graph_id g, stream_ref s) { graphs_.replay(g, s); }
 
-void vmm_region::do_unregister_graph(graph_id g) noexcept {
-  auto it = graphs_.find(g);
-  if (it == graphs_.end()) return;
-  ex_->destroy_graph(it->second);
-  graphs_.erase(it);
-}
+void vmm_region::do_unregister_graph(graph_id g) noexcept { graphs_.remove(g); }
 
 }  // namespace offloadkit::region

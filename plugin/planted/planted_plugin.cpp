@@ -87,7 +87,7 @@ class planted_region final : public ok::region::offload_region {
   [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
-  void do_pause(ok::stream_ref s, ok::region::pause_mode m) override { inner_.pause(s, m); }
+  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override { inner_.pause(m, s); }
   void do_resume(ok::stream_ref s) override {
     inner_.resume(s);
     ex_->fill(inner_.data(), 0x5a, 1, s);  // the planted bug
@@ -345,7 +345,7 @@ class leaky_vmm_region final : public ok::region::offload_region {
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return reserved_; }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
 
-  void do_pause(ok::stream_ref s, ok::region::pause_mode mode) override {
+  void do_pause(ok::region::pause_mode mode, ok::stream_ref s) override {
     current_device guard(device_);
     auto stream = static_cast<cudaStream_t>(s.native);
     rt_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -225,7 +225,7 @@ class python_region final : public region::offload_region, python_object {
     });
   }
 
-  void do_pause(stream_ref s, region::pause_mode mode) override {
+  void do_pause(region::pause_mode mode, stream_ref s) override {
     with_refresh("pause", [&] {
       impl_.attr("pause")(mode == region::pause_mode::discard ? "discard" : "preserve",
                           make_stream(s));

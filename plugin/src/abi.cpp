@@ -328,20 +328,41 @@ executor_table::executor_table(executor& ex) : ex_(&ex), name_(ex.name()) {
   t.destroy_graph = [](void* self, okit_graph g) noexcept {
     self_of(self).destroy_graph(from_c(g));
   };
+  t.allocate_managed = [](void* self, okit_error* err, std::size_t bytes, std::int32_t device,
+                          void** out) noexcept {
+    return guard(err, [&] { *out = self_of(self).allocate_managed(bytes, device); });
+  };
+  t.deallocate_managed = [](void* self, void* p, std::size_t bytes) noexcept {
+    self_of(self).deallocate_managed(p, bytes);
+  };
+  t.prefetch = [](void* self, okit_error* err, const void* p, std::size_t bytes,
+                  std::int32_t device, okit_stream s) noexcept {
+    return guard(err, [&] { self_of(self).prefetch(p, bytes, device, from_c(s)); });
+  };
 }
 
 // ---- plugin side: an executor over the lent table -------------------------------------------
 
 namespace {
 constexpr const char* lent = "the executor lent by offloadkit";
+
+/// An entry appended after the version-1 table is missing from a table that an older offloadkit
+/// lent (struct_size ends before it), or is NULL: the operation is not there to call.
+[[noreturn]] void missing_entry(const okit_executor* t, const char* entry) {
+  OFFLOADKIT_FAIL(logic_error, lent, " has no ", entry, " entry (its table's struct_size is ",
+                  t->struct_size, " of the ", sizeof(okit_executor),
+                  " this plugin was built with): offloadkit is older than the plugin's headers "
+                  "(operation not supported)");
 }
+}  // namespace
 
 abi_executor::abi_executor(const okit_executor* table) : t_(table) {
   OFFLOADKIT_EXPECTS(table != nullptr, logic_error, "abi_executor: the executor table is NULL");
-  OFFLOADKIT_EXPECTS(table->struct_size >= sizeof(okit_executor), logic_error,
+  // Entries appended since version 1 are checked where they are called (OKIT_EXECUTOR_HAS).
+  OFFLOADKIT_EXPECTS(table->struct_size >= OKIT_EXECUTOR_V1_SIZE, logic_error,
                      "abi_executor: the executor table has struct_size ", table->struct_size,
-                     ", expected at least ", sizeof(okit_executor),
-                     " (offloadkit older than the plugin's headers)");
+                     ", expected at least ", OKIT_EXECUTOR_V1_SIZE,
+                     " (the version-1 table; the table is corrupt or not an okit_executor)");
 }
 
 backend abi_executor::do_kind() const noexcept {
@@ -373,6 +394,20 @@ memory_info abi_executor::do_device_memory(int device) {
   memory_info m;
   call_checked_self(lent, "device_memory", t_->device_memory, t_->self, device, &m.free, &m.total);
   return m;
+}
+void* abi_executor::do_allocate_managed(std::size_t bytes, int device) {
+  if (!OKIT_EXECUTOR_HAS(t_, allocate_managed)) missing_entry(t_, "allocate_managed");
+  void* p = nullptr;
+  call_checked_self(lent, "allocate_managed", t_->allocate_managed, t_->self, bytes, device, &p);
+  return p;
+}
+void abi_executor::do_deallocate_managed(void* p, std::size_t bytes) noexcept {
+  // A table without the entry cannot have handed out managed memory to give back.
+  if (OKIT_EXECUTOR_HAS(t_, deallocate_managed)) t_->deallocate_managed(t_->self, p, bytes);
+}
+void abi_executor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  if (!OKIT_EXECUTOR_HAS(t_, prefetch)) missing_entry(t_, "prefetch");
+  call_checked_self(lent, "prefetch", t_->prefetch, t_->self, p, bytes, device, to_c(s));
 }
 stream_ref abi_executor::do_create_stream(int device) {
   okit_stream s{};

@@ -195,8 +195,9 @@ okit_region_vtable region_vtable(const char* implementation, std::uint64_t capab
       OFFLOADKIT_EXPECTS(mode == OKIT_PAUSE_PRESERVE || mode == OKIT_PAUSE_DISCARD, out_of_range,
                          "pause mode ", mode,
                          " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
-      impl_of<I>(self).pause(from_c(s), mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard
-                                                                   : region::pause_mode::preserve);
+      impl_of<I>(self).pause(
+          mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard : region::pause_mode::preserve,
+          from_c(s));
     });
   };
   t.resume = [](void* self, okit_error* err, okit_stream s) noexcept {

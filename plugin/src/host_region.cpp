@@ -42,7 +42,7 @@ class plugin_region final : public region::offload_region {
   }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return info().footprint; }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return info().captures; }
-  void do_pause(stream_ref s, region::pause_mode mode) override {
+  void do_pause(region::pause_mode mode, stream_ref s) override {
     const std::int32_t m =
         mode == region::pause_mode::discard ? OKIT_PAUSE_DISCARD : OKIT_PAUSE_PRESERVE;
     call_checked_self(obj_.context, "pause", t_->pause, obj_.self, m, to_c(s));

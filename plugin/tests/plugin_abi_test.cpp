@@ -14,6 +14,7 @@
 #include "offloadkit/launch.hpp"
 #include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/plugin/host.hpp"
+#include "offloadkit/region/unified_region.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/key.hpp"
 #include "testing.hpp"
@@ -206,6 +207,87 @@ TEST(PluginExecutor, MemoryQueriesAndPointerKindsSurviveTheTable) {
   }
   // An error of the executor behind the table arrives with its type and the table's context.
   EXPECT_THROW((void)ex.device_memory(host.device_count()), ok::out_of_range);
+}
+
+TEST(PluginExecutor, ManagedMemoryCrossesTheTableBothWays) {
+  ok::host_executor host;
+  ok::counting_adaptor counting(host);
+  ok::fault_injection_adaptor faults(counting);
+  op::executor_table table(faults);
+  ASSERT_TRUE(OKIT_EXECUTOR_HAS(table.get(), allocate_managed));
+  ASSERT_TRUE(OKIT_EXECUTOR_HAS(table.get(), deallocate_managed));
+  ASSERT_TRUE(OKIT_EXECUTOR_HAS(table.get(), prefetch));
+  op::abi_executor ex(table.get());
+  ok::stream s(ex);
+
+  constexpr std::size_t n = 4096;
+  auto* p = static_cast<unsigned char*>(ex.allocate_managed(n, 1));
+  EXPECT_EQ(ex.classify(p).kind, ok::pointer_kind::managed);
+  EXPECT_EQ(ex.classify(p).device, 1);
+  std::memset(p, 5, n);
+  ex.prefetch(p, n, 1, s);
+  ex.prefetch(p, n, ok::host_location, s);
+  s.synchronize();
+  EXPECT_EQ(p[n - 1], 5);
+  // Errors keep their type, and faults injected on the host side arrive as they were planted.
+  EXPECT_THROW(ex.prefetch(p, n, 7, s), ok::out_of_range);
+  faults.arm({ok::op_kind::prefetch}, 0);
+  EXPECT_THROW(ex.prefetch(p, n, 0, s), ok::injected_fault);
+  faults.arm({ok::op_kind::allocate_managed}, 0);
+  EXPECT_THROW((void)ex.allocate_managed(n, 0), ok::out_of_memory);
+  faults.disarm();
+  ex.deallocate_managed(p, n);
+
+  // A region implemented on the plugin side reaches them through the table too: the host side
+  // counts the unified region's allocation and both prefetches of a pause and a resume.
+  const ok::counting_adaptor::counts before = counting.snapshot();
+  {
+    ok::region::unified_region r(ex, ok::region::region_config{2 * n, 0, 0});
+    std::memset(r.data(), 7, 2 * n);
+    r.pause(s);
+    r.resume(s);
+    s.synchronize();
+    EXPECT_EQ(static_cast<unsigned char*>(r.data())[2 * n - 1], 7);
+  }
+  const ok::counting_adaptor::counts after = counting.snapshot();
+  EXPECT_EQ(after.calls_of(ok::op_kind::allocate_managed) -
+                before.calls_of(ok::op_kind::allocate_managed),
+            1u);
+  EXPECT_EQ(after.calls_of(ok::op_kind::prefetch) - before.calls_of(ok::op_kind::prefetch), 2u);
+}
+
+TEST(PluginExecutor, AVersionOneTableStillWorksAndLacksOnlyTheNewEntries) {
+  ok::host_executor host;
+  op::executor_table table(host);
+  // What an older offloadkit lends: the table ends where the appended entries begin. Copied into
+  // storage of exactly that size, so that reading past it would be a detectable overflow.
+  std::vector<unsigned char> storage(OKIT_EXECUTOR_V1_SIZE);
+  std::memcpy(storage.data(), table.get(), storage.size());
+  auto* old = reinterpret_cast<okit_executor*>(storage.data());
+  old->struct_size = static_cast<std::uint32_t>(OKIT_EXECUTOR_V1_SIZE);
+  EXPECT_FALSE(OKIT_EXECUTOR_HAS(old, allocate_managed));
+  EXPECT_FALSE(OKIT_EXECUTOR_HAS(old, prefetch));
+
+  op::abi_executor ex(old);
+  ok::stream s(ex);
+  ok::buffer d(ex, ok::memory_kind::device, 64);
+  ex.fill(d.data(), 1, 64, s);
+  s.synchronize();
+  try {
+    (void)ex.allocate_managed(64, 0);
+    ADD_FAILURE() << "a version-1 table allocated managed memory";
+  } catch (const ok::logic_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("has no allocate_managed entry"), std::string::npos) << m;
+    EXPECT_NE(m.find("struct_size is " + std::to_string(OKIT_EXECUTOR_V1_SIZE)), std::string::npos)
+        << m;
+  }
+  EXPECT_THROW(ex.prefetch(d.data(), 64, 0, s), ok::logic_error);
+  ex.deallocate_managed(nullptr, 0);  // nothing to give back, nothing called
+
+  // Shorter than version 1: not an executor table at all.
+  old->struct_size = static_cast<std::uint32_t>(OKIT_EXECUTOR_V1_SIZE - sizeof(void*));
+  EXPECT_THROW({ op::abi_executor bad(old); }, ok::logic_error);
 }
 
 template <class Backend>

@@ -13,9 +13,9 @@
 
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/activation/reference_offloader.hpp"
-#include "offloadkit/activation/training_step.hpp"
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
+#include "offloadkit/workloads/training_step.hpp"
 
 namespace offloadkit::activation {
 namespace {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/testing/arena_battery_support.hpp"
 
@@ -53,22 +54,13 @@ device_set make_device_set(executor& ex, const set_spec& spec, int device) {
   return out;
 }
 
-namespace {
-std::uint64_t splitmix(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 void fill_pattern(executor& ex, tensor_set_view set, std::uint64_t seed, stream_ref s) {
   snapshot data(set.size());
   for (std::size_t i = 0; i < set.size(); ++i) {
     std::uint64_t x = seed ^ (0x100000001b3ull * (i + 1));
     data[i].resize(set[i].bytes);
     for (std::size_t b = 0; b < set[i].bytes; b += 8) {
-      const std::uint64_t v = splitmix(x);
+      const std::uint64_t v = offloadkit::detail::splitmix64(x);
       for (std::size_t k = 0; k < 8 && b + k < set[i].bytes; ++k) {
         data[i][b + k] = static_cast<unsigned char>(v >> (8 * k));
       }

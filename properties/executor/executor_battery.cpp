@@ -24,6 +24,7 @@
 
 #include "executor_kernels.hpp"
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/resources.hpp"
 
@@ -41,12 +42,7 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using detail::splitmix64;
 
 /// Fills host-visible memory with bytes determined by `seed` (distinct seeds, distinct bytes).
 void write_pattern(void* p, std::size_t bytes, std::uint64_t seed) {
@@ -499,7 +495,7 @@ void event_ordering(executor& base) {
   ex.copy(shared.data(), old_data.data(), words * 8, producer);
   ex.synchronize(producer);
 
-  ex.delay_next(producer, delay);
+  ex.delay_next(delay, producer);
   ex.delay_randomly(consumer, microseconds(*rc::gen::inRange(0, 1000)), gen_seed());
   produce(ex, p, shared, source, counter, words, producer);
   ex.record(done, producer);
@@ -579,7 +575,7 @@ void missing_wait_is_observable(executor& base) {
   ex.copy(shared.data(), old_data.data(), words * 8, producer);
   ex.synchronize(producer);
 
-  ex.delay_next(producer, delay);
+  ex.delay_next(delay, producer);
   ex.host_function([gate] { gate->hold(); }, producer);
   produce(ex, p, shared, source, counter, words, producer);
   ex.copy(out.data(), shared.data(), words * 8, consumer);
@@ -731,6 +727,88 @@ void graph_replay_after_remap(executor& ex) {
     range.map_new();
     replay_and_check(detail::concat("after remap ", i + 1, " of ", remaps));
   }
+}
+
+// ---- managed memory -----------------------------------------------------------------------------
+
+/// A managed allocation, given back when it goes out of scope.
+class managed_allocation {
+ public:
+  managed_allocation(executor& ex, std::size_t bytes, int device)
+      : ex_(ex),
+        bytes_(bytes),
+        p_(static_cast<unsigned char*>(ex.allocate_managed(bytes, device))) {}
+  managed_allocation(const managed_allocation&) = delete;
+  managed_allocation& operator=(const managed_allocation&) = delete;
+  ~managed_allocation() { ex_.deallocate_managed(p_, bytes_); }
+  [[nodiscard]] unsigned char* data() const noexcept { return p_; }
+
+ private:
+  executor& ex_;
+  std::size_t bytes_;
+  unsigned char* p_;
+};
+
+/// Managed memory keeps its bytes however its pages move: written by the host, prefetched to
+/// random devices and to the host on two streams (ordered by events), copied out to device memory,
+/// overwritten and copied back in stream order, it reads back as written. classify() and
+/// extent_of() know it for what it is.
+void managed_round_trip(executor& ex) {
+  const std::size_t bytes = gen_bytes(1 * mib);
+  const std::uint64_t seed = gen_seed();
+  const int owner = *rc::gen::inRange(0, ex.device_count());
+  managed_allocation m(ex, bytes, owner);
+  const pointer_info info = ex.classify(m.data());
+  if (info.kind != pointer_kind::managed || info.device != owner) {
+    RC_FAIL(detail::concat("classify() calls managed memory of device ", owner, " ",
+                           to_string(info.kind), " memory of device ", info.device));
+  }
+  if (bytes > 0) {
+    const allocation_extent e = ex.extent_of(m.data() + bytes - 1);
+    if (!e.contains(m.data()) || !e.contains(m.data() + bytes - 1)) {
+      RC_FAIL(detail::concat("extent_of(the last byte of a managed allocation [",
+                             static_cast<const void*>(m.data()), ", +", bytes, ")) = [", e.base,
+                             ", +", e.bytes, ")"));
+    }
+  }
+
+  std::array<stream, 2> streams{stream(ex), stream(ex)};
+  buffer staging(ex, memory_kind::device, bytes, owner);
+  std::vector<event> events;
+  const sync_on_exit guard(ex, {streams[0], streams[1]});
+  write_pattern(m.data(), bytes, seed);
+
+  const int hops = *rc::gen::inRange(1, 6);
+  std::size_t previous = 0;
+  std::string route;
+  for (int i = 0; i < hops; ++i) {
+    const std::size_t current = *rc::gen::inRange<std::size_t>(0, 2);
+    if (current != previous) {
+      events.emplace_back(ex);
+      ex.record(events.back(), streams[previous]);
+      ex.wait(events.back(), streams[current]);
+    }
+    const int to = *rc::gen::inRange(host_location, ex.device_count());
+    ex.prefetch(m.data(), bytes, to, streams[current]);
+    route += detail::concat(i == 0 ? "" : ", ", to == host_location ? "host" : "device ", to,
+                            " on stream ", current);
+    if (*rc::gen::arbitrary<bool>()) {
+      // Out, overwritten, and back in, all in stream order behind the prefetch.
+      ex.copy(staging.data(), m.data(), bytes, streams[current]);
+      ex.fill(m.data(), 0xA5, bytes, streams[current]);
+      ex.copy(m.data(), staging.data(), bytes, streams[current]);
+      route += " (copied out and back)";
+    }
+    previous = current;
+  }
+  ex.synchronize(streams[0]);
+  ex.synchronize(streams[1]);
+
+  std::vector<unsigned char> expected(bytes);
+  write_pattern(expected.data(), bytes, seed);
+  expect_bytes(m.data(), expected.data(), bytes,
+               detail::concat("managed_round_trip of ", bytes, " bytes of device ", owner,
+                              " prefetched to ", route));
 }
 
 // ---- allocation extents
@@ -987,6 +1065,7 @@ std::vector<check_case> executor_battery(const std::string& executor_name) {
       make("fault_injection_leaves_executor_usable", &fault_injection_leaves_executor_usable, 10),
       make("counting_adaptor_counts", &counting_adaptor_counts, 100),
       make("extent_of_names_the_allocation", &extent_of_names_the_allocation, 100),
+      make("managed_round_trip", &managed_round_trip, 50),
   };
 }
 

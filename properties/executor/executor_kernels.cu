@@ -33,13 +33,13 @@ struct affine {
 
 void launch_count_and_write(executor& ex, std::size_t n, unsigned long long* counter,
                             std::uint64_t* out, std::uint64_t salt, unsigned block, stream_ref s) {
-  launch(ex, n, bodies::count_and_write{counter, out, salt}, s, "executor_battery.count_and_write",
-         block);
+  launch(ex, n, bodies::count_and_write{counter, out, salt}, "executor_battery.count_and_write",
+         block, s);
 }
 
 void launch_affine(executor& ex, std::size_t n, std::uint32_t* words, std::uint32_t a,
                    std::uint32_t b, stream_ref s) {
-  launch(ex, n, bodies::affine{words, a, b}, s, "executor_battery.affine");
+  launch(ex, n, bodies::affine{words, a, b}, "executor_battery.affine", s);
 }
 
 }  // namespace offloadkit::executor_checks

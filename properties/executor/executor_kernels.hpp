@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/host_device.hpp"
 
@@ -14,10 +15,7 @@ namespace offloadkit::executor_checks {
 /// The value launch checks expect at index i: a cheap mix of i and a salt, so that a write to the
 /// wrong index or a missed index shows up as a wrong value.
 OFFLOADKIT_HD inline std::uint64_t index_value(std::uint64_t i, std::uint64_t salt) {
-  std::uint64_t z = i * 0x9E3779B97F4A7C15ull + salt;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return detail::splitmix64_mix(i * detail::splitmix64_gamma + salt);
 }
 
 /// For every i in [0, n): atomically adds 1 to *counter (cuda::atomic_ref, device scope) and sets

@@ -19,9 +19,9 @@
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {
 namespace {
@@ -123,11 +123,6 @@ shape gen_shape(executor& ex, int device, int max_granules) {
   std::size_t k = 2;
   while (k < region_granules && region_granules % k == 0) ++k;
   return {words, k * gran - *rc::gen::inRange<std::size_t>(0, gran)};
-}
-
-/// Delays the next `ops` operations issued to `s` (one place to follow delay_adaptor's signature).
-void delay_ops(delay_adaptor& dx, stream_ref s, std::chrono::microseconds d, std::size_t ops) {
-  dx.delay_next(s, d, ops);
 }
 
 // ---- model-based --------------------------------------------------------------------------------
@@ -250,11 +245,11 @@ struct pause_cmd final : region_command {
   void run(const region_model& m, region_sut& sut) const override {
     const stream_ref s = sut.on(stream_index, true);
     if (!m.active) {
-      RC_ASSERT_THROWS_AS(sut.region->pause(s, mode), state_error);
+      RC_ASSERT_THROWS_AS(sut.region->pause(mode, s), state_error);
       RC_ASSERT(sut.region->state() == region_state::paused);
       return;
     }
-    sut.region->pause(s, mode);
+    sut.region->pause(mode, s);
     RC_ASSERT(sut.region->state() == region_state::paused);
     if (sut.address_stable) RC_ASSERT(same_address(sut.region->data(), sut.address));
   }
@@ -278,7 +273,7 @@ struct resume_cmd final : region_command {
       RC_ASSERT(sut.region->state() == region_state::active);
       return;
     }
-    if (delay_us > 0) delay_ops(*sut.dx, s, std::chrono::microseconds(delay_us), 1);
+    if (delay_us > 0) sut.dx->delay_next(std::chrono::microseconds(delay_us), 1, s);
     sut.region->resume(s);
     sut.dx->clear();
     sut.resumed_on(stream_index);
@@ -481,7 +476,7 @@ void many_cycles(executor& ex, const region_implementation& impl) {
   const std::size_t free_active = cx.device_memory(0).free;
   std::optional<counting_adaptor::counts> after_first;
   for (int c = 0; c < cycles; ++c) {
-    r->pause(s, c % 10 == 9 ? pause_mode::discard : pause_mode::preserve);
+    r->pause(c % 10 == 9 ? pause_mode::discard : pause_mode::preserve, s);
     RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
     const auto n = cx.snapshot();
     // Every mapping made is undone while paused.
@@ -531,7 +526,7 @@ void state_errors(executor& ex, const region_implementation& impl) {
   RC_ASSERT(r->state() == region_state::active);
   r->pause(s);
   RC_ASSERT_THROWS_AS(r->pause(s), state_error);
-  RC_ASSERT_THROWS_AS(r->pause(s, pause_mode::discard), state_error);
+  RC_ASSERT_THROWS_AS(r->pause(pause_mode::discard, s), state_error);
   RC_ASSERT_THROWS_AS(r->replay(g, s), state_error);
   RC_ASSERT_THROWS_AS(r->register_graph(affine_graph(ex, sh.words), s), state_error);
   RC_ASSERT(r->state() == region_state::paused);
@@ -586,7 +581,7 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
   auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
   write_pattern(dx, r->data(), sh.words, seed, a);
   r->pause(a);
-  delay_ops(dx, a, std::chrono::microseconds(delay_us), 64);
+  dx.delay_next(std::chrono::microseconds(delay_us), 64, a);
   r->resume(a);
   r->pause(b);
   dx.clear();
@@ -648,7 +643,7 @@ void unified_release_behaviour(executor& ex, const region_implementation& impl) 
   write_pattern(ex, r->data(), words, seed, s);
   s.synchronize();
   const std::size_t free_active = ex.device_memory(0).free;
-  r->pause(s, *rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve);
+  r->pause(*rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve, s);
   const std::size_t free_paused = ex.device_memory(0).free;
   RC_LOG() << "free: before " << free0 << ", active " << free_active << ", paused " << free_paused
            << "\n";
@@ -687,7 +682,9 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
                                    op_kind::set_access,
                                    op_kind::copy,
                                    op_kind::begin_capture,
-                                   op_kind::end_capture};
+                                   op_kind::end_capture,
+                                   op_kind::allocate_managed,
+                                   op_kind::prefetch};
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);

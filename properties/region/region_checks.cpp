@@ -46,8 +46,6 @@ region_implementation unified_region_implementation() {
   // second device is not that device's memory, which is what multi_device checks.
   impl.caps.multi_device = false;
   impl.caps.managed_memory = true;
-  // cudaMallocManaged and cudaMemPrefetchAsync bypass the executor and its adaptors.
-  impl.support.executor_allocations = false;
   impl.make = factory_of<region::unified_region>();
   return impl;
 }

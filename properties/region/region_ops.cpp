@@ -8,27 +8,18 @@
 #include <memory>
 
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/detail/byte_reader.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/region/reference_region.hpp"
 #include "offloadkit/region/vmm_region.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {
 namespace {
 
 using offloadkit::detail::concat;
-
-struct reader {
-  const std::uint8_t* p;
-  std::size_t n;
-  std::uint8_t next() {
-    if (n == 0) return 0;
-    --n;
-    return *p++;
-  }
-};
 
 host_executor& ops_executor() {
   static host_executor ex(host_executor_options{2, std::size_t{1} << 30, std::size_t{2} << 20, 2});
@@ -45,7 +36,7 @@ struct contents_model {
 }  // namespace
 
 std::string region_ops_run(const std::uint8_t* data, std::size_t size) {
-  reader in{data, size};
+  offloadkit::detail::byte_reader in{data, size};
   executor& host = ops_executor();
   fault_injection_adaptor fx(host);
   const std::size_t gran = fx.granularity(0);
@@ -96,14 +87,14 @@ std::string region_ops_run(const std::uint8_t* data, std::size_t size) {
           const pause_mode mode = op == 1 ? pause_mode::preserve : pause_mode::discard;
           if (before == region_state::paused) {
             try {
-              r->pause(s, mode);
+              r->pause(mode, s);
               return "pause of a paused region did not throw";
             } catch (const state_error&) {
             }
             break;
           }
           if (mode == pause_mode::discard) m.known = false;
-          r->pause(s, mode);
+          r->pause(mode, s);
           break;
         }
         case 3:  // resume

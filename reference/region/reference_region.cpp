@@ -2,7 +2,7 @@
 // copies, and re-capture of every registered graph on resume.
 #include "offloadkit/region/reference_region.hpp"
 
-#include <vector>
+#include <utility>
 
 #include "offloadkit/error.hpp"
 
@@ -20,12 +20,12 @@ reference_region::reference_region(executor& ex, region_config config)
 }
 
 reference_region::~reference_region() {
-  for (auto& [id, r] : graphs_) ex_->destroy_graph(r.graph);
+  graphs_.clear();
   if (device_ != nullptr) ex_->deallocate(memory_kind::device, device_, bytes_);
   if (host_ != nullptr) ex_->deallocate(memory_kind::pageable, host_, bytes_);
 }
 
-void reference_region::do_pause(stream_ref s, pause_mode mode) {
+void reference_region::do_pause(pause_mode mode, stream_ref s) {
   if (mode == pause_mode::discard) {
     ex_->synchronize(s);
     ex_->deallocate(memory_kind::device, device_, bytes_);
@@ -55,17 +55,14 @@ void reference_region::do_pause(stream_ref s, pause_mode mode) {
 
 void reference_region::do_resume(stream_ref s) {
   void* dev = ex_->allocate(memory_kind::device, bytes_, device_id_);
-  std::vector<std::pair<graph_id, graph_ref>> fresh;
   try {
     if (host_ != nullptr) {
       ex_->copy(dev, host_, bytes_, s);
       ex_->synchronize(s);
     }
-    // Graphs captured on the old address would write freed memory: capture them again.
-    for (auto& [id, r] : graphs_) {
-      fresh.emplace_back(id, detail::capture_graph(*ex_, r.fn, dev, s));
-      ++captures_;
-    }
+    // Graphs captured on the old address would write freed memory: capture them again (all or
+    // nothing: on failure the old ones stay registered).
+    graphs_.recapture(dev, s);
   } catch (...) {
     // Back to paused: the host copy is untouched.
     try {
@@ -74,13 +71,8 @@ void reference_region::do_resume(stream_ref s) {
       // The caller gets the error that stopped the resume; a failed drain is the stream's
       // failure seen again.
     }
-    for (auto& [id, g] : fresh) ex_->destroy_graph(g);
     ex_->deallocate(memory_kind::device, dev, bytes_);
     throw;
-  }
-  for (auto& [id, g] : fresh) {
-    ex_->destroy_graph(graphs_[id].graph);
-    graphs_[id].graph = g;
   }
   if (host_ != nullptr) ex_->deallocate(memory_kind::pageable, host_, bytes_);
   host_ = nullptr;
@@ -89,25 +81,11 @@ void reference_region::do_resume(stream_ref s) {
 }
 
 graph_id reference_region::do_register_graph(capture_fn fn, stream_ref s) {
-  graph_ref g = detail::capture_graph(*ex_, fn, device_, s);
-  ++captures_;
-  const graph_id id = next_id_++;
-  graphs_.emplace(id, registered{std::move(fn), g});
-  return id;
+  return graphs_.add(std::move(fn), device_, s);
 }
 
-void reference_region::do_replay(graph_id g, stream_ref s) {
-  auto it = graphs_.find(g);
-  OFFLOADKIT_EXPECTS(it != graphs_.end(), out_of_range, "reference_region::replay: graph ", g,
-                     " is not registered (ids are in [1, ", next_id_, "))");
-  ex_->replay(it->second.graph, s);
-}
+void reference_region::do_replay(graph_id g, stream_ref s) { graphs_.replay(g, s); }
 
-void reference_region::do_unregister_graph(graph_id g) noexcept {
-  auto it = graphs_.find(g);
-  if (it == graphs_.end()) return;
-  ex_->destroy_graph(it->second.graph);
-  graphs_.erase(it);
-}
+void reference_region::do_unregister_graph(graph_id g) noexcept { graphs_.remove(g); }
 
 }  // namespace offloadkit::region

@@ -59,7 +59,7 @@ TEST(CudaCuptiRecorder, RecordsKernelsCopiesSyncsRangesAndPinnedAllocations) {
     offloadkit::buffer pinned(ex, offloadkit::memory_kind::pinned, bytes);
     std::vector<float> pageable(n, 1.0f);
     ex.fill(dev.data(), 0, bytes, compute);
-    offloadkit::launch(ex, n, spin_body{dev.as<float>(), 2000}, compute, "spin");
+    offloadkit::launch(ex, n, spin_body{dev.as<float>(), 2000}, "spin", compute);
     ex.copy(pinned.data(), dev2.data(), bytes, copy);    // D2H from pinned, beside the kernel
     ex.copy(dev2.data(), pageable.data(), bytes, copy);  // H2D from pageable
     compute.synchronize();
@@ -106,7 +106,7 @@ TEST(CudaCuptiRecorder, EventPollsAreNotHostWaits) {
     offloadkit::buffer dev(ex, offloadkit::memory_kind::device, 4096);
     const offloadkit::event_ref e = ex.create_event(0);
     nvtxRangePushA("step 0");
-    offloadkit::launch(ex, 1, spin_body{dev.as<float>(), 200000}, s, "spin");
+    offloadkit::launch(ex, 1, spin_body{dev.as<float>(), 200000}, "spin", s);
     ex.record(e, s);
     for (; polls < 200 && !ex.ready(e); ++polls) {
     }

@@ -30,6 +30,9 @@ class executor_adaptor : public executor {
   [[nodiscard]] pointer_info do_classify(const void* p) const override;
   [[nodiscard]] allocation_extent do_extent_of(const void* p) const override;
   memory_info do_device_memory(int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_deallocate_managed(void* p, std::size_t bytes) noexcept override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   stream_ref do_create_stream(int device) override;
   void do_destroy_stream(stream_ref s) noexcept override;
   event_ref do_create_event(int device) override;
@@ -77,6 +80,8 @@ class fault_injection_adaptor final : public executor_adaptor {
  private:
   void maybe_fail(op_kind k);
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;
@@ -108,7 +113,9 @@ class delay_adaptor final : public executor_adaptor {
   using executor_adaptor::executor_adaptor;
 
   /// Delays the next `ops` stream operations issued to `s` by `d` each.
-  void delay_next(stream_ref s, std::chrono::microseconds d, std::size_t ops = 1);
+  void delay_next(std::chrono::microseconds d, std::size_t ops, stream_ref s);
+  /// Delays the next stream operation issued to `s` by `d`.
+  void delay_next(std::chrono::microseconds d, stream_ref s) { delay_next(d, 1, s); }
   /// Delays every stream operation issued to `s` by a duration drawn from [0, max] with the given
   /// seed (deterministic per seed); max = 0 stops it.
   void delay_randomly(stream_ref s, std::chrono::microseconds max, std::uint64_t seed);
@@ -116,6 +123,7 @@ class delay_adaptor final : public executor_adaptor {
 
  private:
   void maybe_delay(stream_ref s);
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;
@@ -165,6 +173,8 @@ class counting_adaptor final : public executor_adaptor {
  private:
   void count(op_kind k);
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
   void do_launch(const launch_request& r, stream_ref s) override;

@@ -22,6 +22,9 @@ enum class backend { host, cuda };
 /// host memory that copies reach without staging; `pageable` is ordinary host memory.
 enum class memory_kind { device, pinned, pageable };
 
+/// The device id that names host memory where an operation takes a location (prefetch).
+inline constexpr int host_location = -1;
+
 /// What a pointer is, as the platform sees it (cudaPointerGetAttributes on the cuda back end, the
 /// allocation registry on the host back end). Pointers inside a mapped virtual range are `device`.
 enum class pointer_kind { device, pinned, pageable, managed };
@@ -112,6 +115,8 @@ enum class op_kind : unsigned {
   begin_capture,
   end_capture,
   replay,
+  allocate_managed,
+  prefetch,
   count_  ///< number of kinds, not a kind
 };
 
@@ -149,6 +154,22 @@ class executor {
   [[nodiscard]] allocation_extent extent_of(const void* p) const { return do_extent_of(p); }
   /// Free and total device memory as the platform reports it (the driver on cuda).
   [[nodiscard]] memory_info device_memory(int device = 0) { return do_device_memory(device); }
+
+  // ---- managed memory ---------------------------------------------------------------------------
+  /// Allocates `bytes` (0 allowed: a unique non-null pointer) of managed memory: one address that
+  /// the host and every device reach, whose pages move between host and device memory on first
+  /// touch or by prefetch. classify() calls it `managed`, owned by `device`. Throws
+  /// out_of_memory when the memory is not available.
+  void* allocate_managed(std::size_t bytes, int device = 0) {
+    return do_allocate_managed(bytes, device);
+  }
+  void deallocate_managed(void* p, std::size_t bytes) noexcept { do_deallocate_managed(p, bytes); }
+  /// Moves the pages of [p, p + bytes), inside one managed allocation, to `device`'s memory, or
+  /// to host memory for device = host_location, in stream order. The contents never change; a
+  /// later touch from elsewhere moves the pages again.
+  void prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+    do_prefetch(p, bytes, device, s);
+  }
 
   // ---- streams and events -----------------------------------------------------------------------
   stream_ref create_stream(int device = 0) { return do_create_stream(device); }
@@ -211,6 +232,9 @@ class executor {
   [[nodiscard]] virtual pointer_info do_classify(const void* p) const = 0;
   [[nodiscard]] virtual allocation_extent do_extent_of(const void* p) const = 0;
   virtual memory_info do_device_memory(int device) = 0;
+  virtual void* do_allocate_managed(std::size_t bytes, int device) = 0;
+  virtual void do_deallocate_managed(void* p, std::size_t bytes) noexcept = 0;
+  virtual void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) = 0;
   virtual stream_ref do_create_stream(int device) = 0;
   virtual void do_destroy_stream(stream_ref s) noexcept = 0;
   virtual event_ref do_create_event(int device) = 0;

@@ -51,6 +51,9 @@ class host_executor final : public executor {
   [[nodiscard]] pointer_info do_classify(const void* p) const override;
   [[nodiscard]] allocation_extent do_extent_of(const void* p) const override;
   memory_info do_device_memory(int device) override;
+  void* do_allocate_managed(std::size_t bytes, int device) override;
+  void do_deallocate_managed(void* p, std::size_t bytes) noexcept override;
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   stream_ref do_create_stream(int device) override;
   void do_destroy_stream(stream_ref s) noexcept override;
   event_ref do_create_event(int device) override;

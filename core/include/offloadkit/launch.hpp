@@ -66,11 +66,20 @@ launch_request make_launch(std::size_t n, const Body& body, const char* name = "
   return r;
 }
 
-/// Runs `body(i)` for every i in [0, n) in stream order on `s`.
+/// Runs `body(i)` for every i in [0, n) in stream order on `s`, as a kernel called `name` (in
+/// errors and traces) with `block` threads per block on the cuda back end.
 template <class Body>
-void launch(executor& ex, std::size_t n, const Body& body, stream_ref s, const char* name = "kernel",
-            unsigned block = 256) {
+void launch(executor& ex, std::size_t n, const Body& body, const char* name, unsigned block,
+            stream_ref s) {
   ex.launch(make_launch(n, body, name, block), s);
+}
+template <class Body>
+void launch(executor& ex, std::size_t n, const Body& body, const char* name, stream_ref s) {
+  launch(ex, n, body, name, 256, s);
+}
+template <class Body>
+void launch(executor& ex, std::size_t n, const Body& body, stream_ref s) {
+  launch(ex, n, body, "kernel", 256, s);
 }
 
 }  // namespace offloadkit

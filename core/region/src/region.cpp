@@ -33,11 +33,11 @@ void offload_region::expect_stream(stream_ref s, const char* call) const {
                      "; pass a stream of device ", device());
 }
 
-void offload_region::pause(stream_ref s, pause_mode mode) {
+void offload_region::pause(pause_mode mode, stream_ref s) {
   OFFLOADKIT_EXPECTS(state() != region_state::paused, state_error, "offload_region::pause(",
                      to_string(mode), "): the region is already paused; resume() it first");
   expect_stream(s, "pause");
-  do_pause(s, mode);
+  do_pause(mode, s);
 }
 
 void offload_region::resume(stream_ref s) {

@@ -199,7 +199,7 @@ TEST_F(CudaExecutor, LaunchesAnAtomicRefBodyOverMoreIndicesThanTheGridCap) {
   ok::buffer out(*ex, ok::memory_kind::device, n * sizeof(std::uint32_t));
   ex->fill(counter.data(), 0, counter.size(), s);
   ok::launch(*ex, n, count_and_write{counter.as<unsigned long long>(), out.as<std::uint32_t>(), n},
-             s, "count_and_write");
+             "count_and_write", s);
   const auto count = read_back<unsigned long long>(counter.data(), 1)[0];
   EXPECT_EQ(check_count_and_write(count, read_back<std::uint32_t>(out.data(), n), n), "");
 }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/launch.hpp"
@@ -768,7 +769,7 @@ TEST(HostExecutor, AnOperationThatThrowsLeavesAStickyErrorForTheNextSynchronize)
   EXPECT_TRUE(ran_after.load());
   s.synchronize();  // reported once
 
-  ok::launch(ex, 100, throw_at_seven{}, s, "cursed_kernel");
+  ok::launch(ex, 100, throw_at_seven{}, "cursed_kernel", s);
   msg = message_of<ok::runtime_error>([&] { s.synchronize(); });
   EXPECT_NE(msg.find("index 7 is cursed"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cursed_kernel"), std::string::npos) << msg;
@@ -926,4 +927,112 @@ RC_GTEST_PROP(HostExecutorCapacity, FreeMemoryFollowsAModelOfAllocationsAndPhysi
     }
     RC_ASSERT(ex.device_memory(0).free == o.device_capacity - used);
   }
+}
+
+// ---- managed memory -----------------------------------------------------------------------------
+
+TEST(HostExecutor, ManagedMemoryIsHostMemoryThatClassifiesAsManaged) {
+  ok::host_executor ex(small_options());
+  const std::size_t free1 = ex.device_memory(1).free;
+  auto* p = static_cast<unsigned char*>(ex.allocate_managed(1000, 1));
+  const ok::pointer_info info = ex.classify(p + 999);
+  EXPECT_EQ(info.kind, ok::pointer_kind::managed);
+  EXPECT_EQ(info.device, 1);
+  const ok::allocation_extent e = ex.extent_of(p + 500);
+  EXPECT_EQ(e.base, p);
+  EXPECT_EQ(e.bytes, 1000u);
+  // Host memory: the host reads and writes it directly, and no device's capacity pays for it.
+  std::memset(p, 3, 1000);
+  EXPECT_EQ(p[999], 3);
+  EXPECT_EQ(ex.device_memory(1).free, free1);
+  void* zero = ex.allocate_managed(0, 0);
+  void* zero2 = ex.allocate_managed(0, 0);
+  EXPECT_NE(zero, nullptr);
+  EXPECT_NE(zero, zero2);
+  ex.deallocate_managed(zero2, 0);
+  ex.deallocate_managed(zero, 0);
+  ex.deallocate_managed(p, 1000);
+  EXPECT_EQ(ex.classify(p).kind, ok::pointer_kind::pageable);  // gone from the registry
+  const std::string m = message_of<ok::out_of_range>([&] { (void)ex.allocate_managed(8, 2); });
+  EXPECT_NE(m.find("device = 2 is outside [0, 2)"), std::string::npos) << m;
+}
+
+TEST(HostExecutor, PrefetchRunsInStreamOrderBehindEarlierWork) {
+  ok::host_executor ex(small_options());
+  ok::stream s(ex);
+  ok::event e(ex);
+  void* p = ex.allocate_managed(4096, 0);
+  gate g;
+  ex.host_function([f = g.future] { f.wait(); }, s);
+  // Returns at once, queued behind the blocked host function like any other stream operation.
+  ex.prefetch(p, 4096, 1, s);
+  ex.prefetch(p, 4096, ok::host_location, s);
+  ex.record(e, s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(ex.ready(e));
+  g.open();
+  ex.synchronize(e);
+  EXPECT_TRUE(ex.ready(e));
+  // A capture records it, and a replay issues it again.
+  ex.begin_capture(s);
+  ex.prefetch(p, 4096, 0, s);
+  const ok::graph_ref graph = ex.end_capture(s);
+  ex.replay(graph, s);
+  s.synchronize();
+  ex.destroy_graph(graph);
+  ex.deallocate_managed(p, 4096);
+}
+
+TEST(HostExecutor, PrefetchRejectsBadArgumentsClearly) {
+  ok::host_executor ex(small_options());
+  ok::stream s(ex);
+  void* p = ex.allocate_managed(4096, 0);
+  ok::buffer d(ex, ok::memory_kind::device, 4096);
+  std::string m = message_of<ok::logic_error>([&] { ex.prefetch(d.data(), 4096, 0, s); });
+  EXPECT_NE(m.find("is device memory; only managed memory"), std::string::npos) << m;
+  m = message_of<ok::out_of_range>([&] { ex.prefetch(p, 4097, 0, s); });
+  EXPECT_NE(m.find("runs past the end of its managed memory"), std::string::npos) << m;
+  m = message_of<ok::out_of_range>([&] { ex.prefetch(p, 4096, 2, s); });
+  EXPECT_NE(m.find("device = 2 is outside [0, 2) and is not host_location (-1)"), std::string::npos)
+      << m;
+  EXPECT_THROW(ex.prefetch(p, 4096, -2, s), ok::out_of_range);
+  ex.prefetch(p, 0, 0, s);  // nothing to move
+  s.synchronize();
+  ex.deallocate_managed(p, 4096);
+}
+
+TEST(HostExecutor, ManagedMemoryGoesThroughTheAdaptors) {
+  ok::host_executor host(small_options());
+  ok::counting_adaptor counting(host);
+  ok::fault_injection_adaptor ex(counting);
+  ok::stream s(ex);
+  ex.arm({ok::op_kind::allocate_managed}, 0);
+  EXPECT_THROW((void)ex.allocate_managed(64, 0), ok::out_of_memory);
+  void* p = ex.allocate_managed(64, 0);
+  ex.arm({ok::op_kind::prefetch}, 1);
+  ex.prefetch(p, 64, 1, s);
+  EXPECT_THROW(ex.prefetch(p, 64, 0, s), ok::injected_fault);
+  ex.disarm();
+  s.synchronize();
+  const ok::counting_adaptor::counts c = counting.snapshot();
+  EXPECT_EQ(c.calls_of(ok::op_kind::allocate_managed), 1u);  // the failed one never got there
+  EXPECT_EQ(c.calls_of(ok::op_kind::prefetch), 1u);
+  ex.deallocate_managed(p, 64);
+}
+
+TEST(HostExecutor, DeallocateManagedWaitsForQueuedWorkLikeCudaFree) {
+  ok::host_executor ex(small_options());
+  ok::stream s(ex);
+  void* p = ex.allocate_managed(1 << 16, 0);
+  std::atomic<bool> slept{false};
+  ex.host_function(
+      [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        slept.store(true);
+      },
+      s);
+  ex.prefetch(p, 1 << 16, 1, s);
+  ex.fill(p, 9, 1 << 16, s);
+  ex.deallocate_managed(p, 1 << 16);
+  EXPECT_TRUE(slept.load());
 }

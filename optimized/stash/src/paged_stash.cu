@@ -119,7 +119,7 @@ void paged_stash::do_stash(const stash_key& key, const void* src, const std::uin
                       rows,
                       slot,
                       pack_key(key.vp, key.layer, key.microbatch)};
-  launch(*m.ex, m.view.workers, body, s, "paged_stash");
+  launch(*m.ex, m.view.workers, body, "paged_stash", s);
 }
 
 void paged_stash::do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out,
@@ -134,14 +134,14 @@ void paged_stash::do_restore(const stash_key& key, void* dst, std::uint64_t* row
                         rows_out,
                         slot,
                         pack_key(key.vp, key.layer, key.microbatch)};
-  launch(*m.ex, m.view.workers, body, s, "paged_restore");
+  launch(*m.ex, m.view.workers, body, "paged_restore", s);
 }
 
 void paged_stash::do_reset(stream_ref s) {
   impl& m = *impl_;
   const std::uint64_t n = std::max<std::uint64_t>(
       {m.view.capacity[0], m.view.capacity[1], static_cast<std::uint64_t>(m.cfg.max_keys), 1});
-  launch(*m.ex, n, dk::reset_body{m.view, m.cfg.max_keys}, s, "paged_stash_reset");
+  launch(*m.ex, n, dk::reset_body{m.view, m.cfg.max_keys}, "paged_stash_reset", s);
 }
 
 void paged_stash::do_clear_status(stream_ref s) {

@@ -194,7 +194,32 @@ typedef struct okit_executor {
   okit_status (*end_capture)(void* self, okit_error* err, okit_graph* out, okit_stream s);
   okit_status (*replay)(void* self, okit_error* err, okit_graph g, okit_stream s);
   void (*destroy_graph)(void* self, okit_graph g);
+
+  /* ---- appended after the version-1 table: present when OKIT_EXECUTOR_HAS(table, entry) ---- */
+
+  /* Managed memory: one address that the host and every device reach, its pages moved between
+   * host and device memory on touch or by prefetch. Owned by `device` (classify reports it as
+   * OKIT_POINTER_MANAGED). On the host executor it is ordinary host memory. */
+  okit_status (*allocate_managed)(void* self, okit_error* err, size_t bytes, int32_t device,
+                                  void** out);
+  void (*deallocate_managed)(void* self, void* p, size_t bytes);
+  /* Moves the pages of [p, p + bytes), inside one managed allocation, to `device`, or to host
+   * memory for device = OKIT_HOST_LOCATION, in stream order; the contents never change. */
+  okit_status (*prefetch)(void* self, okit_error* err, const void* p, size_t bytes, int32_t device,
+                          okit_stream s);
 } okit_executor;
+
+/* The device id that names host memory as a prefetch destination. */
+#define OKIT_HOST_LOCATION (-1)
+
+/* The size of a version-1 executor table, the smallest one offloadkit lends or accepts. */
+#define OKIT_EXECUTOR_V1_SIZE offsetof(okit_executor, allocate_managed)
+
+/* Whether `table` (an okit_executor*) has `entry`, an entry appended after version 1: its
+ * struct_size reaches past it and it is not NULL. An older offloadkit lends a shorter table. */
+#define OKIT_EXECUTOR_HAS(table, entry)                                               \
+  ((table)->struct_size >= offsetof(okit_executor, entry) + sizeof((table)->entry) && \
+   (table)->entry != NULL)
 
 /* ---- capabilities ------------------------------------------------------------------------- */
 

@@ -10,10 +10,10 @@
 
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/activation/reference_offloader.hpp"
-#include "offloadkit/activation/training_step.hpp"
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/training_step.hpp"
 #include "testing.hpp"
 
 namespace {

@@ -272,6 +272,19 @@ class misclassified_pinned final : public executor_adaptor {
   }
 };
 
+/// prefetch() discards the pages' contents, as a prefetch that maps fresh pages at the
+/// destination instead of migrating the old ones would.
+class discarding_prefetch final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+
+ private:
+  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override {
+    executor_adaptor::do_prefetch(p, bytes, device, s);
+    executor_adaptor::do_fill(const_cast<void*>(p), 0, bytes, s);
+  }
+};
+
 // ---- every property holds
 // ---------------------------------------------------------------------------
 
@@ -300,11 +313,12 @@ TYPED_TEST_P(ExecutorBattery, CountingAdaptorCounts) {
 TYPED_TEST_P(ExecutorBattery, ExtentOfNamesTheAllocation) {
   expect_holds<TypeParam>("extent_of_names_the_allocation");
 }
+TYPED_TEST_P(ExecutorBattery, ManagedRoundTrip) { expect_holds<TypeParam>("managed_round_trip"); }
 
 REGISTER_TYPED_TEST_SUITE_P(ExecutorBattery, CopyRoundTrip, Fill, LaunchCount, StreamOrder,
                             EventOrdering, MissingWaitIsObservable, VmmRemap, GraphReplayAfterRemap,
                             FaultInjectionLeavesExecutorUsable, CountingAdaptorCounts,
-                            ExtentOfNamesTheAllocation);
+                            ExtentOfNamesTheAllocation, ManagedRoundTrip);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBattery, offloadkit::testing::cuda_backend);
 
@@ -347,10 +361,14 @@ TYPED_TEST_P(ExecutorBatteryCatches, LeakedDeviceMemory) {
 TYPED_TEST_P(ExecutorBatteryCatches, MisclassifiedPinned) {
   expect_caught<misclassified_pinned, TypeParam>("counting_adaptor_counts", "bytes copied");
 }
+TYPED_TEST_P(ExecutorBatteryCatches, DiscardingPrefetch) {
+  expect_caught<discarding_prefetch, TypeParam>("managed_round_trip", "managed_round_trip of");
+}
 
 REGISTER_TYPED_TEST_SUITE_P(ExecutorBatteryCatches, ShortCopy, ShortFill, ShortLaunch,
                             UnorderedFill, IgnoredWait, SerializedStreams, KeptPhysicalMemory,
-                            SkippedReplay, LeakedDeviceMemory, MisclassifiedPinned);
+                            SkippedReplay, LeakedDeviceMemory, MisclassifiedPinned,
+                            DiscardingPrefetch);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBatteryCatches, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBatteryCatches, offloadkit::testing::cuda_backend);
 
@@ -370,7 +388,8 @@ TEST(ExecutorBatteryRegistry, EveryPropertyHasATypedTest) {
                                         "graph_replay_after_remap",
                                         "fault_injection_leaves_executor_usable",
                                         "counting_adaptor_counts",
-                                        "extent_of_names_the_allocation"};
+                                        "extent_of_names_the_allocation",
+                                        "managed_round_trip"};
   std::set<std::string> in_battery;
   for (const auto& c : offloadkit::executor_battery("host")) {
     EXPECT_TRUE(in_battery.insert(c.name).second) << "duplicate property name " << c.name;

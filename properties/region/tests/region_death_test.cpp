@@ -41,7 +41,7 @@ TEST_F(RegionDeathTest, TouchingADiscardedRegionFaults) {
         host_executor ex;
         stream s(ex, 0);
         vmm_region r(ex, region_config{std::size_t{1} << 20, 0, 0});
-        r.pause(s, pause_mode::discard);
+        r.pause(pause_mode::discard, s);
         touch(r.data());
       },
       "");

@@ -33,7 +33,7 @@ class forwarding_region : public offload_region {
  protected:
   executor& ex() const { return *ex_; }
   offload_region& inner() const { return *inner_; }
-  void do_pause(stream_ref s, pause_mode m) override { inner_->pause(s, m); }
+  void do_pause(pause_mode m, stream_ref s) override { inner_->pause(m, s); }
   void do_resume(stream_ref s) override { inner_->resume(s); }
 
  private:
@@ -61,7 +61,7 @@ class copyless_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode) override { inner().pause(s, pause_mode::discard); }
+  void do_pause(pause_mode, stream_ref s) override { inner().pause(pause_mode::discard, s); }
 };
 
 /// Bug: pause copies out but keeps as much device memory as the region held.
@@ -71,8 +71,8 @@ class hoarding_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
     held_ = buffer(ex(), memory_kind::device, inner().footprint(), inner().device());
   }
   void do_resume(stream_ref s) override {
@@ -105,8 +105,8 @@ class leaky_on_failure_region final : public forwarding_region {
     }
     ex().deallocate(memory_kind::device, p, g);
   }
-  void do_pause(stream_ref s, pause_mode m) override {
-    staged([&] { inner().pause(s, m); });
+  void do_pause(pause_mode m, stream_ref s) override {
+    staged([&] { inner().pause(m, s); });
   }
   void do_resume(stream_ref s) override {
     staged([&] { inner().resume(s); });
@@ -125,7 +125,7 @@ class lossy_on_failure_region final : public forwarding_region {
     try {
       inner().resume(s);
     } catch (...) {
-      if (inner().state() == region_state::partial) inner().pause(s, pause_mode::discard);
+      if (inner().state() == region_state::partial) inner().pause(pause_mode::discard, s);
       throw;
     }
   }
@@ -138,9 +138,9 @@ class growing_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
+  void do_pause(pause_mode m, stream_ref s) override {
     grown_.emplace_back(ex(), memory_kind::pinned, 4096);
-    inner().pause(s, m);
+    inner().pause(m, s);
   }
   std::vector<buffer> grown_;
 };
@@ -200,7 +200,7 @@ class staged_region : public forwarding_region {
   bool discarded_once_ = false;
   event resumed_;  ///< recorded after the copies in of the last resume
 
-  void do_pause(stream_ref s, pause_mode m) override {
+  void do_pause(pause_mode m, stream_ref s) override {
     if (m == pause_mode::preserve && copies_out()) {
       while (staging_.size() < chunks_.size())
         staging_.emplace_back(ex(), memory_kind::pinned, chunks_[staging_.size()].bytes);
@@ -296,8 +296,8 @@ class scratch_keeping_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
     if (inner().device() != 0) scratch_ = buffer(ex(), memory_kind::device, 4, inner().device());
   }
   void do_resume(stream_ref s) override {
@@ -315,8 +315,8 @@ class wrong_device_scratch_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
-    inner().pause(s, m);
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
     if (inner().device() != 0) scratch_ = buffer(ex(), memory_kind::device, 4096, 0);
   }
   void do_resume(stream_ref s) override {
@@ -350,9 +350,9 @@ class discarding_failed_pause_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
+  void do_pause(pause_mode m, stream_ref s) override {
     try {
-      inner().pause(s, m);
+      inner().pause(m, s);
     } catch (const std::exception&) {
       inner().pause(s, pause_mode::discard);
       throw;
@@ -368,9 +368,9 @@ class clearing_unified_region final : public forwarding_region {
       : forwarding_region(ex, std::make_unique<unified_region>(ex, c)) {}
 
  private:
-  void do_pause(stream_ref s, pause_mode m) override {
+  void do_pause(pause_mode m, stream_ref s) override {
     if (m == pause_mode::discard) ex().fill(inner().data(), 0, inner().size(), s);
-    inner().pause(s, m);
+    inner().pause(m, s);
   }
 };
 

@@ -12,10 +12,10 @@
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
-#include "offloadkit/region/patterns.hpp"
 #include "offloadkit/region/reference_region.hpp"
 #include "offloadkit/region/vmm_region.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace {
 
@@ -131,7 +131,7 @@ TEST(VmmRegion, AFailedPauseLeavesPartialAndAnyPauseCompletes) {
     EXPECT_EQ(r.state(), region_state::partial);
     EXPECT_EQ(fx.device_memory(0).free,
               free0 - 4 * mib);  // chunk 1 stays until its copy is known done
-    r.pause(s, retry);
+    r.pause(retry, s);
     EXPECT_EQ(r.state(), region_state::paused);
     EXPECT_EQ(fx.device_memory(0).free, free0);
     r.resume(s);
@@ -187,7 +187,7 @@ TEST(RegionErrors, NameTheStateAndTheWayOut) {
   }
   r.pause(s);
   try {
-    r.pause(s, pause_mode::discard);
+    r.pause(pause_mode::discard, s);
     ADD_FAILURE() << "a second pause did not throw";
   } catch (const state_error& e) {
     EXPECT_NE(std::string(e.what()).find("already paused"), std::string::npos) << e.what();

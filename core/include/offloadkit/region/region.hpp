@@ -66,7 +66,9 @@ class offload_region {
   /// host unless `mode` is discard, and releases the device memory. Valid when active or partial.
   /// Returns once the device memory is released. On failure the state is active or partial and
   /// no byte is lost.
-  void pause(stream_ref s, pause_mode mode = pause_mode::preserve);
+  void pause(pause_mode mode, stream_ref s);
+  /// pause(pause_mode::preserve, s).
+  void pause(stream_ref s) { pause(pause_mode::preserve, s); }
   /// Brings the device memory back and copies the contents in, in order on `s`; work issued to
   /// `s` afterwards sees them. Valid when paused or partial. On failure the state is paused or
   /// partial, the host copy is intact and a later resume() can succeed.
@@ -90,7 +92,7 @@ class offload_region {
   [[nodiscard]] virtual bool do_address_stable() const noexcept = 0;
   [[nodiscard]] virtual std::size_t do_footprint() const noexcept = 0;
   [[nodiscard]] virtual std::size_t do_captures() const noexcept = 0;
-  virtual void do_pause(stream_ref s, pause_mode mode) = 0;
+  virtual void do_pause(pause_mode mode, stream_ref s) = 0;
   virtual void do_resume(stream_ref s) = 0;
   virtual graph_id do_register_graph(capture_fn fn, stream_ref s) = 0;
   virtual void do_replay(graph_id g, stream_ref s) = 0;

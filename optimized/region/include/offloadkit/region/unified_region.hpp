@@ -12,15 +12,12 @@
 //  - On the host back end managed memory is host memory: pause and resume move nothing and
 //    device_memory() does not change.
 //
-// The executor interface has no managed memory, so this class calls the CUDA runtime directly
-// (cudaMallocManaged, cudaMemPrefetchAsync) on the cuda back end and takes pageable memory from
-// the executor on the host back end. Those calls do not pass through executor adaptors: fault
-// injection and counting do not see them.
+// The allocation and the prefetches are executor operations (allocate_managed, prefetch), so
+// fault injection, delays and counting reach them as they reach every other region's memory.
 #pragma once
 
-#include <map>
-
 #include "offloadkit/executor.hpp"
+#include "offloadkit/region/graph_registry.hpp"
 #include "offloadkit/region/region.hpp"
 
 namespace offloadkit::region {
@@ -37,8 +34,8 @@ class unified_region final : public offload_region {
   [[nodiscard]] region_state do_state() const noexcept override { return state_; }
   [[nodiscard]] bool do_address_stable() const noexcept override { return true; }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return bytes_; }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
-  void do_pause(stream_ref s, pause_mode mode) override;
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
+  void do_pause(pause_mode mode, stream_ref s) override;
   void do_resume(stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
   void do_replay(graph_id g, stream_ref s) override;
@@ -49,12 +46,9 @@ class unified_region final : public offload_region {
   executor* ex_;
   std::size_t bytes_;
   int device_;
-  bool managed_;  // cuda back end: cudaMallocManaged; host back end: executor pageable memory
   void* data_ = nullptr;
   region_state state_ = region_state::active;
-  std::map<graph_id, graph_ref> graphs_;
-  graph_id next_id_ = 1;
-  std::size_t captures_ = 0;
+  detail::graph_registry graphs_{*ex_, "unified_region"};
 };
 
 }  // namespace offloadkit::region

@@ -5,10 +5,10 @@
 // copies the contents back. Graphs captured on the region stay valid across pause and resume.
 #pragma once
 
-#include <map>
 #include <vector>
 
 #include "offloadkit/executor.hpp"
+#include "offloadkit/region/graph_registry.hpp"
 #include "offloadkit/region/region.hpp"
 #include "offloadkit/resources.hpp"
 
@@ -31,8 +31,8 @@ class vmm_region final : public offload_region {
   [[nodiscard]] region_state do_state() const noexcept override;
   [[nodiscard]] bool do_address_stable() const noexcept override { return true; }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return reserved_; }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
-  void do_pause(stream_ref s, pause_mode mode) override;
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
+  void do_pause(pause_mode mode, stream_ref s) override;
   void do_resume(stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
   void do_replay(graph_id g, stream_ref s) override;
@@ -67,9 +67,7 @@ class vmm_region final : public offload_region {
   event chunk_done_[2];  // alternate between consecutive chunks of a pause
   event resume_done_;    // the last resume's copies; a later pause or destruction waits on it
   bool resume_pending_ = false;
-  std::map<graph_id, graph_ref> graphs_;
-  graph_id next_id_ = 1;
-  std::size_t captures_ = 0;
+  detail::graph_registry graphs_{*ex_, "vmm_region"};
 };
 
 }  // namespace offloadkit::region

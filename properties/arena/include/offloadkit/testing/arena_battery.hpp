@@ -386,7 +386,7 @@ inline void prop_concurrent(const arena_implementation& impl, executor& base) {
   scribble(base, b.view(), 0x77, s2);
   // The offload starts late (0.5 ms at least, so that every case has the window), so a reload
   // that does not wait for it reads a stale arena.
-  ex.delay_next(s1, std::chrono::microseconds(*rc::gen::element(500, 2000, 5000)));
+  ex.delay_next(std::chrono::microseconds(*rc::gen::element(500, 2000, 5000)), s1);
   ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 300)),
                     *rc::gen::arbitrary<std::uint64_t>());
   ex.delay_randomly(s2, std::chrono::microseconds(*rc::gen::inRange(0, 300)),

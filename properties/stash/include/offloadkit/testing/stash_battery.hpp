@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/key.hpp"
@@ -36,20 +37,12 @@ using offloadkit::testing::stash_implementation;
 
 /// Non-zero byte `offset` of key `code`'s activation in generation `salt`.
 inline unsigned char pattern_byte(std::uint32_t code, std::uint32_t salt, std::uint64_t offset) {
-  std::uint64_t x = (std::uint64_t{code} << 32 | salt) ^ (offset * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
+  const std::uint64_t x = offloadkit::detail::splitmix64_mix(
+      (std::uint64_t{code} << 32 | salt) ^ (offset * offloadkit::detail::splitmix64_gamma));
   return static_cast<unsigned char>((x % 255) + 1);
 }
 
 constexpr unsigned char sentinel = 0xA5;
-
-/// Delays the next `ops` operations issued to `s` (one place to follow delay_adaptor's signature).
-inline void delay_stream(delay_adaptor& dx, stream_ref s, std::chrono::microseconds d,
-                         std::size_t ops) {
-  dx.delay_next(s, d, ops);
-}
 
 /// Device buffers and a pinned staging area for driving a stash from a test.
 struct device_io {
@@ -626,7 +619,7 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
     auto* h = io.staging.as<unsigned char>();
     for (std::size_t o = 0; o < io.bytes; ++o) h[o] = pattern_byte(encode_key(key), m.salt, o);
     std::memcpy(h + io.bytes, &rows, sizeof rows);
-    if (delay_us > 0) delay_stream(*sut.dx, s, std::chrono::microseconds(delay_us), 1);
+    if (delay_us > 0) sut.dx->delay_next(std::chrono::microseconds(delay_us), 1, s);
     if (io.bytes > 0) io.ex->copy(io.src.data(), h, io.bytes, s);
     io.ex->copy(io.rows.data(), h + io.bytes, sizeof rows, s);
     sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);

@@ -4,9 +4,8 @@
 // address-unstable.
 #pragma once
 
-#include <map>
-
 #include "offloadkit/executor.hpp"
+#include "offloadkit/region/graph_registry.hpp"
 #include "offloadkit/region/region.hpp"
 
 namespace offloadkit::region {
@@ -23,17 +22,12 @@ class reference_region final : public offload_region {
   [[nodiscard]] region_state do_state() const noexcept override { return state_; }
   [[nodiscard]] bool do_address_stable() const noexcept override { return false; }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return bytes_; }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return captures_; }
-  void do_pause(stream_ref s, pause_mode mode) override;
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
+  void do_pause(pause_mode mode, stream_ref s) override;
   void do_resume(stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
   void do_replay(graph_id g, stream_ref s) override;
   void do_unregister_graph(graph_id g) noexcept override;
-
-  struct registered {
-    capture_fn fn;
-    graph_ref graph;
-  };
 
   executor* ex_;
   std::size_t bytes_;
@@ -41,9 +35,7 @@ class reference_region final : public offload_region {
   void* device_ = nullptr;  // device allocation while active
   void* host_ = nullptr;    // pageable host copy while paused (null after a discard)
   region_state state_ = region_state::active;
-  std::map<graph_id, registered> graphs_;
-  graph_id next_id_ = 1;
-  std::size_t captures_ = 0;
+  detail::graph_registry graphs_{*ex_, "reference_region"};
 };
 
 }  // namespace offloadkit::region

@@ -1,10 +1,11 @@
-// The pattern bodies of patterns.hpp, compiled by nvcc so that the cuda back end launches them as
-// kernels and the host back end runs the same functors.
+// The pattern bodies of region_patterns.hpp, compiled by nvcc so that the cuda back end launches
+// them as kernels and the host back end runs the same functors.
+#include "offloadkit/workloads/region_patterns.hpp"
+
 #include <cstdint>
 #include <cuda/atomic>
 
 #include "offloadkit/launch.hpp"
-#include "offloadkit/region/patterns.hpp"
 
 namespace offloadkit::region {
 namespace {
@@ -35,18 +36,18 @@ struct mismatch_body {
 }  // namespace
 
 void write_pattern(executor& ex, void* p, std::size_t words, std::uint32_t seed, stream_ref s) {
-  launch(ex, words, write_pattern_body{static_cast<std::uint32_t*>(p), seed}, s,
-         "region_write_pattern");
+  launch(ex, words, write_pattern_body{static_cast<std::uint32_t*>(p), seed},
+         "region_write_pattern", s);
 }
 
 void apply_affine(executor& ex, void* p, std::size_t words, stream_ref s) {
-  launch(ex, words, affine_body{static_cast<std::uint32_t*>(p)}, s, "region_apply_affine");
+  launch(ex, words, affine_body{static_cast<std::uint32_t*>(p)}, "region_apply_affine", s);
 }
 
 void count_mismatches(executor& ex, const void* p, std::size_t words, std::uint32_t seed,
                       unsigned long long* mismatches, stream_ref s) {
-  launch(ex, words, mismatch_body{static_cast<const std::uint32_t*>(p), seed, mismatches}, s,
-         "region_count_mismatches");
+  launch(ex, words, mismatch_body{static_cast<const std::uint32_t*>(p), seed, mismatches},
+         "region_count_mismatches", s);
 }
 
 }  // namespace offloadkit::region

@@ -8,20 +8,16 @@
 #include <cuda/atomic>
 #include <sstream>
 
-#include "offloadkit/activation/training_step.hpp"
+#include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_device.hpp"
 #include "offloadkit/launch.hpp"
+#include "offloadkit/workloads/training_step.hpp"
 
 namespace offloadkit::activation {
 namespace {
 
-OFFLOADKIT_HD inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using offloadkit::detail::splitmix64_hash;
 
 /// Writes the pattern of `key` into `bytes` bytes, one 8-byte word per index.
 struct fill_pattern {
@@ -29,7 +25,7 @@ struct fill_pattern {
   std::size_t bytes;
   std::uint64_t key;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const std::uint64_t v = mix(key + i);
+    const std::uint64_t v = splitmix64_hash(key + i);
     for (std::size_t b = 0; b < 8; ++b) {
       const std::size_t at = i * 8 + b;
       if (at < bytes) data[at] = static_cast<unsigned char>(v >> (8 * b));
@@ -44,7 +40,7 @@ struct verify_pattern {
   std::uint64_t key;
   unsigned long long* wrong;
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const std::uint64_t v = mix(key + i);
+    const std::uint64_t v = splitmix64_hash(key + i);
     bool bad = false;
     for (std::size_t b = 0; b < 8; ++b) {
       const std::size_t at = i * 8 + b;
@@ -72,7 +68,8 @@ struct compute_body {
 std::size_t words(std::size_t bytes) { return (bytes + 7) / 8; }
 
 std::uint64_t tensor_key(std::uint64_t seed, std::size_t layer, std::size_t index) {
-  return mix(seed ^ (static_cast<std::uint64_t>(layer) << 40) ^ (index << 8) ^ 0x5a5aull);
+  return splitmix64_hash(seed ^ (static_cast<std::uint64_t>(layer) << 40) ^ (index << 8) ^
+                         0x5a5aull);
 }
 
 }  // namespace
@@ -80,7 +77,7 @@ std::uint64_t tensor_key(std::uint64_t seed, std::size_t layer, std::size_t inde
 void launch_compute(executor& ex, float* sink, std::size_t threads, std::uint64_t iterations,
                     stream_ref s) {
   if (iterations == 0 || threads == 0) return;
-  launch(ex, threads, compute_body{sink, iterations}, s, "activation_compute");
+  launch(ex, threads, compute_body{sink, iterations}, "activation_compute", s);
 }
 
 std::string step_report::describe() const {
@@ -192,8 +189,8 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
       void* p = take(ls.device, bytes);
       if (bytes > 0) {
         launch(ex_, words(bytes),
-               fill_pattern{static_cast<unsigned char*>(p), bytes, tensor_key(seed, l, j)}, s,
-               "activation_fill");
+               fill_pattern{static_cast<unsigned char*>(p), bytes, tensor_key(seed, l, j)},
+               "activation_fill", s);
       }
       tensor t;
       t.data = p;
@@ -262,7 +259,7 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
         launch(ex_, words(t.bytes),
                verify_pattern{static_cast<const unsigned char*>(t.data), t.bytes,
                               tensor_key(seed, l, j), st.wrong.as<unsigned long long>()},
-               s_layer, "activation_verify");
+               "activation_verify", s_layer);
       }
     }
     if (s_unpack != s_layer) {
