@@ -212,7 +212,7 @@ class staged_region : public forwarding_region {
     // The device memory goes only once the copies in of a pending resume have landed.
     if (resume_pending_) ex().synchronize(resumed_.ref());
     resume_pending_ = false;
-    inner().pause(s, pause_mode::discard);  // waits for `s`, the copies out included
+    inner().pause(pause_mode::discard, s);  // waits for `s`, the copies out included
     if (m == pause_mode::discard) discarded_once_ = true;
     saved_ = m == pause_mode::preserve && staging_.size() == chunks_.size();
   }
@@ -226,7 +226,7 @@ class staged_region : public forwarding_region {
       } catch (const std::exception&) {
         // Back to paused, the staging buffers intact, so that a retry can succeed.
         ex().synchronize(s);
-        inner().pause(s, pause_mode::discard);
+        inner().pause(pause_mode::discard, s);
         throw;
       }
     }
@@ -354,7 +354,7 @@ class discarding_failed_pause_region final : public forwarding_region {
     try {
       inner().pause(m, s);
     } catch (const std::exception&) {
-      inner().pause(s, pause_mode::discard);
+      inner().pause(pause_mode::discard, s);
       throw;
     }
   }
