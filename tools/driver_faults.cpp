@@ -130,7 +130,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
     write_result(
         r.result_fd,
         nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   // The window is closed (OFFLOADKIT_FAULT_WINDOW=closed): loading the plugin and creating the
   // executor are not the implementation's calls.
@@ -144,7 +144,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
                                                             "created: ") +
                                                     e.what()}}
                      .dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   const oi::scenario_result result = oi::run_scenario(r.feature, subjects, *ex);
   write_result(r.result_fd,
@@ -155,7 +155,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
     (void)report();
   }
   ex.reset();
-  return check_exit::passed;
+  return exit_status::ok;
 }
 
 // ---- the parent --------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
               << " check --driver-faults: needs the cuda executor (the calls it fails exist only "
                  "there), but the cuda back end cannot run here: "
               << why << "\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   const std::vector<std::string> candidates = interposer_candidates();
   const std::string interposer = oi::find_interposer(candidates);
@@ -203,7 +203,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
     std::cerr << program.name << " check --driver-faults: the interposer "
               << OKIT_INTERPOSE_LIBRARY_NAME << " is not there (looked for "
               << join(candidates, ", ") << "); set OFFLOADKIT_INTERPOSE_LIBRARY to its path\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
 
   oi::fault_subjects subjects;
@@ -319,7 +319,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
 
   if (unavailable) {
     std::cerr << program.name << " check --driver-faults: " << unavailable_why << "\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
 
   bool clean = true;
@@ -350,7 +350,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
             << " s: " << (clean ? "every case clean" : "NOT every case clean") << "\n";
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (interrupted_by != 0) return 128 + interrupted_by;
-  return clean ? check_exit::passed : check_exit::failed;
+  return clean ? exit_status::ok : exit_status::check_failed;
 }
 
 }  // namespace offloadkit::tools

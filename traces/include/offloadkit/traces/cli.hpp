@@ -1,7 +1,4 @@
-// Entry points of the trace subcommands, wired into the `offloadkit` command:
-//   offloadkit capture -o out.json [--svg out.svg] [--step-prefix P] [--h2d-limit GB/s]
-//                      [--d2h-limit GB/s] [--min-overlap F] -- <command...>
-//   offloadkit analyze TIMELINE.json [--svg out.svg] [same analysis options]
+// Entry points of the schedule subcommands, wired into the `offloadkit` command:
 //   offloadkit replay FILE [--impl model|reference|optimized] [--executor host|cuda]
 //                      [--pool-pages N,M] [--quiet]
 //   offloadkit schedule-gen --kind 1f1b|interleaved --pp P --rank R --vp V --mb M --layers L
@@ -12,8 +9,6 @@
 
 namespace offloadkit::traces {
 
-int capture_main(int argc, char** argv);
-int analyze_main(int argc, char** argv);
 int replay_main(int argc, char** argv);
 int schedule_gen_main(int argc, char** argv);
 
