@@ -4,6 +4,8 @@
 // analyze with the file contents as its timeline (report and picture in memory). A command line
 // must be accepted, or refused with a usage_error or input_error whose message is one line;
 // anything else (another exception, a crash, a hang) is a bug.
+#include "cli_fuzz.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "cli_fuzz.hpp"
 #include "cli_common.hpp"
 
 namespace {

@@ -13,8 +13,8 @@
 
 /// What the fuzz target runs for each command: check's option parsing and analyze in memory.
 struct offloadkit_cli_fuzz_entries {
-  bool (*check)(const std::vector<std::string>& args, std::ostream& help_out) =
-      offloadkit::tools::parse_check_arguments;
+  bool (*check)(const std::vector<std::string>& args,
+                std::ostream& help_out) = offloadkit::tools::parse_check_arguments;
   int (*analyze)(const std::vector<std::string>& args, const std::string& timeline_text,
                  std::string& report) = offloadkit::tools::analyze_in_memory;
 };

@@ -134,8 +134,10 @@ std::string check_footer() {
 
 /// The check command's options, read into `o` when the app parses.
 std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_options& o) {
-  auto app = make_app("check", "Runs every registered property battery and prints a table of the "
-                      "results.", check_footer(), program_name);
+  auto app = make_app("check",
+                      "Runs every registered property battery and prints a table of the "
+                      "results.",
+                      check_footer(), program_name);
   app->add_option("--executor", o.executor,
                   "where to run (default auto: cuda when a GPU is usable)")
       ->type_name("auto|host|cuda")

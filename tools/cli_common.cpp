@@ -128,8 +128,10 @@ bool parse_arguments(CLI::App& app, const std::vector<std::string>& args, std::o
     if (std::regex_match(what, m, missing)) {
       throw usage_error(m[1].str() + ": needs a value (" + m[2].str() + ")");
     }
-    if (std::regex_match(what, m, flag_value)) throw usage_error("--" + m[1].str() + ": takes no value");
-    if (std::regex_match(what, m, repeated)) throw usage_error(m[1].str() + ": given more than once");
+    if (std::regex_match(what, m, flag_value))
+      throw usage_error("--" + m[1].str() + ": takes no value");
+    if (std::regex_match(what, m, repeated))
+      throw usage_error(m[1].str() + ": given more than once");
     throw usage_error(what);
   } catch (const CLI::ParseError& e) {
     throw usage_error(e.what());
@@ -157,9 +159,8 @@ CLI::Validator integer_range(std::int64_t lo, std::int64_t hi) {
             !d.too_large && (d.negative ? d.magnitude <= std::uint64_t{1} << 63
                                         : d.magnitude <= static_cast<std::uint64_t>(INT64_MAX));
         if (!fits) return value + " is out of range: " + range;
-        const std::int64_t n =
-            d.negative ? static_cast<std::int64_t>(0 - d.magnitude)
-                       : static_cast<std::int64_t>(d.magnitude);
+        const std::int64_t n = d.negative ? static_cast<std::int64_t>(0 - d.magnitude)
+                                          : static_cast<std::int64_t>(d.magnitude);
         if (n < lo || n > hi) return value + " is out of range: " + range;
         value = std::to_string(n);
         return "";
@@ -173,9 +174,8 @@ CLI::Validator unsigned_range(std::uint64_t lo, std::uint64_t hi) {
       [lo, hi, range](std::string& value) -> std::string {
         decimal d;
         if (!parse_decimal(value, d)) return shown(value) + " is not an integer: " + range;
-        const bool in_range =
-            !d.too_large && (!d.negative || d.magnitude == 0) && d.magnitude >= lo &&
-            d.magnitude <= hi;
+        const bool in_range = !d.too_large && (!d.negative || d.magnitude == 0) &&
+                              d.magnitude >= lo && d.magnitude <= hi;
         if (!in_range) return value + " is out of range: " + range;
         value = std::to_string(d.magnitude);
         return "";
@@ -189,9 +189,9 @@ CLI::Validator real_range(double lo, double hi, bool lo_open, const std::string&
     os << v;
     return os.str();
   };
-  std::string range = lo_open ? "valid range: more than " + number(lo) + " and at most " +
-                                    number(hi)
-                              : range_text(number(lo), number(hi));
+  std::string range = lo_open
+                          ? "valid range: more than " + number(lo) + " and at most " + number(hi)
+                          : range_text(number(lo), number(hi));
   if (!unit.empty()) range += " " + unit;
   return CLI::Validator(
       [lo, hi, lo_open, range](std::string& value) -> std::string {
@@ -231,8 +231,7 @@ int run_guarded(const std::string& command, const std::function<int()>& body) {
   try {
     return body();
   } catch (const usage_error& e) {
-    std::cerr << prefix << e.what() << "\n(offloadkit " << command
-              << " --help shows the usage)\n";
+    std::cerr << prefix << e.what() << "\n(offloadkit " << command << " --help shows the usage)\n";
     return exit_status::usage;
   } catch (const unavailable_error& e) {
     std::cerr << prefix << e.what() << "\n";

@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
   }
   if (command == "help" || command == "--help" || command == "-h") {
     if (rest.size() > 1 || (rest.size() == 1 && rest[0] != "help")) {
-      std::cerr << "offloadkit help: " << rest[0]
-                << ": unknown command: valid commands are " << command_names() << "\n";
+      std::cerr << "offloadkit help: " << rest[0] << ": unknown command: valid commands are "
+                << command_names() << "\n";
       return exit_status::usage;
     }
     std::cout << help_text();

@@ -51,8 +51,8 @@ void add_analysis_options(CLI::App& app, analysis_args& a) {
                  "NVTX ranges/markers named P... delimit steps (default: step)")
       ->type_name("P")
       ->transform(non_empty("the start of the NVTX names that delimit steps"));
-  const std::string limit_range = "more than 0, at most " +
-                                  std::to_string(static_cast<long>(max_limit_gb_per_s));
+  const std::string limit_range =
+      "more than 0, at most " + std::to_string(static_cast<long>(max_limit_gb_per_s));
   app.add_option("--h2d-limit", a.h2d_limit,
                  "print H2D bandwidth as a ratio to this limit\n(" + limit_range + ")")
       ->type_name("GB/s")
@@ -70,9 +70,7 @@ void add_analysis_options(CLI::App& app, analysis_args& a) {
                "the first step and host synchronizations inside steps");
 }
 
-std::string analysis_footer(const std::string& what) {
-  return what + "\n\n" + exit_status_text();
-}
+std::string analysis_footer(const std::string& what) { return what + "\n\n" + exit_status_text(); }
 
 std::string default_svg(const std::string& json_path) {
   const std::string ext = ".json";
@@ -184,13 +182,13 @@ int capture_main(const std::vector<std::string>& args) {
     analysis_args a;
     std::string out;
     std::vector<std::string> command;
-    auto app = make_app(
-        "capture",
-        "Runs a CUDA program (PyTorch too) under the CUPTI recorder, writes its timeline\n"
-        "(Perfetto JSON) and an SVG picture, and reports on it as analyze does.",
-        analysis_footer("The command's own exit status, when it is not 0, is capture's.\n"
-                        "usage example: offloadkit capture -o out.json --strict -- python "
-                        "train.py"));
+    auto app =
+        make_app("capture",
+                 "Runs a CUDA program (PyTorch too) under the CUPTI recorder, writes its timeline\n"
+                 "(Perfetto JSON) and an SVG picture, and reports on it as analyze does.",
+                 analysis_footer("The command's own exit status, when it is not 0, is capture's.\n"
+                                 "usage example: offloadkit capture -o out.json --strict -- python "
+                                 "train.py"));
     app->add_option("-o,--output", out, "where the timeline is written")
         ->type_name("FILE")
         ->required()

@@ -16,8 +16,8 @@
 namespace {
 
 std::string run(const std::string& input, const offloadkit_cli_fuzz_entries& entries = {}) {
-  return offloadkit_cli_fuzz_run(reinterpret_cast<const std::uint8_t*>(input.data()),
-                                 input.size(), entries);
+  return offloadkit_cli_fuzz_run(reinterpret_cast<const std::uint8_t*>(input.data()), input.size(),
+                                 entries);
 }
 
 std::vector<std::pair<std::string, std::string>> seeds() {
@@ -47,9 +47,15 @@ TEST(CliFuzzCorpus, MutatedSeedsAreHandled) {
       for (int e = 0; e < edits && !in.empty(); ++e) {
         const std::size_t at = rng() % in.size();
         switch (rng() % 3) {
-          case 0: in[at] = interesting[rng() % sizeof interesting]; break;
-          case 1: in.erase(at, 1 + rng() % 8); break;
-          default: in.insert(at, 1, static_cast<char>(rng())); break;
+          case 0:
+            in[at] = interesting[rng() % sizeof interesting];
+            break;
+          case 1:
+            in.erase(at, 1 + rng() % 8);
+            break;
+          default:
+            in.insert(at, 1, static_cast<char>(rng()));
+            break;
         }
       }
       ASSERT_EQ(run(in), "") << name << ", mutation " << i << ":\n" << in.substr(0, 300);
