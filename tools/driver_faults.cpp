@@ -7,11 +7,11 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -275,7 +275,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
       result.clear();
       std::cout << "  N=" << n << " ... " << std::flush;
       const child_run run =
-          run_child(argv, timeout, result.fd(), child_result_fd, 64 * 1024,
+          run_child(argv, timeout, result.fd(), child_result_fd, std::size_t{64} * 1024,
                     oi::countdown_case_environment(interposer, n, report_path, true));
       if (run.how == child_run::end::interrupted) {
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
@@ -345,8 +345,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
   std::size_t cases = 0;
   for (const auto& fr : runs) cases += fr.result.rows.size();
   std::cout << "\n"
-            << cases << " case(s) in " << runs.size() << " feature(s), "
-            << static_cast<long long>(total + 0.5)
+            << cases << " case(s) in " << runs.size() << " feature(s), " << std::llround(total)
             << " s: " << (clean ? "every case clean" : "NOT every case clean") << "\n";
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (interrupted_by != 0) return 128 + interrupted_by;
