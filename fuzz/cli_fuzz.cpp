@@ -1,9 +1,9 @@
 // libFuzzer target: the command line as a whole, arguments and file contents together. The input
-// is one argument per line up to the first empty line, then the contents of the file the command
-// reads. `check ...` goes through check's option parsing (nothing runs), `analyze ...` through
-// analyze with the file contents as its timeline (report and picture in memory). A command line
-// must be accepted, or refused with a usage_error or input_error whose message is one line;
-// anything else (another exception, a crash, a hang) is a bug.
+// is one argument per line (each ending at a NUL, if it has one) up to the first empty line, then
+// the contents of the file the command reads. `check ...` goes through check's option parsing
+// (nothing runs), `analyze ...` through analyze with the file contents as its timeline (report and
+// picture in memory). A command line must be accepted, or refused with a usage_error or input_error
+// whose message is one line; anything else (another exception, a crash, a hang) is a bug.
 #include "cli_fuzz.hpp"
 
 #include <cstddef>
@@ -43,7 +43,10 @@ std::string offloadkit_cli_fuzz_run(const std::uint8_t* data, std::size_t size,
   const std::string file = blank == std::string::npos ? std::string() : input.substr(blank + 2);
   std::vector<std::string> args;
   std::istringstream lines(words);
-  for (std::string w; args.size() < max_words && std::getline(lines, w);) args.push_back(w);
+  for (std::string w; args.size() < max_words && std::getline(lines, w);) {
+    // An argument is a C string: it ends at its first NUL, as the kernel hands argv over.
+    args.push_back(w.substr(0, w.find('\0')));
+  }
   if (args.empty()) return "";
   const std::string command = args.front();
   args.erase(args.begin());
