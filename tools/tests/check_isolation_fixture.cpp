@@ -41,8 +41,6 @@ void fails(executor& /*ex*/) {
 void segfaults(executor& /*ex*/) {
   std::fprintf(stderr, "fixture: about to store to an unmapped address\n");
   std::fflush(stderr);
-  // The store through a made-up pointer is the crash this property plants.
-  // NOLINTNEXTLINE(performance-no-int-to-ptr)
   *reinterpret_cast<volatile int*>(unmapped_address) = 1;
 }
 
