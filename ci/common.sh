@@ -8,9 +8,10 @@ JOBS="${JOBS:-$(nproc)}"
 log() { printf '\n== %s\n' "$*"; }
 
 # Debian packages every build needs; installed with apt-get only where missing. pybind11-dev and
-# python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations.
-OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev
-  pybind11-dev python3-dev python3-numpy)
+# python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations;
+# libcli11-dev is the command line's option parser (header-only).
+OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev
+  libcli11-dev pybind11-dev python3-dev python3-numpy)
 
 install_deps() {
   local missing=() extra=("$@")

@@ -44,44 +44,12 @@ constexpr int child_result_fd = 3;
 /// Lines of a failed child's output shown under its row.
 constexpr std::size_t output_lines_shown = 20;
 
-/// What an option does beyond setting its value: which of them a child gets.
-enum class option_role {
-  /// Chooses the properties or how each runs; the parent passes each child its own value.
-  per_property,
-  /// Acts in the parent only (--timeout, --list, ...).
-  parent_only,
-  /// Passed to every child unchanged and added to every reproduce command: any option that shapes
-  /// the case list or a property's run and is none of the above belongs here.
-  forwarded,
-  /// Only for the child a parent starts (hidden from the usage text).
-  child_only,
-};
-
-struct option_spec {
-  const char* name;
-  bool takes_value;
-  option_role role;
-};
-
-constexpr option_spec option_specs[] = {
-    {"--executor", true, option_role::per_property},
-    {"--seed", true, option_role::per_property},
-    {"--cases", true, option_role::per_property},
-    {"--feature", true, option_role::per_property},
-    {"--implementation", true, option_role::per_property},
-    {"--property", true, option_role::per_property},
-    {"--no-shrink", false, option_role::forwarded},
-    {"--plugin", true, option_role::forwarded},
-    {"--python", true, option_role::forwarded},
-    {"--driver-faults", false, option_role::forwarded},
-    {"--fault-call", true, option_role::parent_only},
-    {"--timeout", true, option_role::parent_only},
-    {"--in-process", false, option_role::parent_only},
-    {"--list", false, option_role::parent_only},
-    {"--help", false, option_role::parent_only},
-    {"--run-one", false, option_role::child_only},
-    {"--result-fd", true, option_role::child_only},
-};
+/// Options passed to every child unchanged and added to every reproduce command: any option that
+/// shapes the case list or a property's run and is not chosen per property by the parent
+/// (--executor, --seed, --cases, --feature, --implementation, --property) belongs here. The others
+/// act in the parent only (--timeout, --list, ...) or only in the child (--run-one, --result-fd).
+constexpr const char* forwarded_options[] = {"--no-shrink", "--plugin", "--python",
+                                             "--driver-faults"};
 
 struct check_options {
   std::string executor = "auto";
@@ -98,7 +66,6 @@ struct check_options {
   bool timeout_given = false;
   bool in_process = false;
   bool list = false;
-  bool help = false;
   bool run_one = false;
   int result_fd = -1;
   /// --driver-faults: the driver-call countdown instead of the property batteries.
@@ -108,46 +75,12 @@ struct check_options {
   std::vector<std::string> forwarded;
 };
 
-std::uint64_t parse_seed(const std::string& v) {
-  std::size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    if (v.empty() || v[0] == '-' || v[0] == '+') throw std::invalid_argument(v);
-    n = std::stoull(v, &used, 10);
-  } catch (const std::exception&) {
-    used = 0;  // not a number: reported below with the valid range
-  }
-  if (used != v.size() || used == 0 || n == 0) {
-    throw usage_error("--seed '" + v + "' is not a valid seed: expected an integer in [1, " +
-                      std::to_string(UINT64_MAX) + "]");
-  }
-  return n;
-}
-
-/// An integer in [lo, hi], or a usage_error that names the option, the value and the range.
-long parse_bounded(const std::string& option, const std::string& v, long lo, long hi,
-                   const std::string& what) {
-  std::size_t used = 0;
-  long n = 0;
-  try {
-    n = std::stol(v, &used, 10);
-  } catch (const std::exception&) {
-    used = 0;  // not a number: reported below with the valid range
-  }
-  if (used != v.size() || used == 0 || n < lo || n > hi) {
-    throw usage_error(option + " '" + v + "' is not a valid " + what +
-                      ": expected an integer in [" + std::to_string(lo) + ", " +
-                      std::to_string(hi) + "]");
-  }
-  return n;
-}
-
 /// The value of --python checked to be MODULE:FACTORY; a module given as a file path (with a '/' or
 /// ending in .py) is made absolute, so that reproduce commands and children find it from anywhere.
 std::string python_factory(const std::string& value) {
   const auto colon = value.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
-    throw usage_error("--python '" + value +
+    throw usage_error("--python: '" + value +
                       "' is not MODULE:FACTORY: expected a module name or a .py file, a colon "
                       "and the factory to call (e.g. my_offload:make or ./my_offload.py:make)");
   }
@@ -182,89 +115,110 @@ std::string python_bridge_path() {
       "(Debian: pybind11-dev python3-dev)");
 }
 
-check_options parse_check_options(const std::vector<std::string>& args) {
-  std::vector<std::string> shown;
-  for (const auto& spec : option_specs) {
-    if (spec.role != option_role::child_only) shown.push_back(spec.name);
-  }
-  check_options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i] == "-h" ? "--help" : args[i];
-    std::string value;
-    bool has_value = false;
-    const auto eq = name.find('=');
-    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    const auto spec = std::find_if(std::begin(option_specs), std::end(option_specs),
-                                   [&name](const option_spec& s) { return name == s.name; });
-    if (spec == std::end(option_specs)) {
-      throw usage_error("unknown option '" + args[i] + "' for check: valid options are " +
-                        join(shown));
-    }
-    if (!spec->takes_value && has_value) {
-      throw usage_error("option " + name + " takes no value, got '" + value + "'");
-    }
-    if (spec->takes_value && !has_value) {
-      if (i + 1 >= args.size()) throw usage_error("option " + name + " needs a value");
-      value = args[++i];
-    }
-    if (name == "--plugin") {
-      if (value.empty()) throw usage_error("--plugin needs the path of a plugin library");
-      // Absolute, so that the reproduce commands and the children find it from anywhere.
-      std::error_code ec;
-      const auto absolute = std::filesystem::absolute(value, ec);
-      if (!ec) value = absolute.lexically_normal().string();
-      o.plugin = value;
-    }
-    if (name == "--python") {
-      value = python_factory(value);
-      o.python = value;
-    }
-    if (spec->role == option_role::forwarded) {
-      o.forwarded.push_back(name);
-      if (spec->takes_value) o.forwarded.push_back(value);
-    }
+/// The notes and exit statuses under the options in `check --help`.
+std::string check_footer() {
+  return "Each property runs in a child process of its own, so that a crash, an exit() or a\n"
+         "hang in the code under test ends only that property. A child that dies by a signal,\n"
+         "exits without a result or runs past --timeout is one FAILED row (\"crashed: signal\n"
+         "11 (SIGSEGV)\", \"exited with code 1 without a result\", \"timed out after 600 s\")\n"
+         "with the last lines of its output, and the run goes on. Every failure prints the\n"
+         "command that replays it (same seed and case count); a crash or a time-out also\n"
+         "prints it with --in-process under gdb, which stops at the crash or lets you\n"
+         "interrupt the hang.\n"
+         "\n"
+         "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
+         "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
+         "nothing to run on this executor; 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
+         "table of the properties that finished)\n";
+}
 
-    if (name == "--executor") {
-      if (value != "auto" && value != "host" && value != "cuda") {
-        throw usage_error("unknown executor '" + value + "': valid executors are auto, host, cuda");
-      }
-      o.executor = value;
-    } else if (name == "--seed") {
-      o.seed = parse_seed(value);
-    } else if (name == "--cases") {
-      o.cases = static_cast<int>(parse_bounded("--cases", value, 1, max_cases, "case count"));
-    } else if (name == "--feature") {
-      o.feature = value;
-    } else if (name == "--implementation") {
-      o.implementation = value;
-    } else if (name == "--property") {
-      o.property = value;
-    } else if (name == "--no-shrink") {
-      o.shrink = false;
-    } else if (name == "--timeout") {
-      o.timeout_s = static_cast<int>(
-          parse_bounded("--timeout", value, 1, max_timeout_s, "time limit in seconds"));
-      o.timeout_given = true;
-    } else if (name == "--in-process") {
-      o.in_process = true;
-    } else if (name == "--list") {
-      o.list = true;
-    } else if (name == "--help") {
-      o.help = true;
-    } else if (name == "--run-one") {
-      o.run_one = true;
-    } else if (name == "--result-fd") {
-      o.result_fd = static_cast<int>(parse_bounded("--result-fd", value, 0, 1 << 20, "descriptor"));
-    } else if (name == "--driver-faults") {
-      o.driver_faults = true;
-    } else if (name == "--fault-call") {
-      o.fault_call = parse_bounded("--fault-call", value, 0, max_cases, "call number");
-    }
+/// The check command's options, read into `o` when the app parses.
+std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_options& o) {
+  auto app = make_app("check",
+                      "Runs every registered property battery and prints a table of the "
+                      "results.",
+                      check_footer(), program_name);
+  app->add_option("--executor", o.executor,
+                  "where to run (default auto: cuda when a GPU is usable)")
+      ->type_name("auto|host|cuda")
+      ->transform(one_of({"auto", "host", "cuda"}));
+  app->add_option("--seed", o.seed, "seed for every property (default: a fresh one, printed)")
+      ->type_name("N")
+      ->transform(unsigned_range(1, UINT64_MAX));
+  app->add_option("--cases", o.cases,
+                  "run exactly N cases per property, fewer or more than its\nown count (N in 1.." +
+                      std::to_string(max_cases) + "; default: each property's own)")
+      ->type_name("N")
+      ->transform(integer_range(1, max_cases));
+  app->add_option("--feature", o.feature, "only this feature's properties (executor, stash, ...)")
+      ->type_name("NAME");
+  app->add_option("--implementation", o.implementation, "only this implementation's properties")
+      ->type_name("NAME");
+  app->add_option("--property", o.property, "only the properties with this name")
+      ->type_name("NAME");
+  app->add_flag("--no-shrink", "report a failing case as found, without shrinking it");
+  app->add_option("--plugin", o.plugin,
+                  "check the plugin library at PATH (offloadkit/plugin.h)\n"
+                  "instead of offloadkit's own implementations: every\n"
+                  "feature it provides, by the capabilities it declares")
+      ->type_name("PATH");
+  app->add_option("--python", o.python,
+                  "check an implementation written in Python: the plugin\n"
+                  "that MODULE.FACTORY() returns (MODULE: a module on the\n"
+                  "path or a .py file; OFFLOADKIT_PYTHONPATH adds folders),\n"
+                  "run through offloadkit's Python bridge (not with --plugin)")
+      ->type_name("MODULE:FACTORY");
+  app->add_flag("--driver-faults", o.driver_faults,
+                "with --plugin or --python, instead of the batteries: run\n"
+                "each feature's scenario with the implementation's own\n"
+                "N-th allocation or mapping call failed (CUDA runtime or\n"
+                "driver, seen by a preloaded interposer), N = 0, 1, 2, ...\n"
+                "each case in a child process, and classify every case:\n"
+                "clean, retry failed, data lost, inconsistent, leak,\n"
+                "exited, crashed, hung (cuda executor only)");
+  app->add_option("--fault-call", o.fault_call, "with --driver-faults: run case N alone")
+      ->type_name("N")
+      ->transform(integer_range(0, max_cases));
+  app->add_option("--timeout", o.timeout_s,
+                  "stop a property still running after SECONDS, in 1.." +
+                      std::to_string(max_timeout_s) + "\n(default " +
+                      std::to_string(default_timeout_s) + ")")
+      ->type_name("SECONDS")
+      ->transform(integer_range(1, max_timeout_s));
+  app->add_flag("--in-process", o.in_process,
+                "run the properties in this process, one after another:\n"
+                "no isolation and no time limit, --timeout is ignored\n"
+                "(for a debugger)");
+  app->add_flag("--list", o.list, "list the selected properties instead of running them");
+  // Only for the child a parent starts: no group, so not in the help.
+  app->add_flag("--run-one", o.run_one)->group("");
+  app->add_option("--result-fd", o.result_fd)->group("")->transform(integer_range(0, 1 << 20));
+  return app;
+}
+
+/// Parses the check command's arguments into `o` and checks how they combine. Returns false for
+/// --help (the help text went to `help_out`); throws usage_error for anything it cannot act on.
+bool parse_check_options(const std::vector<std::string>& args, const std::string& program_name,
+                         std::ostream& help_out, check_options& o) {
+  auto app = check_app(program_name, o);
+  if (!parse_arguments(*app, args, help_out)) return false;
+  if (app->count("--plugin") > 0) {
+    if (o.plugin.empty()) throw usage_error("--plugin: needs the path of a plugin library");
+    // Absolute, so that the reproduce commands and the children find it from anywhere.
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(o.plugin, ec);
+    if (!ec) o.plugin = absolute.lexically_normal().string();
   }
+  if (app->count("--python") > 0) o.python = python_factory(o.python);
+  o.shrink = app->count("--no-shrink") == 0;
+  o.timeout_given = app->count("--timeout") > 0;
+  for (const char* name : forwarded_options) {
+    if (app->count(name) == 0) continue;
+    o.forwarded.emplace_back(name);
+    if (std::string(name) == "--plugin") o.forwarded.push_back(o.plugin);
+    if (std::string(name) == "--python") o.forwarded.push_back(o.python);
+  }
+
   if (o.fault_call >= 0 && !o.driver_faults) {
     throw usage_error(
         "--fault-call N runs case N of --driver-faults alone: give --driver-faults too");
@@ -294,7 +248,7 @@ check_options parse_check_options(const std::vector<std::string>& args) {
         "--run-one and --result-fd go together: they are how a parent check runs one "
         "property in a child process");
   }
-  return o;
+  return true;
 }
 
 /// Throws a usage_error unless `value` is one of the values the registered cases have in `field`.
@@ -529,7 +483,7 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
       if (!commands.debug.empty()) std::cout << "    in a debugger: " << commands.debug << "\n";
     }
   }
-  return failed == 0 ? check_exit::passed : check_exit::failed;
+  return failed == 0 ? exit_status::ok : exit_status::check_failed;
 }
 
 // ---- the child's result ------------------------------------------------------------------------
@@ -579,7 +533,7 @@ int run_one(const check_program& program, const check_options& opt) {
     write_result(
         opt.result_fd,
         nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   std::vector<std::string> notes;  // the parent reports them
   const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
@@ -596,7 +550,7 @@ int run_one(const check_program& program, const check_options& opt) {
                                                                    "created: " +
                                                                    e.what()}}
                                     .dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   check_config cfg;
   cfg.seed = opt.seed;
@@ -605,7 +559,7 @@ int run_one(const check_program& program, const check_options& opt) {
   const check_outcome o = run_check(cases.front(), *ex, cfg);
   write_result(opt.result_fd, nlohmann::json{{"outcome", to_json(o)}}.dump());
   ex.reset();
-  return o.passed || o.skipped ? check_exit::passed : check_exit::failed;
+  return o.passed || o.skipped ? exit_status::ok : exit_status::check_failed;
 }
 
 /// The row for one child run: its own outcome when it reported one and ended as a child that
@@ -632,7 +586,7 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
   const std::string ended = describe_end(run, timeout);
   if (row.has_result) {
     const int expected =
-        row.outcome.passed || row.outcome.skipped ? check_exit::passed : check_exit::failed;
+        row.outcome.passed || row.outcome.skipped ? exit_status::ok : exit_status::check_failed;
     if (run.how == child_run::end::exited && run.exit_code == expected) return row;
     // It reported, then went wrong on the way out (executor teardown, static destructors, a
     // thread the code under test left running): a failure of the code under test all the same.
@@ -684,60 +638,6 @@ void print_progress(std::size_t i, std::size_t n, const check_case& c) {
 
 }  // namespace
 
-std::string check_options_text() {
-  std::ostringstream os;
-  os << "check options:\n"
-        "  --executor auto|host|cuda   where to run (default auto: cuda when a GPU is usable)\n"
-        "  --seed N                    seed for every property (default: a fresh one, printed)\n"
-        "  --cases N                   run exactly N cases per property, fewer or more than its\n"
-        "                              own count (N in [1, "
-     << max_cases
-     << "]; default: each property's own)\n"
-        "  --feature NAME              only this feature's properties (executor, stash, ...)\n"
-        "  --implementation NAME       only this implementation's properties\n"
-        "  --property NAME             only the properties with this name\n"
-        "  --no-shrink                 report a failing case as found, without shrinking it\n"
-        "  --plugin PATH               check the plugin library at PATH (offloadkit/plugin.h)\n"
-        "                              instead of offloadkit's own implementations: every\n"
-        "                              feature it provides, by the capabilities it declares\n"
-        "  --python MODULE:FACTORY     check an implementation written in Python: the plugin\n"
-        "                              that MODULE.FACTORY() returns (MODULE: a module on the\n"
-        "                              path or a .py file; OFFLOADKIT_PYTHONPATH adds folders),\n"
-        "                              run through offloadkit's Python bridge (not with --plugin)\n"
-        "  --driver-faults             with --plugin or --python, instead of the batteries: run\n"
-        "                              each feature's scenario with the implementation's own\n"
-        "                              N-th allocation or mapping call failed (CUDA runtime or\n"
-        "                              driver, seen by a preloaded interposer), N = 0, 1, 2, ...\n"
-        "                              each case in a child process, and classify every case:\n"
-        "                              clean, retry failed, data lost, inconsistent, leak,\n"
-        "                              exited, crashed, hung (cuda executor only)\n"
-        "  --fault-call N              with --driver-faults: run case N alone\n"
-        "  --timeout SECONDS           stop a property still running after SECONDS, in [1, "
-     << max_timeout_s << "]\n"
-     << "                              (default " << default_timeout_s
-     << ")\n"
-        "  --in-process                run the properties in this process, one after another:\n"
-        "                              no isolation and no time limit, --timeout is ignored\n"
-        "                              (for a debugger)\n"
-        "  --list                      list the selected properties instead of running them\n"
-        "  --help                      print this text\n"
-        "\n"
-        "Each property runs in a child process of its own, so that a crash, an exit() or a\n"
-        "hang in the code under test ends only that property. A child that dies by a signal,\n"
-        "exits without a result or runs past --timeout is one FAILED row (\"crashed: signal\n"
-        "11 (SIGSEGV)\", \"exited with code 1 without a result\", \"timed out after 600 s\")\n"
-        "with the last lines of its output, and the run goes on. Every failure prints the\n"
-        "command that replays it (same seed and case count); a crash or a time-out also\n"
-        "prints it with --in-process under gdb, which stops at the crash or lets you\n"
-        "interrupt the hang.\n"
-        "\n"
-        "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
-        "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
-        "nothing to run on this executor; 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
-        "table of the properties that finished)\n";
-  return os.str();
-}
-
 namespace {
 
 /// What --driver-faults needs of the options; the plugin library is resolved as for the batteries.
@@ -762,14 +662,14 @@ driver_fault_request driver_fault_request_of(const check_options& opt) {
 
 }  // namespace
 
+bool parse_check_arguments(const std::vector<std::string>& args, std::ostream& help_out) {
+  check_options opt;
+  return parse_check_options(args, "offloadkit", help_out, opt);
+}
+
 int check_main(const std::vector<std::string>& args, const check_program& program) {
-  const check_options opt = parse_check_options(args);
-  if (opt.help) {
-    std::cout << "usage: " << program.name << " check [options]\n\n"
-              << "Runs every registered property battery and prints a table of the results.\n\n"
-              << check_options_text();
-    return check_exit::passed;
-  }
+  check_options opt;
+  if (!parse_check_options(args, program.name, std::cout, opt)) return exit_status::ok;
   if (opt.driver_faults) return driver_faults_main(program, driver_fault_request_of(opt));
   if (opt.run_one) return run_one(program, opt);
 
@@ -779,7 +679,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     std::cerr << program.name
               << " check: --executor cuda was asked for, but the cuda back end cannot run here: "
               << why << "\n(use --executor host or auto)\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   std::vector<std::string> notes;
   const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
@@ -793,7 +693,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
       std::cout << "  " << c.feature << "/" << c.implementation << " " << c.name << " ("
                 << c.default_cases << " cases by default)\n";
     }
-    return check_exit::passed;
+    return exit_status::ok;
   }
 
   // In-process runs share one executor, created up front as before; isolated runs create one in
@@ -805,7 +705,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     } catch (const std::exception& e) {
       std::cerr << program.name << " check: the " << executor_name
                 << " executor could not be created: " << e.what() << "\n";
-      return check_exit::unavailable;
+      return exit_status::unavailable;
     }
   }
 
@@ -869,7 +769,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
         const auto& why_not = reported["unavailable"];
         std::cerr << program.name << " check: "
                   << (why_not.is_string() ? why_not.get<std::string>() : why_not.dump()) << "\n";
-        return check_exit::unavailable;
+        return exit_status::unavailable;
       }
       row = row_from_child(c, cfg, executor_name, run, text, timeout);
     }

@@ -4,38 +4,15 @@
 #pragma once
 
 #include <functional>
-#include <stdexcept>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/interpose/scenarios.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::tools {
-
-/// A command line the program cannot act on; the message names the bad value and the valid ones.
-/// The caller prints it and exits with check_exit::usage.
-class usage_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// A plugin given with --plugin cannot be loaded, breaks the ABI, or has nothing to run here; the
-/// message names the plugin and what was expected. Exit status check_exit::plugin.
-class plugin_unusable : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// Exit statuses of the check command.
-namespace check_exit {
-constexpr int passed = 0;
-constexpr int failed = 1;       ///< a property failed, crashed, exited early or timed out
-constexpr int usage = 2;        ///< bad usage
-constexpr int unavailable = 3;  ///< the executor asked for cannot run here
-constexpr int plugin = 4;       ///< the plugin cannot be loaded or has nothing to run here
-// Interrupted by a signal (SIGINT, SIGTERM, SIGHUP): 128 + the signal's number, as a shell does.
-}  // namespace check_exit
 
 /// What runs the check command: the cases and how the program is called.
 struct check_program {
@@ -58,12 +35,14 @@ struct check_program {
   std::function<interpose::fault_subjects(const std::string& path)> fault_subjects;
 };
 
-/// The options, notes and exit statuses of the check command (part of `help` and all of
-/// `check --help`).
-std::string check_options_text();
+/// Parses the check command's arguments as check_main does, without running or loading anything
+/// (the fuzz target's entry point). Returns false for --help (the help text goes to `help_out`);
+/// throws usage_error for a command line check_main refuses before it looks at the cases.
+bool parse_check_arguments(const std::vector<std::string>& args, std::ostream& help_out);
 
 /// Runs the check command with `args` (the arguments after the command). Returns the exit status
-/// (check_exit); throws usage_error for a command line it cannot act on.
+/// (exit_status); throws usage_error for a command line it cannot act on and plugin_unusable for
+/// a plugin it cannot use (run_guarded turns them into their exit statuses).
 int check_main(const std::vector<std::string>& args, const check_program& program);
 
 }  // namespace offloadkit::tools

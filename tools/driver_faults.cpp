@@ -7,11 +7,11 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -130,7 +130,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
     write_result(
         r.result_fd,
         nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   // The window is closed (OFFLOADKIT_FAULT_WINDOW=closed): loading the plugin and creating the
   // executor are not the implementation's calls.
@@ -144,7 +144,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
                                                             "created: ") +
                                                     e.what()}}
                      .dump());
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   const oi::scenario_result result = oi::run_scenario(r.feature, subjects, *ex);
   write_result(r.result_fd,
@@ -155,7 +155,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
     (void)report();
   }
   ex.reset();
-  return check_exit::passed;
+  return exit_status::ok;
 }
 
 // ---- the parent --------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
               << " check --driver-faults: needs the cuda executor (the calls it fails exist only "
                  "there), but the cuda back end cannot run here: "
               << why << "\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
   const std::vector<std::string> candidates = interposer_candidates();
   const std::string interposer = oi::find_interposer(candidates);
@@ -203,7 +203,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
     std::cerr << program.name << " check --driver-faults: the interposer "
               << OKIT_INTERPOSE_LIBRARY_NAME << " is not there (looked for "
               << join(candidates, ", ") << "); set OFFLOADKIT_INTERPOSE_LIBRARY to its path\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
 
   oi::fault_subjects subjects;
@@ -275,7 +275,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
       result.clear();
       std::cout << "  N=" << n << " ... " << std::flush;
       const child_run run =
-          run_child(argv, timeout, result.fd(), child_result_fd, 64 * 1024,
+          run_child(argv, timeout, result.fd(), child_result_fd, std::size_t{64} * 1024,
                     oi::countdown_case_environment(interposer, n, report_path, true));
       if (run.how == child_run::end::interrupted) {
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
@@ -319,7 +319,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
 
   if (unavailable) {
     std::cerr << program.name << " check --driver-faults: " << unavailable_why << "\n";
-    return check_exit::unavailable;
+    return exit_status::unavailable;
   }
 
   bool clean = true;
@@ -345,12 +345,11 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
   std::size_t cases = 0;
   for (const auto& fr : runs) cases += fr.result.rows.size();
   std::cout << "\n"
-            << cases << " case(s) in " << runs.size() << " feature(s), "
-            << static_cast<long long>(total + 0.5)
+            << cases << " case(s) in " << runs.size() << " feature(s), " << std::llround(total)
             << " s: " << (clean ? "every case clean" : "NOT every case clean") << "\n";
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (interrupted_by != 0) return 128 + interrupted_by;
-  return clean ? check_exit::passed : check_exit::failed;
+  return clean ? exit_status::ok : exit_status::check_failed;
 }
 
 }  // namespace offloadkit::tools

@@ -30,7 +30,7 @@ struct driver_fault_request {
 };
 
 /// Runs the countdown (or, with run_one, one case in this process). Returns the exit status:
-/// check_exit::passed when every case of every feature is clean, failed otherwise, unavailable
+/// exit_status::ok when every case of every feature is clean, failed otherwise, unavailable
 /// where the cuda back end or the interposer cannot be had, 128 + N when interrupted by signal N.
 /// Throws usage_error and plugin_unusable as check_main does.
 int driver_faults_main(const check_program& program, const driver_fault_request& request);

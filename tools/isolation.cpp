@@ -65,31 +65,31 @@ class interrupt_guard {
     struct sigaction note {};
     note.sa_handler = note_interrupt;
     sigemptyset(&note.sa_mask);
-    for (std::size_t i = 0; i < std::size(signals_); ++i) {
+    for (std::size_t i = 0; i < std::size(guarded_signals); ++i) {
       installed_[i] = false;
-      if (::sigaction(signals_[i], nullptr, &previous_[i]) != 0) continue;
+      if (::sigaction(guarded_signals[i], nullptr, &previous_[i]) != 0) continue;
       if (previous_[i].sa_handler == SIG_IGN) continue;
-      installed_[i] = ::sigaction(signals_[i], &note, nullptr) == 0;
+      installed_[i] = ::sigaction(guarded_signals[i], &note, nullptr) == 0;
     }
   }
   ~interrupt_guard() {
-    for (std::size_t i = 0; i < std::size(signals_); ++i) {
-      if (installed_[i]) ::sigaction(signals_[i], &previous_[i], nullptr);
+    for (std::size_t i = 0; i < std::size(guarded_signals); ++i) {
+      if (installed_[i]) ::sigaction(guarded_signals[i], &previous_[i], nullptr);
     }
   }
   interrupt_guard(const interrupt_guard&) = delete;
   interrupt_guard& operator=(const interrupt_guard&) = delete;
 
  private:
-  static constexpr int signals_[3] = {SIGINT, SIGTERM, SIGHUP};
+  static constexpr int guarded_signals[3] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction previous_[3]{};
   bool installed_[3] = {};
 };
 
 /// posix_spawn's attributes and file actions, destroyed with the scope.
 struct spawn_setup {
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr{};
+  posix_spawn_file_actions_t actions{};
   spawn_setup() {
     if (int err = posix_spawnattr_init(&attr); err != 0) throw_errno(err, "posix_spawnattr_init");
     if (int err = posix_spawn_file_actions_init(&actions); err != 0) {

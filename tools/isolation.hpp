@@ -37,7 +37,8 @@ struct child_run {
 /// has ended (a leftover grandchild holding the pipe would otherwise keep the run waiting). Throws
 /// std::system_error when the child cannot be started.
 child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                    int extra_fd = -1, int child_fd = -1, std::size_t output_tail_bytes = 64 * 1024,
+                    int extra_fd = -1, int child_fd = -1,
+                    std::size_t output_tail_bytes = std::size_t{64} * 1024,
                     const std::vector<std::string>& environment = {});
 
 /// "SIGSEGV" for 11, "signal 77" for a number without a name.

@@ -1,18 +1,19 @@
-// offloadkit: the command line. `offloadkit check` runs every registered property battery on the
-// best executor available (cuda where a GPU is usable, host otherwise) or the one asked for, each
-// property in a child process of its own, shows one line per property while it runs, and ends with
-// a table and the commands that replay any failure (check_cli.hpp). The trace subcommands come
-// from offloadkit_traces_cli.
-#include <exception>
+// offloadkit: the command line. The first argument names the subcommand; each parses its own
+// options (CLI11, tools/cli_common.hpp) and prints them with --help. `offloadkit check` runs every
+// registered property battery on the best executor available (cuda where a GPU is usable, host
+// otherwise) or the one asked for, each property in a child process of its own (check_cli.hpp);
+// capture and analyze report on CUPTI timelines (timeline_cli.hpp); replay and schedule-gen work on
+// schedule files.
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "batteries.hpp"
 #include "check_cli.hpp"
+#include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/traces/cli.hpp"
 #include "schedule_commands.hpp"
+#include "timeline_cli.hpp"
 
 #ifndef OFFLOADKIT_VERSION
 #define OFFLOADKIT_VERSION "unknown"
@@ -20,77 +21,110 @@
 
 namespace {
 
-using offloadkit::tools::usage_error;
-namespace check_exit = offloadkit::tools::check_exit;
+namespace tools = offloadkit::tools;
+namespace exit_status = offloadkit::tools::exit_status;
 
-const char* const valid_commands =
-    "valid commands are check, capture, analyze, replay, schedule-gen, version, help";
+struct command_entry {
+  const char* name;
+  const char* summary;
+};
 
-const char* const commands_text =
-    "usage: offloadkit <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  check         run every registered property battery and print a table of the results\n"
-    "  capture       run a CUDA program under the CUPTI recorder and report its timeline\n"
-    "  analyze       report on a captured timeline (overlap, pageable copies, pinned allocations)\n"
-    "  replay        validate a schedule file and replay it through a stash implementation\n"
-    "  schedule-gen  write a generated 1F1B or interleaved schedule file\n"
-    "  version       print the version and whether the cuda back end is usable here\n"
-    "  help          print this text\n"
-    "\n"
-    "check, capture, analyze, replay and schedule-gen print their own options with --help.\n"
-    "\n";
+constexpr command_entry commands[] = {
+    {"check", "run every registered property battery and print a table of the results"},
+    {"capture", "run a CUDA program under the CUPTI recorder and report its timeline"},
+    {"analyze", "report on a captured timeline (overlap, pageable copies, pinned allocations)"},
+    {"replay", "validate a schedule file and replay it through a stash implementation"},
+    {"schedule-gen", "write a generated 1F1B or interleaved schedule file"},
+    {"version", "print the version and whether the cuda back end is usable here"},
+    {"help", "print this text; help COMMAND prints that command's options"},
+};
 
-int run_version() {
+std::string command_names() {
+  std::string names;
+  for (const auto& c : commands) names += std::string(names.empty() ? "" : ", ") + c.name;
+  return names;
+}
+
+std::string help_text() {
+  std::string text =
+      "usage: offloadkit <command> [options]\n"
+      "\n"
+      "commands:\n";
+  for (const auto& c : commands) {
+    std::string name = c.name;
+    text += "  " + name + std::string(14 - name.size(), ' ') + c.summary + "\n";
+  }
+  text +=
+      "\n"
+      "Every command prints its own options with --help (offloadkit check --help).\n"
+      "Errors go to stderr as `offloadkit <command>: <option>: <value> ...` with the valid\n"
+      "values or range.\n"
+      "\n" +
+      tools::exit_status_text() +
+      "  capture ends with the captured command's own status when that is not 0.\n";
+  return text;
+}
+
+int run_version(const std::vector<std::string>& rest) {
+  auto app = tools::make_app("version",
+                             "Prints the version and whether the cuda back end is usable here.");
+  if (!tools::parse_arguments(*app, rest, std::cout)) return exit_status::ok;
   std::cout << "offloadkit " << OFFLOADKIT_VERSION << "\n";
   const std::string reason = offloadkit::cuda_unavailable_reason();
   std::cout << "cuda back end: "
             << (reason.empty() ? std::string("usable") : "unavailable (" + reason + ")") << "\n";
-  return check_exit::passed;
+  return exit_status::ok;
+}
+
+int run_check(const std::vector<std::string>& rest) {
+  return tools::run_guarded("check", [&rest] {
+    tools::check_program program;
+    program.cases = tools::all_check_cases;
+    program.plugin_cases = tools::plugin_check_cases;
+    program.fault_subjects = tools::plugin_fault_subjects;
+    return tools::check_main(rest, program);
+  });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  std::string usage_hint = "offloadkit help";
-  try {
-    if (args.empty()) throw usage_error(std::string("no command given: ") + valid_commands);
-    const std::string& command = args[0];
-    const std::vector<std::string> rest(args.begin() + 1, args.end());
-    if (command == "check") {
-      usage_hint = "offloadkit check --help";
-      offloadkit::tools::check_program program;
-      program.cases = offloadkit::tools::all_check_cases;
-      program.plugin_cases = offloadkit::tools::plugin_check_cases;
-      program.fault_subjects = offloadkit::tools::plugin_fault_subjects;
-      return offloadkit::tools::check_main(rest, program);
-    }
-    // The trace subcommands parse their own arguments; argv[0] becomes the subcommand's name.
-    namespace ot = offloadkit::traces;
-    if (command == "capture") return ot::capture_main(argc - 1, argv + 1);
-    if (command == "analyze") return ot::analyze_main(argc - 1, argv + 1);
-    if (command == "replay") return offloadkit::tools::replay_command(argc - 1, argv + 1);
-    if (command == "schedule-gen") {
-      return offloadkit::tools::schedule_gen_command(argc - 1, argv + 1);
-    }
-    if (command == "version" || command == "--version") {
-      if (!rest.empty()) throw usage_error("version takes no arguments, got '" + rest[0] + "'");
-      return run_version();
-    }
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::cout << commands_text << offloadkit::tools::check_options_text();
-      return check_exit::passed;
-    }
-    throw usage_error("unknown command '" + command + "': " + valid_commands);
-  } catch (const usage_error& e) {
-    std::cerr << "offloadkit: " << e.what() << "\n(" << usage_hint << " shows the usage)\n";
-    return check_exit::usage;
-  } catch (const offloadkit::tools::plugin_unusable& e) {
-    std::cerr << "offloadkit: " << e.what() << "\n";
-    return check_exit::plugin;
-  } catch (const std::exception& e) {
-    std::cerr << "offloadkit: " << e.what() << "\n";
-    return check_exit::failed;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // `help COMMAND` is `COMMAND --help`, for the subcommands that read argv too.
+  char help_flag[] = "--help";
+  std::vector<char*> help_argv;
+  if (args.size() == 2 && args[0] == "help" && args[1] != "help") {
+    args = {args[1], help_flag};
+    help_argv = {argv[0], argv[2], help_flag, nullptr};
+    argc = 3;
+    argv = help_argv.data();
   }
+  if (args.empty()) {
+    std::cerr << "offloadkit: no command given: valid commands are " << command_names()
+              << "\n(offloadkit help shows the usage)\n";
+    return exit_status::usage;
+  }
+  const std::string& command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "check") return run_check(rest);
+  if (command == "capture") return tools::capture_main(rest);
+  if (command == "analyze") return tools::analyze_main(rest);
+  // The schedule subcommands parse their own arguments; argv[0] becomes the subcommand's name.
+  if (command == "replay") return tools::replay_command(argc - 1, argv + 1);
+  if (command == "schedule-gen") return tools::schedule_gen_command(argc - 1, argv + 1);
+  if (command == "version" || command == "--version") {
+    return tools::run_guarded("version", [&rest] { return run_version(rest); });
+  }
+  if (command == "help" || command == "--help" || command == "-h") {
+    if (rest.size() > 1 || (rest.size() == 1 && rest[0] != "help")) {
+      std::cerr << "offloadkit help: " << rest[0] << ": unknown command: valid commands are "
+                << command_names() << "\n";
+      return exit_status::usage;
+    }
+    std::cout << help_text();
+    return exit_status::ok;
+  }
+  std::cerr << "offloadkit: " << command << ": unknown command: valid commands are "
+            << command_names() << "\n(offloadkit help shows the usage)\n";
+  return exit_status::usage;
 }

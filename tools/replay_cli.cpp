@@ -19,6 +19,7 @@ namespace {
 
 namespace ot = offloadkit::traces;
 namespace sc = schedule_cli;
+namespace tools = ::offloadkit::tools;
 using sc::exit_code::usage;
 
 /// "DEVICE,PINNED" with both in [0, 2^31 - 1] and their sum too (what the stash implementations
@@ -30,8 +31,8 @@ std::string parse_pools(const std::string& v, stash::tier_pools& out) {
   const auto comma = v.find(',');
   if (comma == std::string::npos) return "'" + v + "' is not DEVICE,PINNED: " + range;
   std::uint64_t d = 0, p = 0;
-  if (!sc::parse_unsigned(v.substr(0, comma), 0, lim, d).empty() ||
-      !sc::parse_unsigned(v.substr(comma + 1), 0, lim, p).empty()) {
+  if (!tools::parse_unsigned(v.substr(0, comma), 0, lim, d).empty() ||
+      !tools::parse_unsigned(v.substr(comma + 1), 0, lim, p).empty()) {
     return "'" + v + "' is not two integers DEVICE,PINNED in range: " + range;
   }
   if (d + p > lim)
@@ -58,13 +59,13 @@ int replay_command(int argc, char** argv) {
       ->type_name("FILE|FOLDER");
   auto* impl = app.add_option("--impl", req.impl, "the stash implementation (default reference)")
                    ->type_name("reference|optimized")
-                   ->check(sc::one_of({"reference", "optimized"}));
+                   ->check(tools::one_of({"reference", "optimized"}));
   app.add_option("--plugin", req.plugin, "replay through the paged stash of a plugin library")
       ->type_name("PATH")
       ->excludes(impl);
   app.add_option("--executor", req.executor, "where the data moves (default host)")
       ->type_name("host|cuda")
-      ->check(sc::one_of({"host", "cuda"}));
+      ->check(tools::one_of({"host", "cuda"}));
   app.add_option("--pool-pages", pools_text,
                  "a pool for every rank (overrides the files' pools); each tier and the sum in "
                  "0.." +
@@ -79,7 +80,7 @@ int replay_command(int argc, char** argv) {
   app.add_option("--data-row-bytes", data_row_text,
                  "bytes per row of the replayed data (default: the file's widest row)")
       ->type_name("BYTES")
-      ->check(sc::unsigned_range(1, stash::schedule_limits::row_bytes));
+      ->check(tools::unsigned_range(1, stash::schedule_limits::row_bytes));
   app.add_flag("--plan-only", req.plan_only, "plan only; replay no data");
   app.add_flag("--quiet", quiet, "no progress lines");
   app.footer(
@@ -92,7 +93,7 @@ int replay_command(int argc, char** argv) {
       req.pools = p;
     }
     if (!data_row_text.empty()) {
-      (void)sc::parse_unsigned(data_row_text, 1, stash::schedule_limits::row_bytes,
+      (void)tools::parse_unsigned(data_row_text, 1, stash::schedule_limits::row_bytes,
                                req.data_row_bytes);
     }
     if (!quiet) req.progress = ot::progress_printer(stderr, ::isatty(::fileno(stderr)) != 0);

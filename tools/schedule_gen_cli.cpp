@@ -21,6 +21,7 @@ namespace offloadkit::tools {
 int schedule_gen_command(int argc, char** argv) {
   namespace ot = offloadkit::traces;
   namespace sc = schedule_cli;
+  namespace tools = ::offloadkit::tools;
   using lim = stash::schedule_limits;
   CLI::App app(
       "Writes a generated 1F1B or interleaved 1F1B schedule file of one pipeline rank\n"
@@ -36,16 +37,16 @@ int schedule_gen_command(int argc, char** argv) {
             name,
             [&target, lo, hi](const std::string& v) {
               std::uint64_t parsed = 0;
-              (void)sc::parse_unsigned(v, lo, hi, parsed);
+              (void)tools::parse_unsigned(v, lo, hi, parsed);
               target = static_cast<T>(parsed);
             },
             what + " (" + std::to_string(lo) + ".." + std::to_string(hi) + ")")
         ->type_name("N")
-        ->check(sc::unsigned_range(lo, hi));
+        ->check(tools::unsigned_range(lo, hi));
   };
   app.add_option("--kind", o.kind, "the schedule (default 1f1b)")
       ->type_name("1f1b|interleaved")
-      ->check(sc::one_of({"1f1b", "interleaved"}));
+      ->check(tools::one_of({"1f1b", "interleaved"}));
   num("--pp", o.pipeline_size, 1, ot::max_generate_pipeline, "pipeline ranks (default 4)");
   auto* rank =
       num("--rank", o.pipeline_rank, 0, ot::max_generate_pipeline - 1, "this rank (default 0)");
@@ -58,7 +59,7 @@ int schedule_gen_command(int argc, char** argv) {
   num("--page-rows", o.page_rows, 1, lim::rows_per_page, "rows per page (default 64)");
   app.add_option("--skew", o.skew, "log-normal sigma of the row counts (0..4, default 0.8)")
       ->type_name("S")
-      ->check(sc::real_range(0, ot::max_skew));
+      ->check(tools::real_range(0, ot::max_skew));
   num("--seed", o.seed, 0, UINT64_MAX, "random seed (default 1)");
   auto* file = app.add_option("-o,--output", out, "the file to write")->type_name("FILE");
   auto* dir = app.add_option("--out-dir", out_dir, "write rank<R>.json for every rank here")

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] != "check") {
     std::cerr << "usage: check_isolation_fixture check [options]\n";
-    return offloadkit::tools::check_exit::usage;
+    return offloadkit::tools::exit_status::usage;
   }
   offloadkit::tools::check_program program;
   program.name = "check_isolation_fixture";
@@ -120,9 +120,9 @@ int main(int argc, char** argv) {
     return offloadkit::tools::check_main({args.begin() + 1, args.end()}, program);
   } catch (const offloadkit::tools::usage_error& e) {
     std::cerr << "check_isolation_fixture: " << e.what() << "\n";
-    return offloadkit::tools::check_exit::usage;
+    return offloadkit::tools::exit_status::usage;
   } catch (const std::exception& e) {
     std::cerr << "check_isolation_fixture: " << e.what() << "\n";
-    return offloadkit::tools::check_exit::failed;
+    return offloadkit::tools::exit_status::check_failed;
   }
 }

@@ -1,6 +1,7 @@
 // A small CUDA program for `offloadkit capture` to record on a GPU: two NVTX steps, each with a
 // kernel on one stream and pinned D2H/H2D copies on another, one pinned allocation before the
-// first step and one (planted) inside the second. Exits 77 where no GPU is usable.
+// first step and one (planted) inside the second. Exits 3 where no GPU is usable, as offloadkit
+// does.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -18,7 +19,7 @@ int main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("skipped: no usable GPU\n");
-    return 77;
+    return 3;
   }
   constexpr int n = 1 << 24;
   constexpr size_t bytes = n * sizeof(float);
