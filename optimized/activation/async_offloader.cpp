@@ -296,7 +296,11 @@ void async_offloader::upload(record& r, pooled buf) {
 
 void async_offloader::prefetch() {
   if (backward_layer_ < 0 || options_.prefetch_layers == 0) return;
-  const int lowest = backward_layer_ - options_.prefetch_layers + 1;
+  if (by_layer_.empty()) return;
+  // No lower than the lowest layer holding records: a window of 2^31 layers is a valid option and
+  // must not cost 2^31 lookups.
+  const int lowest =
+      std::max(backward_layer_ - options_.prefetch_layers + 1, by_layer_.begin()->first);
   for (int layer = backward_layer_; layer >= lowest; --layer) {
     auto lit = by_layer_.find(layer);
     if (lit == by_layer_.end()) continue;
@@ -380,7 +384,8 @@ handle async_offloader::do_pack(tensor t, stream_ref s) {
 }
 
 tensor async_offloader::do_unpack(handle h, stream_ref s) {
-  reap(false);
+  // No reap before the source is looked at: a source prefetch left in place (its copy was still
+  // in flight at the backward hint) would be handed back here and then uploaded on demand.
   auto it = records_.find(h.id);
   OFFLOADKIT_EXPECTS(it != records_.end(), out_of_range, "handle ", h.id,
                      " is not packed (never packed, or already unpacked); valid ids lie in [1, ",
@@ -429,6 +434,7 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
     return t;
   }
 
+  reap(false);
   const bool demand = !rr.prefetched;
   pooled buf;
   if (demand) {
