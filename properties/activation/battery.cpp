@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <initializer_list>
 #include <limits>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,11 +128,11 @@ void round_trip(executor& ex, const activation_implementation& impl) {
   const offload_stats st = off->stats();
   if (st.packed != steps * packed || st.kept != steps * kept ||
       st.offloaded_bytes != steps * offloaded) {
-    RC_FAIL(off->name() + ": stats() counts packed=" + std::to_string(st.packed) + " kept=" +
-            std::to_string(st.kept) + " offloaded_bytes=" + std::to_string(st.offloaded_bytes) +
-            ", the steps packed " + std::to_string(steps * packed) + ", kept " +
-            std::to_string(steps * kept) + " and offloaded " + std::to_string(steps * offloaded) +
-            " bytes; " + show(c));
+    RC_FAIL(off->name() + ": stats() counts packed=" + std::to_string(st.packed) +
+            " kept=" + std::to_string(st.kept) +
+            " offloaded_bytes=" + std::to_string(st.offloaded_bytes) + ", the steps packed " +
+            std::to_string(steps * packed) + ", kept " + std::to_string(steps * kept) +
+            " and offloaded " + std::to_string(steps * offloaded) + " bytes; " + show(c));
   }
 }
 
@@ -556,7 +556,9 @@ std::string show_arrivals(const std::vector<upload_watcher::arrival>& arrivals) 
   os << "unpacks in backward order (step/layer/handle: how):";
   for (const auto& a : arrivals) {
     os << " " << a.step << "/" << a.layer << "/" << a.id << ":"
-       << (a.prefetched ? "prefetch#" + std::to_string(a.order) : a.demand ? "demand" : "none");
+       << (a.prefetched ? "prefetch#" + std::to_string(a.order)
+           : a.demand   ? "demand"
+                        : "none");
   }
   return os.str();
 }
@@ -612,10 +614,9 @@ void steady_demand_uploads(executor& ex, const activation_implementation& impl) 
   const auto arrivals = watch_uploads(ex, impl, c, *rc::gen::arbitrary<std::uint64_t>());
   for (const auto& a : arrivals) {
     if (a.step > 0 && a.demand) {
-      RC_FAIL("step " + std::to_string(a.step) + ": handle " + std::to_string(a.id) +
-              " of layer " + std::to_string(a.layer) +
-              " was uploaded on demand in steady state; " + show_arrivals(arrivals) + "; " +
-              show(c));
+      RC_FAIL("step " + std::to_string(a.step) + ": handle " + std::to_string(a.id) + " of layer " +
+              std::to_string(a.layer) + " was uploaded on demand in steady state; " +
+              show_arrivals(arrivals) + "; " + show(c));
     }
   }
 }

@@ -72,9 +72,9 @@ std::set<std::string> failing_properties() {
   return failed;
 }
 
-#define OFFLOADKIT_EXPECT_FAILING(bug_, ...)                                                   \
-  EXPECT_EQ(failing_properties<bug::bug_>(), (std::set<std::string>{__VA_ARGS__}))             \
-      << "the planted bug " #bug_ " fails other properties than expected (seed "               \
+#define OFFLOADKIT_EXPECT_FAILING(bug_, ...)                                       \
+  EXPECT_EQ(failing_properties<bug::bug_>(), (std::set<std::string>{__VA_ARGS__})) \
+      << "the planted bug " #bug_ " fails other properties than expected (seed "   \
       << offloadkit::testing::seed() << ")"
 
 TEST(ActivationPlanted, NothingWithoutABug) {

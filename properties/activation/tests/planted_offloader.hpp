@@ -22,7 +22,7 @@ enum class bug {
   uncounted_kept,          ///< stats().packed counts only the tensors it offloads, not those kept
   current_device,          ///< unpack restores onto the caller's stream's device, not the origin
   ignores_lent_slack,      ///< the prefetch bound forgets the unused part of reused buffers it lent
-  unbounded_prefetch,      ///< uploads every remaining tensor at each backward hint, ignoring bounds
+  unbounded_prefetch,      ///< uploads every remaining tensor at each backward hint, no bound
   unpack_no_wait,          ///< unpack does not make the caller's stream wait on the upload
   early_release,           ///< gives the source back as soon as its copy is issued
   unbounded_pending,       ///< keeps sources until the first unpack, ignoring max_pending_bytes
@@ -66,7 +66,7 @@ class planted_offloader final : public offloader {
     tensor source;
     bool kept = false;
     void* pinned = nullptr;
-    block dev;  // uploaded ahead by prefetch
+    block dev;             // uploaded ahead by prefetch
     event_ref uploaded{};  // recorded after the upload copy
     int layer = 0;
   };
@@ -129,7 +129,7 @@ class planted_offloader final : public offloader {
     entries_.emplace(h.id, std::move(e));
     // Within max_pending_bytes the simple way: wait for every copy and give every source back.
     const bool room = B == bug::per_tensor_pending ? e.source.bytes <= options_.max_pending_bytes
-                                                    : B == bug::unbounded_pending;
+                                                   : B == bug::unbounded_pending;
     if (!room && options_.max_pending_bytes > 0) give_back_sources();
     return h;
   }

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "battery_tests.hpp"
 #include "offloadkit/arena/layout.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/testing/arena_battery.hpp"
-#include "battery_tests.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace {
@@ -84,12 +84,16 @@ class planted final : public offloader {
     auto* dev = static_cast<unsigned char*>(set[r.first].data);
     std::size_t done = 0;
     for (; r.bytes - done > chunk_bytes; done += chunk_bytes) {
-      if (to_host) ex_->copy(host + done, dev + done, chunk_bytes, s);
-      else ex_->copy(dev + done, host + done, chunk_bytes, s);
+      if (to_host)
+        ex_->copy(host + done, dev + done, chunk_bytes, s);
+      else
+        ex_->copy(dev + done, host + done, chunk_bytes, s);
     }
     if (B == bug::drops_large_tail && done != 0) return;
-    if (to_host) ex_->copy(host + done, dev + done, r.bytes - done, s);
-    else ex_->copy(dev + done, host + done, r.bytes - done, s);
+    if (to_host)
+      ex_->copy(host + done, dev + done, r.bytes - done, s);
+    else
+      ex_->copy(dev + done, host + done, r.bytes - done, s);
   }
   void copies(tensor_set_view set, bool to_host, stream_ref s) {
     std::vector<arena::copy_run> runs;
@@ -198,9 +202,9 @@ std::set<std::string> failing_properties() {
   return failed;
 }
 
-#define OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(bug_, property_)                                       \
-  EXPECT_EQ(failing_properties<bug::bug_>(), std::set<std::string>{property_})                 \
-      << "the planted bug " #bug_ " must fail exactly the " property_ " property (seed "        \
+#define OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(bug_, property_)                                \
+  EXPECT_EQ(failing_properties<bug::bug_>(), std::set<std::string>{property_})           \
+      << "the planted bug " #bug_ " must fail exactly the " property_ " property (seed " \
       << offloadkit::testing::seed() << ")"
 
 // Under ThreadSanitizer the planted races are reported (and the run halted) by the sanitizer

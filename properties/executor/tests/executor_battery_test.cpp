@@ -504,8 +504,7 @@ TYPED_TEST_P(ExecutorBatteryCatches, LeakedDeviceMemory) {
                                                          "device memory");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, MisclassifiedPinned) {
-  expect_caught_only_by<misclassified_pinned, TypeParam>("counting_adaptor_counts",
-                                                         "bytes copied");
+  expect_caught_only_by<misclassified_pinned, TypeParam>("counting_adaptor_counts", "bytes copied");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, ExtentFromPointer) {
   expect_caught_only_by<extent_from_pointer, TypeParam>("extent_of_names_the_allocation",
