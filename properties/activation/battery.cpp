@@ -642,11 +642,7 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   delay_new_streams delayed(delays, std::chrono::microseconds(*rc::gen::element(300, 1500)), seed);
   stream produce(ex), reuse(ex);
 
-  struct owned {
-    void* data = nullptr;
-    std::size_t bytes = 0;
-  };
-  std::vector<owned> all;                       // every buffer the owner allocated
+  std::deque<buffer> all;                       // every buffer the owner allocated
   std::multimap<std::size_t, void*> free_list;  // given back, by size
   struct packed_tensor {
     handle h;
@@ -661,6 +657,20 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
     buffer check;
   };
   std::vector<unpacked_tensor> done;
+  // Destroyed first, also when a check fails: the work queued on both streams ends before the
+  // buffers it uses go.
+  struct sync_at_exit {
+    executor& ex;
+    stream_ref a, b;
+    ~sync_at_exit() {
+      // A destructor reports nothing: the check has already failed or is about to.
+      try {
+        ex.synchronize(a);
+        ex.synchronize(b);
+      } catch (...) {  // NOLINT(bugprone-empty-catch)
+      }
+    }
+  } const drain{ex, produce.ref(), reuse.ref()};
   std::size_t released = 0, packed_count = 0;
   stream_ref caller_stream{};  // set while the caller releases an unpacked tensor
   std::uint64_t pattern = seed;
@@ -680,8 +690,8 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
           free_list.erase(it);
           ex.synchronize(reuse);  // the owner's own poison write on the reuse stream comes first
         } else {
-          p = ex.allocate(memory_kind::device, bytes);
-          all.push_back({p, bytes});
+          all.emplace_back(ex, memory_kind::device, bytes);
+          p = all.back().data();
         }
         packed_tensor pt;
         pt.layer = layer;
@@ -772,7 +782,6 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   }
   ex.synchronize(reuse);
   RC_ASSERT(released == packed_count);
-  for (const owned& b : all) ex.deallocate(memory_kind::device, b.data, b.bytes);
 }
 
 // ---- configuration edges -----------------------------------------------------------------------
