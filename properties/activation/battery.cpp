@@ -438,17 +438,36 @@ void pending_bound(executor& ex, const activation_implementation& impl) {
   c.unpack_device = -1;  // the device of origin is two_devices' to check
   c.options.max_pending_bytes =
       *rc::gen::element<std::size_t>(1, 256, 4096, 65536, std::size_t{1} << 20);
-  // Half the cases take the bound from the stack: just above one of its tensors, so that two
-  // tensors of about that size, each within the bound alone, exceed it together.
-  std::vector<std::size_t> sizes;
+  // Half the cases take the bound from the stack: one byte less than two tensors packed one after
+  // the other on one device, so that each fits alone and the two together do not.
+  struct offloaded {
+    std::size_t bytes;
+    int device;
+  };
+  std::vector<offloaded> order;
   for (const layer_spec& l : c.layers) {
     for (const tensor_spec& t : l.saved) {
-      if (t.bytes() > 0 && t.bytes() >= c.options.keep_threshold) sizes.push_back(t.bytes());
+      if (t.bytes() > 0 && t.bytes() >= c.options.keep_threshold) {
+        order.push_back({t.bytes(), l.device});
+      }
     }
   }
-  if (!sizes.empty() && *rc::gen::arbitrary<bool>()) {
-    const std::size_t b = sizes[*rc::gen::inRange<std::size_t>(0, sizes.size())];
-    c.options.max_pending_bytes = b + b / 2;
+  std::vector<std::size_t> pairs;  // sums of neighbours on one device
+  if (order.size() < 2) {  // small cases: a last layer of two tensors gives the stack a pair
+    const std::size_t a =
+        std::max<std::size_t>(c.options.keep_threshold, 1 + *rc::gen::element(0, 99, 4095));
+    const std::size_t b =
+        std::max<std::size_t>(c.options.keep_threshold, 1 + *rc::gen::element(0, 99, 4095));
+    c.layers.push_back(bytes_layer({a, b}));
+    order.push_back({a, 0});
+    order.push_back({b, 0});
+  }
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+    if (order[i].device == order[i + 1].device)
+      pairs.push_back(order[i].bytes + order[i + 1].bytes);
+  }
+  if (!pairs.empty() && *rc::gen::arbitrary<bool>()) {
+    c.options.max_pending_bytes = pairs[*rc::gen::inRange<std::size_t>(0, pairs.size())] - 1;
   }
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
