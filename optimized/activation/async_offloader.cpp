@@ -100,6 +100,10 @@ void async_offloader::reap(bool wait) {
   try {
     for (auto& [device, l] : lanes_) {
       while (record* r = oldest_in_copy(l)) {
+        // In backward, the last layer's sources stay until their unpack serves them in place:
+        // handed back earlier, they would be uploaded after tensors that prefetch, skipping
+        // them, already uploaded, and their unpack would wait behind those.
+        if (!wait && in_backward_ && r->layer == last_pack_layer_) break;
         if (wait) {
           settle(r->copy_done);
         } else if (!ex_.ready(r->copy_done)) {
@@ -311,7 +315,7 @@ void async_offloader::prefetch() {
       record& r = rit->second;
       if (r.kept || r.prefetched) continue;
       // The last layer's sources are usually still on the device when its backward begins:
-      // serve them from there rather than copying them twice.
+      // serve them from there rather than copying them twice (reap keeps them in place).
       if (r.layer == last_pack_layer_ && !r.source_released) continue;
       pooled buf = take_device(r.source.bytes, r.source.device, true);
       if (buf.ptr == nullptr) return;  // the bound is reached: stay in strict backward order
@@ -503,11 +507,13 @@ void async_offloader::abandon(pooled& buf, int device) noexcept {
 
 void async_offloader::do_forward_layer_end(int layer, stream_ref) {
   pack_layer_ = layer + 1;
+  in_backward_ = false;
   reap(false);
 }
 
 void async_offloader::do_backward_layer_begin(int layer, stream_ref) {
   backward_layer_ = layer;
+  in_backward_ = true;
   pack_layer_ = layer;  // tensors saved while recomputing belong to this layer
   reap(false);
   prefetch();
