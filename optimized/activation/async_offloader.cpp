@@ -113,6 +113,10 @@ void async_offloader::reap(bool wait) {
   try {
     for (auto& [device, l] : lanes_) {
       while (record* r = oldest_in_copy(l)) {
+        // In backward, the last layer's sources stay until their unpack serves them in place:
+        // handed back earlier, they would be uploaded after tensors that prefetch, skipping
+        // them, already uploaded, and their unpack would wait behind those.
+        if (!wait && in_backward_ && r->layer == last_pack_layer_) break;
         if (wait) {
           settle(r->copy_done);
         } else if (!ex_.ready(r->copy_done)) {
@@ -312,7 +316,11 @@ void async_offloader::upload(record& r, pooled buf) {
 
 void async_offloader::prefetch() {
   if (backward_layer_ < 0 || options_.prefetch_layers == 0) return;
-  const int lowest = backward_layer_ - options_.prefetch_layers + 1;
+  if (by_layer_.empty()) return;
+  // No lower than the lowest layer holding records: a window of 2^31 layers is a valid option and
+  // must not cost 2^31 lookups.
+  const int lowest =
+      std::max(backward_layer_ - options_.prefetch_layers + 1, by_layer_.begin()->first);
   for (int layer = backward_layer_; layer >= lowest; --layer) {
     auto lit = by_layer_.find(layer);
     if (lit == by_layer_.end()) continue;
@@ -323,7 +331,7 @@ void async_offloader::prefetch() {
       record& r = rit->second;
       if (r.kept || r.prefetched) continue;
       // The last layer's sources are usually still on the device when its backward begins:
-      // serve them from there rather than copying them twice.
+      // serve them from there rather than copying them twice (reap keeps them in place).
       if (r.layer == last_pack_layer_ && !r.source_released) continue;
       pooled buf = take_device(r.source.bytes, r.source.device, true);
       if (buf.ptr == nullptr) return;  // the bound is reached: stay in strict backward order
@@ -398,7 +406,8 @@ handle async_offloader::do_pack(tensor t, stream_ref s) {
 }
 
 tensor async_offloader::do_unpack(handle h, stream_ref s) {
-  reap(false);
+  // No reap before the source is looked at: a source prefetch left in place (its copy was still
+  // in flight at the backward hint) would be handed back here and then uploaded on demand.
   auto it = records_.find(h.id);
   OFFLOADKIT_EXPECTS(it != records_.end(), out_of_range, "handle ", h.id,
                      " is not packed (never packed, or already unpacked); valid ids lie in [1, ",
@@ -447,6 +456,7 @@ tensor async_offloader::do_unpack(handle h, stream_ref s) {
     return t;
   }
 
+  reap(false);
   const bool demand = !rr.prefetched;
   pooled buf;
   if (demand) {
@@ -522,11 +532,13 @@ void async_offloader::abandon(pooled& buf, int device) noexcept {
 
 void async_offloader::do_forward_layer_end(int layer, stream_ref) {
   pack_layer_ = layer + 1;
+  in_backward_ = false;
   reap(false);
 }
 
 void async_offloader::do_backward_layer_begin(int layer, stream_ref) {
   backward_layer_ = layer;
+  in_backward_ = true;
   pack_layer_ = layer;  // tensors saved while recomputing belong to this layer
   reap(false);
   prefetch();

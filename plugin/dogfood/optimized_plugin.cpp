@@ -31,7 +31,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_activation_vtable activation =
       op::activation_vtable<&op::make_activation_as<ok::activation::async_offloader>>(
           "optimized", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
-                           OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
+                           OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND |
+                           OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
   static const okit_plugin plugin{OKIT_ABI_VERSION,
                                   sizeof(okit_plugin),
                                   "offloadkit-optimized",

@@ -43,6 +43,7 @@ std::uint64_t capability_bit(const std::string& feature, const std::string& name
     if (name == "origin_device") return OKIT_ACTIVATION_CAP_ORIGIN_DEVICE;
     if (name == "prefetch_bound") return OKIT_ACTIVATION_CAP_PREFETCH_BOUND;
     if (name == "pending_bound") return OKIT_ACTIVATION_CAP_PENDING_BOUND;
+    if (name == "backward_prefetch") return OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH;
   }
   // offloadkit._bridge.describe() has already refused unknown names.
   OFFLOADKIT_FAIL(out_of_range, "capability '", name, "' is not one of feature ", feature, "'s");

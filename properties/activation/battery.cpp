@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <deque>
+#include <initializer_list>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,12 +104,36 @@ void run_steps(executor& driver_ex, offloader& off, training_step& step, const s
 
 // ---- round trip --------------------------------------------------------------------------------
 
+/// Every tensor comes back bit for bit, and the counters every implementation keeps agree with what
+/// was packed: each pack() counted, the tensors below the threshold as kept, the others' bytes as
+/// offloaded (checks and benchmarks read them).
 void round_trip(executor& ex, const activation_implementation& impl) {
   const stack_case c = gen_stack(1);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   auto off = impl.make(ex, c.options);
   run_steps(ex, *off, step, c, seed);
+  std::size_t packed = 0, kept = 0, offloaded = 0;
+  for (const layer_spec& l : c.layers) {
+    for (const tensor_spec& t : l.saved) {
+      packed += 1;
+      if (t.bytes() < c.options.keep_threshold) {
+        kept += 1;
+      } else {
+        offloaded += t.bytes();
+      }
+    }
+  }
+  const auto steps = static_cast<std::size_t>(c.steps);
+  const offload_stats st = off->stats();
+  if (st.packed != steps * packed || st.kept != steps * kept ||
+      st.offloaded_bytes != steps * offloaded) {
+    RC_FAIL(off->name() + ": stats() counts packed=" + std::to_string(st.packed) +
+            " kept=" + std::to_string(st.kept) +
+            " offloaded_bytes=" + std::to_string(st.offloaded_bytes) + ", the steps packed " +
+            std::to_string(steps * packed) + ", kept " + std::to_string(steps * kept) +
+            " and offloaded " + std::to_string(steps * offloaded) + " bytes; " + show(c));
+  }
 }
 
 // ---- two devices -------------------------------------------------------------------------------
@@ -199,7 +227,8 @@ class bound_checker final : public forwarding_offloader {
   void check(const char* where, std::size_t held_before) {
     const std::size_t peak = tracker_.peak_since_reset();
     const std::size_t held = std::max(held_before, held_by_caller_);
-    if (peak > bound_ + held && violation_.empty()) {
+    // Compared without adding, so that a bound at the largest size_t does not wrap.
+    if (peak > held && peak - held > bound_ && violation_.empty()) {
       std::ostringstream os;
       os << "after " << where << ": device bytes held by the offloader peaked at " << peak
          << " > bound " << bound_ << " + restored tensors held by the caller " << held;
@@ -250,9 +279,8 @@ class bound_checker final : public forwarding_offloader {
   std::string violation_;
 };
 
-void memory_bound(executor& ex, const activation_implementation& impl) {
-  stack_case c = gen_stack(1);
-  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+void check_memory_bound(executor& ex, const activation_implementation& impl, const stack_case& c,
+                        std::uint64_t seed) {
   training_step step(ex, c.layers, compute_threads);
   device_bytes_tracker tracker(ex);
   auto off = impl.make(tracker, c.options);
@@ -260,6 +288,55 @@ void memory_bound(executor& ex, const activation_implementation& impl) {
   run_steps(ex, checked, step, c, seed);
   if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
   RC_ASSERT(off->stats().peak_prefetch_bytes <= c.options.prefetch_bytes);
+}
+
+/// A layer of one-dimensional u8 tensors of the given sizes, in pack order.
+layer_spec bytes_layer(std::initializer_list<std::size_t> sizes) {
+  layer_spec l;
+  for (const std::size_t b : sizes) {
+    tensor_spec t;
+    t.shape = {static_cast<std::int64_t>(b)};
+    l.saved.push_back(t);
+  }
+  return l;
+}
+
+/// Inputs that reuse a larger cached buffer for a smaller tensor while a prefetch is decided near
+/// the bound. Layer 1's tensor (r bytes) is prefetched, lent, given back and cached; in layer 0 the
+/// last packed tensor (q < r bytes, at least half of r less 4 KiB, so the buffer serves it) reuses
+/// that buffer, and the next one (p bytes, q < p <= r) may be prefetched only if the r - q bytes
+/// the lent buffer holds beyond its tensor count against the bound, which lies in [r, r + p - q).
+/// A small top layer keeps layer 1 from being the last one packed (whose sources may be served in
+/// place); two or more steps, so that buffers cached in one step meet the next.
+stack_case near_bound_reuse_case(std::size_t r, std::size_t q, std::size_t p, std::size_t bound,
+                                 int steps) {
+  stack_case c;
+  c.layers = {bytes_layer({p, q}), bytes_layer({r}), bytes_layer({64})};
+  c.options.keep_threshold = 0;
+  c.options.prefetch_layers = 1;
+  c.options.prefetch_bytes = bound;
+  c.steps = steps;
+  return c;
+}
+
+stack_case gen_near_bound_reuse() {
+  using rc::gen::inRange;
+  const auto full = [](auto gen) { return *rc::gen::resize(100, std::move(gen)); };
+  const std::size_t r = full(inRange<std::size_t>(4096, 65536));
+  const std::size_t q = full(inRange<std::size_t>((r - 4096 + 1) / 2 + 1, r));
+  const std::size_t p = full(inRange<std::size_t>(q + 1, r + 1));
+  const std::size_t bound = full(inRange<std::size_t>(r, r + p - q));
+  return near_bound_reuse_case(r, q, p, bound, *rc::gen::element(2, 3));
+}
+
+/// Device memory held for prefetch and cache stays within prefetch_bytes plus what the caller
+/// holds. Every case first runs one fixed input that reuses a larger cached buffer near the bound
+/// (so every run reaches that edge), then a drawn one: a quarter of them from the same family.
+void memory_bound(executor& ex, const activation_implementation& impl) {
+  check_memory_bound(ex, impl, near_bound_reuse_case(8192, 5000, 7000, 8192, 2), 1);
+  const bool near = *rc::gen::element(0, 1, 2, 3) == 0;
+  const stack_case c = near ? gen_near_bound_reuse() : gen_stack(1);
+  check_memory_bound(ex, impl, c, *rc::gen::arbitrary<std::uint64_t>());
 }
 
 // ---- pending-source bound ----------------------------------------------------------------------
@@ -344,8 +421,9 @@ int stack_devices(executor& ex, const activation_implementation& impl) {
 
 void races(executor& ex, const activation_implementation& impl) {
   stack_case c = gen_stack(stack_devices(ex, impl));
+  c.unpack_device = -1;  // the device of origin is two_devices' to check; this one sees timing
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
-  const auto max_delay = std::chrono::microseconds(*rc::gen::element<int>(100, 500, 1500));
+  const auto max_delay = std::chrono::microseconds(*rc::gen::element<int>(100, 500, 1500, 5000));
   training_step step(ex, c.layers, compute_threads);
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, max_delay, seed);
@@ -357,8 +435,40 @@ void races(executor& ex, const activation_implementation& impl) {
 /// pack, and results stay exact.
 void pending_bound(executor& ex, const activation_implementation& impl) {
   stack_case c = gen_stack(stack_devices(ex, impl));
+  c.unpack_device = -1;  // the device of origin is two_devices' to check
   c.options.max_pending_bytes =
       *rc::gen::element<std::size_t>(1, 256, 4096, 65536, std::size_t{1} << 20);
+  // Half the cases take the bound from the stack: one byte less than two tensors packed one after
+  // the other on one device, so that each fits alone and the two together do not.
+  struct offloaded {
+    std::size_t bytes;
+    int device;
+  };
+  std::vector<offloaded> order;
+  for (const layer_spec& l : c.layers) {
+    for (const tensor_spec& t : l.saved) {
+      if (t.bytes() > 0 && t.bytes() >= c.options.keep_threshold) {
+        order.push_back({t.bytes(), l.device});
+      }
+    }
+  }
+  std::vector<std::size_t> pairs;  // sums of neighbours on one device
+  if (order.size() < 2) {  // small cases: a last layer of two tensors gives the stack a pair
+    const std::size_t a =
+        std::max<std::size_t>(c.options.keep_threshold, 1 + *rc::gen::element(0, 99, 4095));
+    const std::size_t b =
+        std::max<std::size_t>(c.options.keep_threshold, 1 + *rc::gen::element(0, 99, 4095));
+    c.layers.push_back(bytes_layer({a, b}));
+    order.push_back({a, 0});
+    order.push_back({b, 0});
+  }
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+    if (order[i].device == order[i + 1].device)
+      pairs.push_back(order[i].bytes + order[i + 1].bytes);
+  }
+  if (!pairs.empty() && *rc::gen::arbitrary<bool>()) {
+    c.options.max_pending_bytes = pairs[*rc::gen::inRange<std::size_t>(0, pairs.size())] - 1;
+  }
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   delay_adaptor delays(ex);
@@ -367,6 +477,376 @@ void pending_bound(executor& ex, const activation_implementation& impl) {
   pending_checker checked(*off, c.options.max_pending_bytes);
   run_steps(ex, checked, step, c, seed);
   if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
+}
+
+// ---- prefetch order and demand uploads ---------------------------------------------------------
+
+/// Logs every copy from host memory into device memory issued through it, in issue order.
+class upload_log final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+  struct upload {
+    const void* dst = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t order = 0;  ///< issue number among the uploads
+  };
+  /// The issue number the next upload gets.
+  std::uint64_t next() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return uploads_.size();
+  }
+  /// The latest upload of `bytes` into `dst`; null when there was none.
+  const upload* latest_into(const void* dst, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = uploads_.rbegin(); it != uploads_.rend(); ++it) {
+      if (it->dst == dst && it->bytes == bytes) return &*it;
+    }
+    return nullptr;
+  }
+
+ private:
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override {
+    if (classify(dst).kind == pointer_kind::device && classify(src).kind != pointer_kind::device) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      uploads_.push_back({dst, bytes, uploads_.size()});
+    }
+    executor_adaptor::do_copy(dst, src, bytes, s);
+  }
+  std::mutex mutex_;
+  std::deque<upload> uploads_;  // a deque: latest_into's pointers stay valid as it grows
+};
+
+/// Forwards to an offloader and tells, for each tensor unpack() returns, how it arrived: uploaded
+/// before that unpack() began (prefetched, with the upload's issue number), uploaded inside it (on
+/// demand), or not uploaded at all (kept, or served from its source).
+class upload_watcher final : public forwarding_offloader {
+ public:
+  upload_watcher(offloader& inner, upload_log& log) : forwarding_offloader(inner), log_(log) {}
+  struct arrival {
+    std::uint64_t id = 0;
+    int step = 0;
+    int layer = 0;
+    bool prefetched = false;
+    bool demand = false;
+    std::uint64_t order = 0;  ///< of the upload that brought it, when prefetched
+  };
+  [[nodiscard]] const std::vector<arrival>& arrivals() const noexcept { return arrivals_; }
+  void next_step() { ++step_; }
+
+ private:
+  handle do_pack(tensor t, stream_ref s) override {
+    const void* src = t.data;
+    const handle h = inner_.pack(std::move(t), s);
+    sources_[h.id] = src;
+    return h;
+  }
+  tensor do_unpack(handle h, stream_ref s) override {
+    const std::uint64_t before = log_.next();
+    tensor t = inner_.unpack(h, s);
+    arrival a;
+    a.id = h.id;
+    a.step = step_;
+    a.layer = layer_;
+    if (t.bytes > 0 && t.data != sources_[h.id]) {
+      if (const upload_log::upload* u = log_.latest_into(t.data, t.bytes)) {
+        a.prefetched = u->order < before;
+        a.demand = !a.prefetched;
+        a.order = u->order;
+      }
+    }
+    sources_.erase(h.id);
+    arrivals_.push_back(a);
+    return t;
+  }
+  void do_backward_layer_begin(int layer, stream_ref s) override {
+    layer_ = layer;
+    inner_.backward_layer_begin(layer, s);
+  }
+
+  upload_log& log_;
+  std::map<std::uint64_t, const void*> sources_;
+  std::vector<arrival> arrivals_;
+  int step_ = 0;
+  int layer_ = 0;
+};
+
+std::string show_arrivals(const std::vector<upload_watcher::arrival>& arrivals) {
+  std::ostringstream os;
+  os << "unpacks in backward order (step/layer/handle: how):";
+  for (const auto& a : arrivals) {
+    os << " " << a.step << "/" << a.layer << "/" << a.id << ":"
+       << (a.prefetched ? "prefetch#" + std::to_string(a.order)
+           : a.demand   ? "demand"
+                        : "none");
+  }
+  return os.str();
+}
+
+/// Runs `c` through an upload_watcher on a fresh implementation; returns what it saw.
+std::vector<upload_watcher::arrival> watch_uploads(executor& ex,
+                                                   const activation_implementation& impl,
+                                                   const stack_case& c, std::uint64_t seed) {
+  training_step step(ex, c.layers, compute_threads);
+  upload_log log(ex);
+  auto off = impl.make(log, c.options);
+  upload_watcher watched(*off, log);
+  step_options opt;
+  opt.unpack_device = c.unpack_device;
+  for (int i = 0; i < c.steps; ++i) {
+    const step_report rep = step.run(&watched, seed + static_cast<std::uint64_t>(i), opt);
+    if (!rep.ok()) RC_FAIL(off->name() + " step " + std::to_string(i) + ": " + rep.describe());
+    watched.next_step();
+  }
+  return watched.arrivals();
+}
+
+/// Prefetch copies are issued in backward order: among the tensors that arrived by prefetch, in
+/// the order backward unpacks them, the uploads that brought them were issued in that same order.
+/// A prefetch in another order keeps every byte right and loses the overlap: the tensor needed
+/// next waits behind one needed later. Decided exactly from the copies the executor was asked for.
+void prefetch_order(executor& ex, const activation_implementation& impl) {
+  stack_case c = gen_stack(stack_devices(ex, impl));
+  c.unpack_device = -1;  // the device of origin is two_devices' to check
+  const auto arrivals = watch_uploads(ex, impl, c, *rc::gen::arbitrary<std::uint64_t>());
+  const upload_watcher::arrival* last = nullptr;
+  for (const auto& a : arrivals) {
+    if (!a.prefetched) continue;
+    if (last != nullptr && a.order < last->order) {
+      RC_FAIL("handle " + std::to_string(a.id) + " is unpacked after handle " +
+              std::to_string(last->id) + " but its prefetch was issued before (upload #" +
+              std::to_string(a.order) + " < #" + std::to_string(last->order) + "); " +
+              show_arrivals(arrivals) + "; " + show(c));
+    }
+    last = &a;
+  }
+}
+
+/// For a schedule that fits the bound (prefetch_bytes above everything offloaded, at least the
+/// layer whose backward begins in the window), steps after the first upload nothing on demand:
+/// every tensor that is uploaded at all was prefetched before its unpack().
+void steady_demand_uploads(executor& ex, const activation_implementation& impl) {
+  stack_case c = gen_stack(stack_devices(ex, impl));
+  c.unpack_device = -1;
+  c.options.prefetch_bytes = std::size_t{1} << 30;
+  c.options.prefetch_layers = *rc::gen::inRange(1, 4);
+  c.steps = *rc::gen::inRange(2, 4);
+  const auto arrivals = watch_uploads(ex, impl, c, *rc::gen::arbitrary<std::uint64_t>());
+  for (const auto& a : arrivals) {
+    if (a.step > 0 && a.demand) {
+      RC_FAIL("step " + std::to_string(a.step) + ": handle " + std::to_string(a.id) + " of layer " +
+              std::to_string(a.layer) + " was uploaded on demand in steady state; " +
+              show_arrivals(arrivals) + "; " + show(c));
+    }
+  }
+}
+
+// ---- a released source reused on another stream ----------------------------------------------
+
+/// The owner of a source gives it back to use at once on a stream of its own, another than the one
+/// that produced it and handed it to pack(): a random sequence of packs (each buffer from the
+/// owner's free list when one fits, overwritten with a poison byte on the reuse stream the moment
+/// it comes back), unpacks on either stream, layer hints and synchronizations, with delays on the
+/// offloader's own streams. A source given back while its copy may still read it (ordered on the
+/// producer's stream only, say) hands the poison to the host copy. Every unpacked tensor holds
+/// what was packed once the offloader's and the caller's work is done.
+void source_reuse(executor& ex, const activation_implementation& impl) {
+  using rc::gen::inRange;
+  offload_options o;
+  o.keep_threshold = *rc::gen::element<std::size_t>(0, 0, 64);
+  o.max_pending_bytes = *rc::gen::element<std::size_t>(0, 0, 1, 4096);
+  o.prefetch_bytes = *rc::gen::element<std::size_t>(0, 65536, std::size_t{1} << 30);
+  o.prefetch_layers = *inRange(0, 3);
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  delay_adaptor delays(ex);
+  delay_new_streams delayed(delays, std::chrono::microseconds(*rc::gen::element(300, 1500)), seed);
+  stream produce(ex), reuse(ex);
+
+  std::deque<buffer> all;                       // every buffer the owner allocated
+  std::multimap<std::size_t, void*> free_list;  // given back, by size
+  struct packed_tensor {
+    handle h;
+    std::vector<unsigned char> contents;
+    int layer = 0;
+  };
+  std::vector<packed_tensor> live;
+  struct unpacked_tensor {
+    tensor t;
+    std::vector<unsigned char> expected;
+    stream_ref s;
+    buffer check;
+  };
+  std::vector<unpacked_tensor> done;
+  // Destroyed first, also when a check fails: the work queued on both streams ends before the
+  // buffers it uses go.
+  struct sync_at_exit {
+    executor& ex;
+    stream_ref a, b;
+    ~sync_at_exit() {
+      // A destructor reports nothing: the check has already failed or is about to.
+      try {
+        ex.synchronize(a);
+        ex.synchronize(b);
+      } catch (...) {  // NOLINT(bugprone-empty-catch)
+      }
+    }
+  } const drain{ex, produce.ref(), reuse.ref()};
+  std::size_t released = 0, packed_count = 0;
+  stream_ref caller_stream{};  // set while the caller releases an unpacked tensor
+  std::uint64_t pattern = seed;
+  int layer = 0;
+  bool backward = false;
+  {
+    auto off = impl.make(delayed, o);
+    const auto steps = *rc::gen::resize(100, inRange(1, 40));
+    for (int step = 0; step < steps; ++step) {
+      const int op = *rc::gen::element(0, 0, 0, 1, 1, 2, 3);
+      if (op == 0 && !backward) {  // pack a tensor produced on `produce`
+        const std::size_t bytes = *rc::gen::element<std::size_t>(0, 1, 64, 100, 4096, 65536);
+        void* p = nullptr;
+        const auto it = free_list.find(bytes);
+        if (it != free_list.end()) {
+          p = it->second;
+          free_list.erase(it);
+          ex.synchronize(reuse);  // the owner's own poison write on the reuse stream comes first
+        } else {
+          all.emplace_back(ex, memory_kind::device, bytes);
+          p = all.back().data();
+        }
+        packed_tensor pt;
+        pt.layer = layer;
+        pt.contents.resize(bytes);
+        for (auto& b : pt.contents) {
+          pattern = pattern * 6364136223846793005ull + 1442695040888963407ull;
+          b = static_cast<unsigned char>(pattern >> 56);
+        }
+        buffer staging(ex, memory_kind::pinned, std::max<std::size_t>(bytes, 1));
+        if (bytes > 0) {
+          std::memcpy(staging.data(), pt.contents.data(), bytes);
+          ex.copy(p, staging.data(), bytes, produce);
+        }
+        ex.synchronize(produce);  // the staging buffer goes at the end of this scope
+        tensor t;
+        t.data = p;
+        t.bytes = bytes;
+        t.shape = {static_cast<std::int64_t>(bytes)};
+        t.release = [&ex, &free_list, &released, &reuse, &caller_stream, p, bytes] {
+          // Reused at once, on the owner's other stream. When the caller itself hands the buffer
+          // back (a kept tensor is returned as it was packed), its own reads are only issued on
+          // the stream it unpacked on, and it reuses the buffer there.
+          const stream_ref on = caller_stream.native != nullptr ? caller_stream : reuse.ref();
+          if (bytes > 0) ex.fill(p, 0xA5, bytes, on);
+          free_list.emplace(bytes, p);
+          ++released;
+        };
+        pt.h = off->pack(std::move(t), produce);
+        ++packed_count;
+        live.push_back(std::move(pt));
+      } else if (op == 1 && !live.empty()) {  // unpack the last packed, on either stream
+        if (!backward) {
+          off->backward_layer_begin(live.back().layer, produce);
+          backward = true;
+        }
+        packed_tensor pt = std::move(live.back());
+        live.pop_back();
+        unpacked_tensor u;
+        u.s = *rc::gen::arbitrary<bool>() ? produce.ref() : reuse.ref();
+        u.t = off->unpack(pt.h, u.s);
+        u.expected = std::move(pt.contents);
+        u.check = buffer(ex, memory_kind::pinned, std::max<std::size_t>(u.t.bytes, 1));
+        if (u.t.bytes > 0) ex.copy(u.check.data(), u.t.data, u.t.bytes, u.s);
+        caller_stream = u.s;
+        if (u.t.release) u.t.release();  // its reads are issued on u.s
+        caller_stream = {};
+        u.t.release = nullptr;
+        done.push_back(std::move(u));
+        if (!live.empty() && live.back().layer != pt.layer) {
+          off->backward_layer_begin(live.back().layer, produce);
+        }
+      } else if (op == 2 && !backward) {  // a layer ends
+        off->forward_layer_end(layer++, produce);
+      } else if (op == 3) {
+        off->synchronize();
+      }
+    }
+    while (!live.empty()) {
+      packed_tensor pt = std::move(live.back());
+      live.pop_back();
+      unpacked_tensor u;
+      u.s = produce.ref();
+      u.t = off->unpack(pt.h, u.s);
+      u.expected = std::move(pt.contents);
+      u.check = buffer(ex, memory_kind::pinned, std::max<std::size_t>(u.t.bytes, 1));
+      if (u.t.bytes > 0) ex.copy(u.check.data(), u.t.data, u.t.bytes, u.s);
+      caller_stream = u.s;
+      if (u.t.release) u.t.release();
+      caller_stream = {};
+      u.t.release = nullptr;
+      done.push_back(std::move(u));
+    }
+    off->synchronize();
+    ex.synchronize(produce);
+    ex.synchronize(reuse);
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      const auto* got = done[i].check.as<unsigned char>();
+      const auto& want = done[i].expected;
+      const auto m = std::mismatch(want.begin(), want.end(), got);
+      if (m.first != want.end()) {
+        RC_FAIL("unpacked tensor " + std::to_string(i) + " of " + std::to_string(done.size()) +
+                " (" + std::to_string(want.size()) + " bytes): byte " +
+                std::to_string(m.first - want.begin()) + " is " + std::to_string(int(*m.second)) +
+                ", expected " + std::to_string(int(*m.first)) +
+                " (0xa5 is the owner's reuse of a source given back)");
+      }
+    }
+  }
+  ex.synchronize(reuse);
+  RC_ASSERT(released == packed_count);
+}
+
+// ---- configuration edges -----------------------------------------------------------------------
+
+/// Every configuration field at its edges (0, 1 and the largest value), all combinations, on a
+/// fixed stack of tensors of 0, 1, 63, 64, 4096 and 70000 bytes over three layers and two steps:
+/// every result exact, the prefetch and pending bounds held where the implementation honours
+/// them, and with prefetch_layers = 0 no tensor uploaded ahead of its unpack().
+void config_edges(executor& ex, const activation_implementation& impl) {
+  const std::size_t big = std::numeric_limits<std::size_t>::max();
+  stack_case base;
+  base.layers = {bytes_layer({0, 70000, 1}), bytes_layer({4096, 63}), bytes_layer({64, 4096})};
+  base.steps = 2;
+  int combination = 0;
+  for (const std::size_t keep : {std::size_t{0}, std::size_t{1}, big}) {
+    for (const std::size_t prefetch_bytes : {std::size_t{0}, std::size_t{1}, big}) {
+      for (const int layers : {0, 1, std::numeric_limits<int>::max()}) {
+        for (const std::size_t pending : {std::size_t{0}, std::size_t{1}, big}) {
+          stack_case c = base;
+          c.options.keep_threshold = keep;
+          c.options.prefetch_bytes = prefetch_bytes;
+          c.options.prefetch_layers = layers;
+          c.options.max_pending_bytes = pending;
+          const std::uint64_t seed = 1000 + static_cast<std::uint64_t>(combination++);
+          training_step step(ex, c.layers, compute_threads);
+          device_bytes_tracker tracker(ex);
+          upload_log log(tracker);
+          auto off = impl.make(log, c.options);
+          bound_checker bounded(*off, tracker, impl.caps.prefetch_bound ? prefetch_bytes : big);
+          pending_checker pended(bounded, impl.caps.pending_bound && pending != 0 ? pending : big);
+          upload_watcher watched(pended, log);
+          run_steps(ex, watched, step, c, seed);
+          if (!bounded.violation().empty()) RC_FAIL(bounded.violation() + "; " + show(c));
+          if (!pended.violation().empty()) RC_FAIL(pended.violation() + "; " + show(c));
+          if (layers == 0) {
+            for (const auto& a : watched.arrivals()) {
+              if (a.prefetched) {
+                RC_FAIL("prefetch_layers = 0, yet handle " + std::to_string(a.id) +
+                        " was uploaded before its unpack(); " + show(c));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -398,6 +878,13 @@ std::vector<check_case> activation_battery(const activation_implementation& impl
   if (caps.pending_bound) {
     cases.push_back(c("pending_source_bound", &activation::pending_bound, 100));
   }
+  cases.push_back(c("source_reuse_other_stream", &activation::source_reuse, 60));
+  if (caps.backward_prefetch) {
+    cases.push_back(c("prefetch_order", &activation::prefetch_order, 100));
+    cases.push_back(c("steady_state_demand_uploads", &activation::steady_demand_uploads, 60));
+  }
+  // Deterministic: the same edge configurations every case, so one case is the whole check.
+  cases.push_back(c("config_edges", &activation::config_edges, 1));
   return cases;
 }
 
@@ -414,6 +901,7 @@ activation_implementation reference_activation_implementation() {
 activation_implementation optimized_activation_implementation() {
   activation_implementation impl;
   impl.name = "optimized";
+  impl.caps.backward_prefetch = true;
   impl.make = [](executor& ex, const activation::offload_options& o) {
     return std::unique_ptr<activation::offloader>(
         std::make_unique<activation::async_offloader>(ex, o));

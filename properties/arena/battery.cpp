@@ -33,6 +33,8 @@ std::vector<check_case> arena_battery(const arena_implementation& impl) {
   }
   out.push_back(make("concurrent", &props::prop_concurrent, 15));
   out.push_back(make("model_sequence", &props::prop_model_sequence, 40));
+  // Deterministic: the same edge shapes every case, so one case is the whole check.
+  out.push_back(make("boundary_shapes", &props::prop_boundary_shapes, 1));
   return out;
 }
 

@@ -24,7 +24,7 @@ feature        built as                          feature capabilities (besides t
 ``arena``      ``make(executor)``                  ``asynchronous``, ``pinned_steady_state``,
                                                    ``single_host_buffer``
 ``activation`` ``make(executor, options)``         ``origin_device``, ``prefetch_bound``,
-                                                   ``pending_bound``
+                                                   ``pending_bound``, ``backward_prefetch``
 =============  ================================  =============================================
 
 Common capabilities: ``cuda_executor`` (runs on the GPU), ``host_executor`` (runs on offloadkit's
@@ -109,7 +109,7 @@ FEATURE_CAPABILITIES = {
     "stash": ("capturable", "page_ids"),
     "region": ("address_stable", "releases_memory", "multi_device"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
-    "activation": ("origin_device", "prefetch_bound", "pending_bound"),
+    "activation": ("origin_device", "prefetch_bound", "pending_bound", "backward_prefetch"),
 }
 FEATURES = tuple(FEATURE_CAPABILITIES)
 

@@ -252,6 +252,8 @@ typedef struct okit_executor {
 #define OKIT_ACTIVATION_CAP_ORIGIN_DEVICE (1ull << 8)  /* tensors of several devices return home */
 #define OKIT_ACTIVATION_CAP_PREFETCH_BOUND (1ull << 9) /* honours prefetch_bytes */
 #define OKIT_ACTIVATION_CAP_PENDING_BOUND (1ull << 10) /* honours max_pending_bytes */
+#define OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH \
+  (1ull << 11) /* prefetches ahead of unpack, in backward order */
 
 /* ---- paged stash -------------------------------------------------------------------------- */
 

@@ -29,7 +29,7 @@ TEST(ArenaChecks, CoverEveryBuiltinImplementation) {
     // The promises decide: a steady state is checked only where one is promised.
     EXPECT_EQ(names.count("steady_state") == 1, impl.caps.pinned_steady_state) << impl.name;
     for (const char* always : {"round_trip", "event_chain", "lifetime", "fault_allocation",
-                               "fault_copy", "concurrent", "model_sequence"}) {
+                               "fault_copy", "concurrent", "model_sequence", "boundary_shapes"}) {
       EXPECT_EQ(names.count(always), 1u) << impl.name << " lacks " << always;
     }
   }

@@ -1,13 +1,17 @@
 // The executor battery as typed GoogleTest suites, registered by type for every back end:
 // ExecutorBattery runs each property and expects it to hold; ExecutorBatteryCatches plants one bug
-// per property behind the executor interface (an adaptor) and expects that property to fail, so a
-// property that cannot fail is noticed.
+// per property behind the executor interface (an adaptor), runs the whole battery on it and
+// expects exactly that property to fail: every property can fail, and each sees a bug no other
+// property sees.
 #include "offloadkit/testing/executor_battery.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -62,99 +66,219 @@ void expect_holds(const std::string& property) {
                         << " executor: " << describe(o);
 }
 
-/// Runs `property` on the back end wrapped in the planted bug and expects it to fail, with a
-/// message that holds `symptom`: the intended check caught it, not some unrelated error.
+/// Cases per property when a planted executor faces the whole battery (OFFLOADKIT_CASES raises or
+/// lowers it): enough for every property to meet its bug, few enough to stay fast.
+constexpr int planted_cases = 40;
+
+/// Runs every property of the battery on the back end wrapped in the planted bug and expects
+/// exactly `property` to fail, with a message that holds `symptom`: the intended check caught it,
+/// not some unrelated error, and no other property sees the bug.
 template <class Planted, class Backend>
-void expect_caught(const std::string& property, const std::string& symptom) {
+void expect_caught_only_by(const std::string& property, const std::string& symptom) {
   const auto battery = offloadkit::executor_battery(Backend::name);
-  const check_case* c = find_case(battery, property);
-  ASSERT_NE(c, nullptr) << "the executor battery has no property named " << property;
+  ASSERT_NE(find_case(battery, property), nullptr)
+      << "the executor battery has no property named " << property;
   auto base = Backend::make();
-  check_outcome o;
+  std::set<std::string> failed;
+  std::string message;
   {
     Planted planted(*base);
     check_config cfg;
     cfg.seed = offloadkit::testing::seed();
+    const int from_environment = cases_from_environment();
+    cfg.cases = from_environment > 0 ? from_environment : planted_cases;
     cfg.shrink = false;  // the verdict is what matters here, not the smallest counterexample
-    o = offloadkit::run_check(*c, planted, cfg);
+    for (const check_case& c : battery) {
+      const check_outcome o = offloadkit::run_check(c, planted, cfg);
+      if (o.passed || o.skipped) continue;
+      failed.insert(c.name);
+      if (c.name == property) message = o.message;
+      std::printf("%s failed (seed %llu): %s\n", c.name.c_str(),
+                  static_cast<unsigned long long>(o.seed), o.message.substr(0, 300).c_str());
+    }
   }
-  EXPECT_FALSE(o.passed) << property << " did not catch the planted bug in " << o.cases_run
-                         << " cases (seed " << o.seed << ")";
-  EXPECT_NE(o.message.find(symptom), std::string::npos)
-      << property << " failed, but not with \"" << symptom << "\": " << o.message;
-  EXPECT_NE(o.seed, 0u);
+  EXPECT_EQ(failed, std::set<std::string>{property})
+      << "the planted bug must fail exactly " << property << " (seed "
+      << offloadkit::testing::seed() << ")";
+  EXPECT_NE(message.find(symptom), std::string::npos)
+      << property << " failed, but not with \"" << symptom << "\": " << message;
 }
 
 // ---- planted bugs
 // ---------------------------------------------------------------------------------
 
-/// Copies one byte too few.
-class short_copy final : public executor_adaptor {
+/// Copies between two pageable buffers drop their last byte (the host-to-host path only).
+class short_pageable_copy final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
 
  private:
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override {
-    executor_adaptor::do_copy(dst, src, bytes > 0 ? bytes - 1 : 0, s);
+    const bool host_to_host = classify(dst).kind == offloadkit::pointer_kind::pageable &&
+                              classify(src).kind == offloadkit::pointer_kind::pageable;
+    executor_adaptor::do_copy(dst, src, host_to_host && bytes > 0 ? bytes - 1 : bytes, s);
   }
 };
 
-/// Fills one byte too few.
-class short_fill final : public executor_adaptor {
+/// Fills whole 4-byte words only: a length that is not a multiple of 4 loses its partial word.
+class whole_word_fill final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
 
  private:
   void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override {
-    executor_adaptor::do_fill(dst, value, bytes > 0 ? bytes - 1 : 0, s);
+    executor_adaptor::do_fill(dst, value, bytes / 4 * 4, s);
   }
 };
 
-/// Launches over one index too few.
-class short_launch final : public executor_adaptor {
+/// A launch with the largest block size (1024 threads) loses its last index.
+class largest_block_short final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
 
  private:
   void do_launch(const offloadkit::launch_request& r, stream_ref s) override {
     offloadkit::launch_request shorter = r;
-    if (shorter.n > 0) --shorter.n;
+    if (shorter.block == 1024 && shorter.n > 0) --shorter.n;
     executor_adaptor::do_launch(shorter, s);
   }
 };
 
-/// Issues fills on a private stream that nothing orders with the caller's stream (synchronizing a
-/// stream also synchronizes it, so the bytes do arrive, only in the wrong order).
-class unordered_fill final : public executor_adaptor {
+/// What the last operation issued to each stream was, not counting the delay adaptor's holds.
+class last_op_tracker {
  public:
-  explicit unordered_fill(executor& upstream)
+  enum class kind { other, copy, fill, launch };
+  kind last(stream_ref s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = last_.find(s.native);
+    return it == last_.end() ? kind::other : it->second;
+  }
+  void set(stream_ref s, kind k) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_[s.native] = k;
+  }
+  static bool is_hold(const offloadkit::launch_request& r) {
+    return r.name != nullptr && std::strcmp(r.name, "offloadkit_hold") == 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<void*, kind> last_;
+};
+
+/// A fill issued right after a launch on the same stream does not wait for that launch (it runs on
+/// a side stream ordered after what came before the launch, and the stream waits for the fill).
+class fill_overtakes_launch final : public executor_adaptor {
+ public:
+  explicit fill_overtakes_launch(executor& upstream)
       : executor_adaptor(upstream), side_(upstream.create_stream(0)) {}
-  ~unordered_fill() override {
+  ~fill_overtakes_launch() override {
     try {
       upstream().synchronize(side_);
     } catch (...) {  // NOLINT(bugprone-empty-catch): destructors never throw
     }
+    for (const auto& [s, e] : before_launch_) upstream().destroy_event(e);
+    for (const auto e : fill_done_) upstream().destroy_event(e);
     upstream().destroy_stream(side_);
   }
 
  private:
-  void do_fill(void* dst, int value, std::size_t bytes, stream_ref /*s*/) override {
-    executor_adaptor::do_fill(dst, value, bytes, side_);
+  /// Marks the point before a launch, or before the hold a delay adaptor puts ahead of it, so that
+  /// a fill after the launch does not wait for the hold either.
+  void mark_before_launch(stream_ref s) {
+    auto it = before_launch_.find(s.native);
+    if (it == before_launch_.end()) {
+      it = before_launch_.emplace(s.native, upstream().create_event(s.device)).first;
+    }
+    upstream().record(it->second, s);
   }
-  void do_synchronize_stream(stream_ref s) override {
-    upstream().synchronize(side_);
-    executor_adaptor::do_synchronize_stream(s);
+  void do_launch(const offloadkit::launch_request& r, stream_ref s) override {
+    if (last_op_tracker::is_hold(r)) {
+      if (tracker_.last(s) != last_op_tracker::kind::launch) {
+        mark_before_launch(s);
+        held_[s.native] = true;
+      }
+    } else {
+      if (!held_[s.native]) mark_before_launch(s);
+      held_[s.native] = false;
+      tracker_.set(s, last_op_tracker::kind::launch);
+    }
+    executor_adaptor::do_launch(r, s);
+  }
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override {
+    held_[s.native] = false;
+    if (tracker_.last(s) != last_op_tracker::kind::launch) {
+      tracker_.set(s, last_op_tracker::kind::fill);
+      executor_adaptor::do_fill(dst, value, bytes, s);
+      return;
+    }
+    tracker_.set(s, last_op_tracker::kind::fill);
+    upstream().wait(before_launch_.at(s.native), side_);
+    executor_adaptor::do_fill(dst, value, bytes, side_);
+    fill_done_.push_back(upstream().create_event(s.device));
+    upstream().record(fill_done_.back(), side_);
+    upstream().wait(fill_done_.back(), s);
+  }
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override {
+    held_[s.native] = false;
+    tracker_.set(s, last_op_tracker::kind::copy);
+    executor_adaptor::do_copy(dst, src, bytes, s);
+  }
+  void do_record(offloadkit::event_ref e, stream_ref s) override {
+    held_[s.native] = false;
+    tracker_.set(s, last_op_tracker::kind::other);
+    executor_adaptor::do_record(e, s);
+  }
+  void do_host_function(std::function<void()> fn, stream_ref s) override {
+    held_[s.native] = false;
+    tracker_.set(s, last_op_tracker::kind::other);
+    executor_adaptor::do_host_function(std::move(fn), s);
   }
   stream_ref side_;
+  std::map<void*, bool> held_;  // a hold was issued since the last marked point
+  last_op_tracker tracker_;
+  std::map<void*, offloadkit::event_ref> before_launch_;
+  std::vector<offloadkit::event_ref> fill_done_;
 };
 
-/// Ignores wait(): nothing orders the waiting stream after the event.
-class ignored_wait final : public executor_adaptor {
+/// wait() ignores an event recorded right after a fill or a launch: events cover copies only.
+class wait_ignores_kernels final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
 
  private:
-  void do_wait(offloadkit::event_ref /*e*/, stream_ref /*s*/) override {}
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override {
+    tracker_.set(s, last_op_tracker::kind::copy);
+    executor_adaptor::do_copy(dst, src, bytes, s);
+  }
+  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override {
+    tracker_.set(s, last_op_tracker::kind::fill);
+    executor_adaptor::do_fill(dst, value, bytes, s);
+  }
+  void do_launch(const offloadkit::launch_request& r, stream_ref s) override {
+    if (!last_op_tracker::is_hold(r)) tracker_.set(s, last_op_tracker::kind::launch);
+    executor_adaptor::do_launch(r, s);
+  }
+  void do_record(offloadkit::event_ref e, stream_ref s) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto k = tracker_.last(s);
+      after_kernel_[e.native] =
+          k == last_op_tracker::kind::fill || k == last_op_tracker::kind::launch;
+    }
+    executor_adaptor::do_record(e, s);
+  }
+  void do_wait(offloadkit::event_ref e, stream_ref s) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = after_kernel_.find(e.native);
+      if (it != after_kernel_.end() && it->second) return;
+    }
+    executor_adaptor::do_wait(e, s);
+  }
+  last_op_tracker tracker_;
+  std::mutex mutex_;
+  std::map<void*, bool> after_kernel_;
 };
 
 /// Runs every stream's work on the first stream created: streams are not independent.
@@ -209,21 +333,38 @@ class serialized_streams final : public executor_adaptor {
   bool has_primary_ = false;
 };
 
-/// release_physical() keeps the memory (until the adaptor itself goes away).
-class kept_physical final : public executor_adaptor {
+/// classify() does not know mapped virtual ranges: it calls them pageable host memory.
+class unclassified_mapping final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
-  ~kept_physical() override {
-    for (const auto& h : kept_) upstream().release_physical(h);
-  }
 
  private:
-  void do_release_physical(offloadkit::physical_handle h) noexcept override {
+  void* do_reserve(std::size_t bytes, int device) override {
+    void* va = executor_adaptor::do_reserve(bytes, device);
     std::lock_guard<std::mutex> lock(mutex_);
-    kept_.push_back(h);
+    reserved_[va] = bytes;
+    return va;
   }
-  std::mutex mutex_;
-  std::vector<offloadkit::physical_handle> kept_;
+  void do_unreserve(void* va, std::size_t bytes) noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reserved_.erase(va);
+    }
+    executor_adaptor::do_unreserve(va, bytes);
+  }
+  [[nodiscard]] offloadkit::pointer_info do_classify(const void* p) const override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto* b = static_cast<const unsigned char*>(p);
+      for (const auto& [va, bytes] : reserved_) {
+        const auto* base = static_cast<const unsigned char*>(va);
+        if (b >= base && b < base + bytes) return {offloadkit::pointer_kind::pageable, -1};
+      }
+    }
+    return executor_adaptor::do_classify(p);
+  }
+  mutable std::mutex mutex_;
+  std::map<void*, std::size_t> reserved_;
 };
 
 /// replay() does nothing.
@@ -269,6 +410,23 @@ class misclassified_pinned final : public executor_adaptor {
     if (info.kind == offloadkit::pointer_kind::pinned)
       info.kind = offloadkit::pointer_kind::pageable;
     return info;
+  }
+};
+
+/// extent_of() reports the allocation as starting at the queried address.
+class extent_from_pointer final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+
+ private:
+  [[nodiscard]] offloadkit::allocation_extent do_extent_of(const void* p) const override {
+    offloadkit::allocation_extent e = executor_adaptor::do_extent_of(p);
+    if (e.bytes == 0) return e;
+    const auto skipped = static_cast<std::size_t>(static_cast<const unsigned char*>(p) -
+                                                  static_cast<const unsigned char*>(e.base));
+    e.base = p;
+    e.bytes -= skipped;
+    return e;
   }
 };
 
@@ -329,45 +487,52 @@ template <class Backend>
 class ExecutorBatteryCatches : public ::testing::Test {};
 TYPED_TEST_SUITE_P(ExecutorBatteryCatches);
 
-TYPED_TEST_P(ExecutorBatteryCatches, ShortCopy) {
-  expect_caught<short_copy, TypeParam>("copy_round_trip", "copy_round_trip hop");
+TYPED_TEST_P(ExecutorBatteryCatches, ShortPageableCopy) {
+  expect_caught_only_by<short_pageable_copy, TypeParam>("copy_round_trip", "copy_round_trip hop");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, ShortFill) {
-  expect_caught<short_fill, TypeParam>("fill", "fill of");
+TYPED_TEST_P(ExecutorBatteryCatches, WholeWordFill) {
+  expect_caught_only_by<whole_word_fill, TypeParam>("fill", "fill of");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, ShortLaunch) {
-  expect_caught<short_launch, TypeParam>("launch_count", "count == ");
+TYPED_TEST_P(ExecutorBatteryCatches, LargestBlockShort) {
+  expect_caught_only_by<largest_block_short, TypeParam>("launch_count", "count == ");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, UnorderedFill) {
-  expect_caught<unordered_fill, TypeParam>("stream_order", "buffer");
+TYPED_TEST_P(ExecutorBatteryCatches, FillOvertakesLaunch) {
+  expect_caught_only_by<fill_overtakes_launch, TypeParam>("stream_order", "buffer");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, IgnoredWait) {
-  expect_caught<ignored_wait, TypeParam>("event_ordering", "after wait on the producer");
+TYPED_TEST_P(ExecutorBatteryCatches, WaitIgnoresKernels) {
+  expect_caught_only_by<wait_ignores_kernels, TypeParam>("event_ordering",
+                                                         "after wait on the producer");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, SerializedStreams) {
-  expect_caught<serialized_streams, TypeParam>("missing_wait_is_observable",
-                                               "do not run independently");
+  expect_caught_only_by<serialized_streams, TypeParam>("missing_wait_is_observable",
+                                                       "do not run independently");
 }
-TYPED_TEST_P(ExecutorBatteryCatches, KeptPhysicalMemory) {
-  expect_caught<kept_physical, TypeParam>("vmm_remap", "free_released");
+TYPED_TEST_P(ExecutorBatteryCatches, UnclassifiedMapping) {
+  expect_caught_only_by<unclassified_mapping, TypeParam>("vmm_remap", "classify()");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, SkippedReplay) {
-  expect_caught<skipped_replay, TypeParam>("graph_replay_after_remap", "graph replay");
+  expect_caught_only_by<skipped_replay, TypeParam>("graph_replay_after_remap", "graph replay");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, LeakedDeviceMemory) {
-  expect_caught<leaked_device_memory, TypeParam>("fault_injection_leaves_executor_usable",
-                                                 "device memory");
+  expect_caught_only_by<leaked_device_memory, TypeParam>("fault_injection_leaves_executor_usable",
+                                                         "device memory");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, MisclassifiedPinned) {
-  expect_caught<misclassified_pinned, TypeParam>("counting_adaptor_counts", "bytes copied");
+  expect_caught_only_by<misclassified_pinned, TypeParam>("counting_adaptor_counts", "bytes copied");
+}
+TYPED_TEST_P(ExecutorBatteryCatches, ExtentFromPointer) {
+  expect_caught_only_by<extent_from_pointer, TypeParam>("extent_of_names_the_allocation",
+                                                        "extent_of(");
 }
 TYPED_TEST_P(ExecutorBatteryCatches, DiscardingPrefetch) {
-  expect_caught<discarding_prefetch, TypeParam>("managed_round_trip", "managed_round_trip of");
+  expect_caught_only_by<discarding_prefetch, TypeParam>("managed_round_trip",
+                                                        "managed_round_trip of");
 }
 
-REGISTER_TYPED_TEST_SUITE_P(ExecutorBatteryCatches, ShortCopy, ShortFill, ShortLaunch,
-                            UnorderedFill, IgnoredWait, SerializedStreams, KeptPhysicalMemory,
-                            SkippedReplay, LeakedDeviceMemory, MisclassifiedPinned,
+REGISTER_TYPED_TEST_SUITE_P(ExecutorBatteryCatches, ShortPageableCopy, WholeWordFill,
+                            LargestBlockShort, FillOvertakesLaunch, WaitIgnoresKernels,
+                            SerializedStreams, UnclassifiedMapping, SkippedReplay,
+                            LeakedDeviceMemory, MisclassifiedPinned, ExtentFromPointer,
                             DiscardingPrefetch);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBatteryCatches, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBatteryCatches, offloadkit::testing::cuda_backend);

@@ -93,6 +93,10 @@ struct activation_capabilities {
   bool prefetch_bound = true;
   /// Honours offload_options::max_pending_bytes.
   bool pending_bound = true;
+  /// Uploads packed tensors ahead of their unpack() in backward order, within prefetch_bytes and
+  /// prefetch_layers: prefetch copies are issued in backward order, and a schedule that fits the
+  /// bound uploads nothing on demand in steady state.
+  bool backward_prefetch = false;
 };
 
 using activation_factory = std::function<std::unique_ptr<activation::offloader>(

@@ -131,6 +131,7 @@ class async_offloader final : public offloader {
   int pack_layer_ = 0;
   int last_pack_layer_ = -1;
   int backward_layer_ = -1;
+  bool in_backward_ = false;  // from backward_layer_begin() to the next forward_layer_end()
   offload_stats stats_;
   std::exception_ptr last_prefetch_error_;
 };

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -407,9 +408,14 @@ inline void prop_concurrent(const arena_implementation& impl, executor& base) {
 /// Random sequences of offload, reload (same or other shape), overwrite, release and failing
 /// copies, run against a plain model: which copy is held, what each set holds, whether released.
 /// After every step the implementation agrees with the model; no failure loses the host copy.
+///
+/// One command crosses streams: a reload on a second stream, held back by an injected delay, and
+/// at once, with no host wait, an offload of another set on the first stream. The offload must
+/// not overwrite the host copy before the reload has read it.
 inline void prop_model_sequence(const arena_implementation& impl, executor& base) {
   fault_injection_adaptor ex(base);
-  stream s(base);
+  delay_adaptor delays(ex);
+  stream s(base), s2(base);
   const set_spec shape_a = *gen_set_spec(std::size_t{128} << 10, 24);
   const set_spec shape_b = *gen_set_spec(std::size_t{128} << 10, 24);
   std::vector<device_set> sets;
@@ -430,15 +436,36 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
   bool released = false, held = false;
   std::vector<std::size_t> held_sizes;
   snapshot held_copy;
-  auto off = make_offloader(impl, ex);
+  auto off = make_offloader(impl, delays);
   const int steps = *rc::gen::inRange(1, 40);
   for (int step = 0; step < steps; ++step) {
-    const int op = *rc::gen::inRange(0, 12);
+    // At full size: rapidcheck scales inRange by the case's size, which would leave the last
+    // commands to the last cases only.
+    const int op = *rc::gen::resize(100, rc::gen::inRange(0, 14));
     const std::size_t k = *rc::gen::inRange<std::size_t>(0, sets.size());
     const tensor_set_view view = sets[k].view();
-    const bool fail = op >= 9;  // arm a copy failure at a random point of this step
+    const bool fail = op >= 9 && op <= 11;  // arm a copy failure at a random point of this step
     if (fail) ex.arm({op_kind::copy}, *rc::gen::inRange<std::size_t>(0, 4));
-    if (op == 0 || op == 1) {  // overwrite
+    if (op >= 12) {  // reload k on s2, held back, then offload another set on s without a wait
+      const std::size_t m = (k + *rc::gen::inRange<std::size_t>(1, sets.size())) % sets.size();
+      const auto hold = std::chrono::microseconds(*rc::gen::element(300, 1000, 3000));
+      if (released || !held || sizes_of(k) != held_sizes) continue;
+      delays.delay_next(hold, s2);
+      event back = off->reload(view, s2);
+      event out = off->offload(sets[m].view(), s);
+      ex.synchronize(back.ref());
+      ex.synchronize(out.ref());
+      delays.clear();
+      base.synchronize(s2);
+      base.synchronize(s);
+      content[k] = held_copy;
+      held_sizes = sizes_of(m);
+      held_copy = content[m];
+      assert_same(content[k], read_set(base, view, s), "a set reloaded on another stream");
+      ex.synchronize(off->reload(sets[m].view(), s).ref());
+      assert_same(content[m], read_set(base, sets[m].view(), s),
+                  "the set offloaded while a reload on another stream was pending");
+    } else if (op == 0 || op == 1) {  // overwrite
       ex.disarm();
       scribble(base, view, step, s);
       for (auto& t : content[k]) std::fill(t.begin(), t.end(), static_cast<unsigned char>(step));
@@ -489,6 +516,81 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
       assert_same(content[j], read_set(base, sets[j].view(), s), "a set after a step");
     }
   }
+}
+
+/// The largest tensor boundary_shapes offloads: past the random shapes' total, and past the
+/// 4 and 8 MiB marks where copies are commonly chunked.
+inline constexpr std::size_t boundary_large_bytes = (std::size_t{8} << 20) + 3;
+
+/// The deterministic shapes at the edges of the arena's sizes, in the order boundary_shapes runs
+/// them: empty, zero-byte (null and not), one byte, runs of odd sizes around the host alignment,
+/// tensors just below, at and above a 4 MiB chunk, the largest, many one-byte tensors, and empty
+/// again after the largest.
+inline std::vector<set_spec> boundary_set_specs() {
+  auto one = [](std::size_t bytes, bool null_if_empty = false) {
+    tensor_spec t;
+    t.bytes = bytes;
+    t.null_if_empty = null_if_empty;
+    return t;
+  };
+  auto joined = [](std::size_t bytes, std::size_t gap = 0) {
+    tensor_spec t;
+    t.bytes = bytes;
+    t.joins = true;
+    t.gap = gap;
+    return t;
+  };
+  const std::size_t mib4 = std::size_t{4} << 20;
+  std::vector<set_spec> out;
+  out.push_back({});
+  out.push_back({{one(0, true)}, 0});
+  out.push_back({{one(0), one(0, true), one(0)}, 1});
+  out.push_back({{one(1)}, 0});
+  out.push_back({{one(1)}, 255});
+  out.push_back({{one(255), joined(256), joined(257), one(1), joined(0), joined(1, 7)}, 3});
+  out.push_back({{one(mib4 - 1), one(mib4), joined(1)}, 1});
+  out.push_back({{one(mib4 + 1)}, 8});
+  out.push_back({{one(1), joined(boundary_large_bytes)}, 0});
+  set_spec many;
+  for (std::size_t i = 0; i < 2048; ++i) many.tensors.push_back(i % 3 == 0 ? one(1) : joined(1));
+  out.push_back(many);
+  out.push_back({});
+  return out;
+}
+
+/// Deterministic edge cases beside the random ones: every boundary shape round-trips, in place and
+/// into buffers grouped differently, through one offloader that grows from nothing to the largest
+/// shape and shrinks back, then on a fresh offloader each; after release() nothing is held.
+inline void prop_boundary_shapes(const arena_implementation& impl, executor& ex) {
+  stream s(ex);
+  auto grown = make_offloader(impl, ex);
+  std::uint64_t seed = 77;
+  for (const set_spec& spec : boundary_set_specs()) {
+    set_spec apart = spec;
+    for (tensor_spec& t : apart.tensors) t.joins = false;
+    apart.lead = 0;
+    device_set a = make_device_set(ex, spec);
+    device_set b = make_device_set(ex, apart);
+    fill_pattern(ex, a.view(), ++seed, s);
+    const snapshot expected = read_set(ex, a.view(), s);
+    std::ostringstream shape;
+    showValue(spec, shape);
+    auto fresh = make_offloader(impl, ex);
+    for (offloader* off : {grown.get(), fresh.get()}) {
+      ex.synchronize(off->offload(a.view(), s).ref());
+      RC_ASSERT(off->holds_copy());
+      scribble(ex, a.view(), 0x3c, s);
+      scribble(ex, b.view(), 0xc3, s);
+      ex.synchronize(off->reload(a.view(), s).ref());
+      assert_same(expected, read_set(ex, a.view(), s), ("in place, " + shape.str()).c_str());
+      ex.synchronize(off->reload(b.view(), s).ref());
+      assert_same(expected, read_set(ex, b.view(), s), ("other buffers, " + shape.str()).c_str());
+    }
+    fresh->release();
+    RC_ASSERT(fresh->host_bytes() == 0u);
+  }
+  grown->release();
+  RC_ASSERT(grown->host_bytes() == 0u);
 }
 
 }  // namespace offloadkit::arena::testing
