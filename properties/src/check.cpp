@@ -3,10 +3,12 @@
 // result, never an exception, so one failure does not stop a battery.
 #include "offloadkit/testing/check.hpp"
 
+#include <cstdio>
 #include <rapidcheck.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <map>
 #include <random>
@@ -162,6 +164,20 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
   }
   if (!o.passed && o.message.empty()) o.message = "failed without a description";
   return o;
+}
+
+battery_verdict run_battery(const std::vector<check_case>& battery, const check_config& cfg,
+                            const std::function<executor&(const check_case&)>& executor_for) {
+  battery_verdict v;
+  for (const check_case& c : battery) {
+    const check_outcome o = run_check(c, executor_for(c), cfg);
+    if (o.passed || o.skipped) continue;
+    v.failed.insert(c.name);
+    v.messages[c.name] = o.message;
+    std::printf("%s failed (seed %llu): %s\n", c.name.c_str(),
+                static_cast<unsigned long long>(o.seed), o.message.substr(0, 400).c_str());
+  }
+  return v;
 }
 
 std::string reproduce_command(const check_outcome& o) { return reproduce_command(o, "offloadkit"); }

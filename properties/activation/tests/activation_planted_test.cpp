@@ -61,15 +61,9 @@ std::set<std::string> failing_properties() {
   const int from_environment = offloadkit::testing::cases_from_environment();
   cfg.cases = from_environment > 0 ? from_environment : planted_cases;
   cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::set<std::string> failed;
-  for (const check_case& c : offloadkit::testing::activation_battery(planted<B>())) {
-    const check_outcome o = run_check(c, ex, cfg);
-    if (o.skipped || o.passed) continue;
-    failed.insert(c.name);
-    std::printf("%s failed (seed %llu): %s\n", c.name.c_str(),
-                static_cast<unsigned long long>(o.seed), o.message.substr(0, 400).c_str());
-  }
-  return failed;
+  return offloadkit::run_battery(offloadkit::testing::activation_battery(planted<B>()), cfg,
+                                 [&ex](const check_case&) -> executor& { return ex; })
+      .failed;
 }
 
 #define OFFLOADKIT_EXPECT_FAILING(bug_, ...)                                       \

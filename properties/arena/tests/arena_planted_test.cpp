@@ -191,15 +191,9 @@ std::set<std::string> failing_properties() {
   const int from_environment = offloadkit::testing::cases_from_environment();
   cfg.cases = from_environment > 0 ? from_environment : planted_cases;
   cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::set<std::string> failed;
-  for (const check_case& c : offloadkit::testing::arena_battery(planted_descriptor<B>())) {
-    const check_outcome o = run_check(c, ex, cfg);
-    if (o.passed) continue;
-    failed.insert(c.name);
-    std::printf("%s failed (seed %llu): %s\n", c.name.c_str(),
-                static_cast<unsigned long long>(o.seed), o.message.substr(0, 300).c_str());
-  }
-  return failed;
+  return offloadkit::run_battery(offloadkit::testing::arena_battery(planted_descriptor<B>()), cfg,
+                                 [&ex](const check_case&) -> executor& { return ex; })
+      .failed;
 }
 
 #define OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(bug_, property_)                                \

@@ -79,8 +79,7 @@ void expect_caught_only_by(const std::string& property, const std::string& sympt
   ASSERT_NE(find_case(battery, property), nullptr)
       << "the executor battery has no property named " << property;
   auto base = Backend::make();
-  std::set<std::string> failed;
-  std::string message;
+  offloadkit::battery_verdict verdict;
   {
     Planted planted(*base);
     check_config cfg;
@@ -88,15 +87,11 @@ void expect_caught_only_by(const std::string& property, const std::string& sympt
     const int from_environment = cases_from_environment();
     cfg.cases = from_environment > 0 ? from_environment : planted_cases;
     cfg.shrink = false;  // the verdict is what matters here, not the smallest counterexample
-    for (const check_case& c : battery) {
-      const check_outcome o = offloadkit::run_check(c, planted, cfg);
-      if (o.passed || o.skipped) continue;
-      failed.insert(c.name);
-      if (c.name == property) message = o.message;
-      std::printf("%s failed (seed %llu): %s\n", c.name.c_str(),
-                  static_cast<unsigned long long>(o.seed), o.message.substr(0, 300).c_str());
-    }
+    verdict = offloadkit::run_battery(battery, cfg,
+                                      [&planted](const check_case&) -> executor& { return planted; });
   }
+  const std::set<std::string>& failed = verdict.failed;
+  const std::string message = verdict.messages[property];
   EXPECT_EQ(failed, std::set<std::string>{property})
       << "the planted bug must fail exactly " << property << " (seed "
       << offloadkit::testing::seed() << ")";

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,19 @@ int planned_cases(const check_case& c, const check_config& cfg);
 /// Runs one property under rapidcheck with the configured seed and case count. Never throws for a
 /// failing property: the failure, its counterexample and the seed are in the outcome.
 check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg);
+
+/// What a whole battery says of one implementation (typically a planted bug): the properties that
+/// failed (a skipped one did not) and each failure's message.
+struct battery_verdict {
+  std::set<std::string> failed;
+  std::map<std::string, std::string> messages;
+};
+
+/// Runs every property of `battery` with `cfg`, each on the executor `executor_for` gives for it
+/// (the same one every time, or a fresh one per property so that a leak cannot spill over), and
+/// prints the first lines of each failure with its seed.
+battery_verdict run_battery(const std::vector<check_case>& battery, const check_config& cfg,
+                            const std::function<executor&(const check_case&)>& executor_for);
 
 /// How to reproduce an outcome: the command line that replays its seed.
 std::string reproduce_command(const check_outcome& o);
