@@ -199,7 +199,9 @@ row measure(executor& ex, const options& o, std::size_t bytes) {
   return r;
 }
 
-double gbps(std::size_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
+double gbps(std::size_t bytes, double s) {
+  return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0;
+}
 
 }  // namespace
 
