@@ -57,7 +57,7 @@ options parse(int argc, char** argv) {
       char* end = nullptr;
       const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n == 0)
-        usage(a + " = '" + v + "': expected an integer >= 1");
+        usage(std::string(a).append(" = '").append(v).append("': expected an integer >= 1"));
       return n;
     };
     if (a == "--executor") {
