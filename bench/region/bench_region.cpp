@@ -57,7 +57,7 @@ options parse(int argc, char** argv) {
       char* end = nullptr;
       const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n == 0)
-        usage(a + " = '" + v + "': expected an integer >= 1");
+        usage(std::string(a).append(" = '").append(v).append("': expected an integer >= 1"));
       return n;
     };
     if (a == "--executor") {
@@ -199,7 +199,9 @@ row measure(executor& ex, const options& o, std::size_t bytes) {
   return r;
 }
 
-double gbps(std::size_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
+double gbps(std::size_t bytes, double s) {
+  return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0;
+}
 
 }  // namespace
 

@@ -113,8 +113,8 @@ row run_tier(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t hidden,
   for (std::uint64_t o = 0; o < r.bytes; ++o) r.wrong += h[o] != want[o];
   if (!st.status(s).ok()) r.wrong += 1;
   // Bytes moved: out and back.
-  r.stash_gbs = 2.0 * r.bytes / (r.stash_ms * 1e6);
-  r.plain_gbs = 2.0 * r.bytes / (r.plain_ms * 1e6);
+  r.stash_gbs = 2.0 * static_cast<double>(r.bytes) / (r.stash_ms * 1e6);
+  r.plain_gbs = 2.0 * static_cast<double>(r.bytes) / (r.plain_ms * 1e6);
   r.ratio = r.plain_ms / r.stash_ms;
   return r;
 }
@@ -201,11 +201,14 @@ int main(int argc, char** argv) {
     const workload w = skewed_workload(8, rank, 16, 4, hidden_mem, mean_rows, max_rows);
     memory_row m{rank, plan_capacity(w, 64)};
     const auto& p = m.plan;
-    std::printf(
-        "%5u %12llu %16.1f %16.1f %16.1f %7.2fx\n", rank,
-        static_cast<unsigned long long>(p.peak_pages), p.peak_stash_bytes / 1048576.0,
-        p.peak_page_bytes / 1048576.0, p.oversized_bytes / 1048576.0,
-        p.peak_page_bytes ? static_cast<double>(p.oversized_bytes) / p.peak_page_bytes : 0.0);
+    std::printf("%5u %12llu %16.1f %16.1f %16.1f %7.2fx\n", rank,
+                static_cast<unsigned long long>(p.peak_pages),
+                static_cast<double>(p.peak_stash_bytes) / 1048576.0,
+                static_cast<double>(p.peak_page_bytes) / 1048576.0,
+                static_cast<double>(p.oversized_bytes) / 1048576.0,
+                p.peak_page_bytes ? static_cast<double>(p.oversized_bytes) /
+                                        static_cast<double>(p.peak_page_bytes)
+                                  : 0.0);
     mem.push_back(m);
   }
 
@@ -247,9 +250,9 @@ int main(int argc, char** argv) {
         const row r = run_tier(*ex, s, pinned, hd, n, iters);
         std::printf("%7s %7llu %6llu %10.1f %10.3f %10.3f %10.1f %10.1f %7.3f %7llu\n",
                     r.tier.c_str(), static_cast<unsigned long long>(r.hidden),
-                    static_cast<unsigned long long>(r.rows), r.bytes / 1048576.0, r.stash_ms,
-                    r.plain_ms, r.stash_gbs, r.plain_gbs, r.ratio,
-                    static_cast<unsigned long long>(r.wrong));
+                    static_cast<unsigned long long>(r.rows),
+                    static_cast<double>(r.bytes) / 1048576.0, r.stash_ms, r.plain_ms, r.stash_gbs,
+                    r.plain_gbs, r.ratio, static_cast<unsigned long long>(r.wrong));
         rows.push_back(r);
       }
     }

@@ -98,7 +98,7 @@ bool is_allocation_kind(op_kind k) noexcept {
 
 }  // namespace
 
-void fault_injection_adaptor::arm(std::vector<op_kind> kinds, std::size_t n) {
+void fault_injection_adaptor::arm(const std::vector<op_kind>& kinds, std::size_t n) {
   for (op_kind k : kinds) {
     OFFLOADKIT_EXPECTS(kind_index(k) < kind_index(op_kind::count_), out_of_range,
                        "fault_injection_adaptor::arm: op kind ", kind_index(k), " is outside [0, ",

@@ -92,9 +92,10 @@ int register_on(const char* executor_prefix, const std::string& suite,
                 const std::vector<check_case>& cases) {
   int n = 0;
   for (const check_case& c : cases) {
-    std::string prefix = executor_prefix;
-    if (std::is_same_v<Backend, cuda_backend> && c.min_devices > 1) prefix += "MultiGpu";
-    const std::string suite_name = prefix + "/" + suite;
+    std::string suite_name = executor_prefix;
+    if (std::is_same_v<Backend, cuda_backend> && c.min_devices > 1) suite_name += "MultiGpu";
+    suite_name += "/";
+    suite_name += suite;
     const std::string test_name = test_name_part(c.implementation) + "/" + test_name_part(c.name);
     ::testing::RegisterTest(
         suite_name.c_str(), test_name.c_str(), nullptr, nullptr, __FILE__, __LINE__,

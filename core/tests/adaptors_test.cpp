@@ -273,6 +273,7 @@ TEST(CountingAdaptor, IsExactUnderConcurrentUse) {
   constexpr int threads = 4;
   constexpr int copies = 200;
   std::vector<std::thread> workers;
+  workers.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&ex] {
       stream s(ex);

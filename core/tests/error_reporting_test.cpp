@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offloadkit/activation/async_offloader.hpp"
@@ -135,7 +136,8 @@ TEST(ErrorReporting, ReleaseErrorReachesTheCallerAndTheOtherSourcesStillGoBack) 
     }
   };
   auto pack = [&](buffer& src, std::function<void()> release) {
-    const tensor t{src.data(), tensor_bytes, 0, dtype::u8, {std::int64_t{tensor_bytes}}, release};
+    const tensor t{src.data(), tensor_bytes, 0, dtype::u8, {std::int64_t{tensor_bytes}},
+                   std::move(release)};
     while (reports_release_error([&] { (void)off.pack(t, s); })) {
     }
   };

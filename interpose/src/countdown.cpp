@@ -335,6 +335,7 @@ std::string find_interposer(const std::vector<std::string>& candidates) {
 void print_countdown_table(std::ostream& os, const std::vector<case_row>& rows) {
   const std::vector<std::string> header = {"N", "failed call", "result", "detail"};
   std::vector<std::vector<std::string>> cells;
+  cells.reserve(rows.size());
   for (const auto& r : rows) {
     cells.push_back({std::to_string(r.n), r.call.empty() ? "(none reached)" : r.call,
                      to_string(r.cls), r.detail});
@@ -367,6 +368,7 @@ void print_countdown_table(std::ostream& os, const std::vector<case_row>& rows) 
   std::map<std::string, std::size_t> counts;
   for (const auto& r : rows) ++counts[to_string(r.cls)];
   std::vector<std::string> parts;
+  parts.reserve(counts.size());
   for (const auto& [name, count] : counts) parts.push_back(std::to_string(count) + " " + name);
   os << rows.size() << " case(s): " << join(parts, ", ") << "\n";
 }

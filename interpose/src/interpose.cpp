@@ -39,15 +39,15 @@
 #include <fcntl.h>
 #include <link.h>
 #include <sched.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "offloadkit/interpose/control.h"
 
@@ -570,7 +570,7 @@ char report_text[1 << 16];
 spin_lock report_lock;
 
 std::size_t format_report(const char* reason) noexcept {
-  ledger_totals t;
+  ledger_totals t{};
   injection inj[max_injections];
   int n_inj = 0;
   {
@@ -942,6 +942,8 @@ OKIT_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
   return r;
 }
 
+// The driver's exported name (cuda.h defines it to cuGetProcAddress_v2, undefined above).
+// NOLINTNEXTLINE(readability-identifier-naming)
 OKIT_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
                                       cuuint64_t flags) {
   ensure_init();
@@ -1118,48 +1120,55 @@ using cuda_free_fn = cudaError_t (*)(void*);
 using cuda_host_alloc_fn = cudaError_t (*)(void**, size_t, unsigned int);
 }  // namespace
 
-OKIT_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
+// The runtime wrappers keep cuda_runtime_api.h's parameter names.
+OKIT_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   const auto real = real_of<cuda_malloc_fn>(f_cuda_malloc);
   if (real == nullptr) return cudaErrorInitializationError;
   counted_call call(f_cuda_malloc);
   if (const int e = call.inject()) return static_cast<cudaError_t>(e);
-  const cudaError_t r = real(p, bytes);
+  const cudaError_t r = real(devPtr, size);
   call.finish(r == cudaSuccess);
-  if (call.tracked() && r == cudaSuccess && p != nullptr) ledger_add(r_device, as_key(*p), bytes);
+  if (call.tracked() && r == cudaSuccess && devPtr != nullptr) {
+    ledger_add(r_device, as_key(*devPtr), size);
+  }
   return r;
 }
 
-OKIT_EXPORT cudaError_t cudaFree(void* p) {
+OKIT_EXPORT cudaError_t cudaFree(void* devPtr) {
   const auto real = real_of<cuda_free_fn>(f_cuda_free);
   if (real == nullptr) return cudaErrorInitializationError;
   // cudaFree(nullptr) initializes the runtime and frees nothing.
-  counted_call call(f_cuda_free, p == nullptr);
+  counted_call call(f_cuda_free, devPtr == nullptr);
   if (const int e = call.inject()) return static_cast<cudaError_t>(e);
-  const cudaError_t r = real(p);
+  const cudaError_t r = real(devPtr);
   call.finish(r == cudaSuccess);
-  if (call.tracked() && r == cudaSuccess) ledger_remove(r_device, as_key(p));
+  if (call.tracked() && r == cudaSuccess) ledger_remove(r_device, as_key(devPtr));
   return r;
 }
 
-OKIT_EXPORT cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
+OKIT_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   const auto real = real_of<cuda_host_alloc_fn>(f_cuda_host_alloc);
   if (real == nullptr) return cudaErrorInitializationError;
   counted_call call(f_cuda_host_alloc);
   if (const int e = call.inject()) return static_cast<cudaError_t>(e);
-  const cudaError_t r = real(p, bytes, flags);
+  const cudaError_t r = real(pHost, size, flags);
   call.finish(r == cudaSuccess);
-  if (call.tracked() && r == cudaSuccess && p != nullptr) ledger_add(r_pinned, as_key(*p), bytes);
+  if (call.tracked() && r == cudaSuccess && pHost != nullptr) {
+    ledger_add(r_pinned, as_key(*pHost), size);
+  }
   return r;
 }
 
-OKIT_EXPORT cudaError_t cudaMallocHost(void** p, size_t bytes) {
+OKIT_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   const auto real = real_of<cuda_malloc_fn>(f_cuda_malloc_host);
   if (real == nullptr) return cudaErrorInitializationError;
   counted_call call(f_cuda_malloc_host);
   if (const int e = call.inject()) return static_cast<cudaError_t>(e);
-  const cudaError_t r = real(p, bytes);
+  const cudaError_t r = real(ptr, size);
   call.finish(r == cudaSuccess);
-  if (call.tracked() && r == cudaSuccess && p != nullptr) ledger_add(r_pinned, as_key(*p), bytes);
+  if (call.tracked() && r == cudaSuccess && ptr != nullptr) {
+    ledger_add(r_pinned, as_key(*ptr), size);
+  }
   return r;
 }
 

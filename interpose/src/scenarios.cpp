@@ -311,7 +311,7 @@ void stash_scenario(const testing::stash_implementation& impl, executor& ex, sce
   cfg.device = 0;
   struct key_io {
     stash::stash_key key;
-    std::uint64_t rows;
+    std::uint64_t rows = 0;
     buffer src, dst, rows_in, rows_out;
     std::vector<unsigned char> contents;
   };

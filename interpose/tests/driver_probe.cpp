@@ -43,7 +43,7 @@ extern char** environ;
 
 namespace {
 
-constexpr std::size_t chunk_bytes = 64 * 1024;
+constexpr std::size_t chunk_bytes = std::size_t{64} * 1024;
 constexpr int chunks = 2;
 
 struct api {

@@ -139,8 +139,10 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   state& s = driver();
   auto it = s.mappings.find(ptr);
   if (it == s.mappings.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
-  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
-       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  // Back to a reserved, inaccessible range, as cuMemAddressReserve left it.
+  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_UNKNOWN;
   s.mappings.erase(it);
   return CUDA_SUCCESS;
 }
@@ -203,6 +205,8 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                          cuuint64_t flags, CUdriverProcAddressQueryResult* status);
 
+// The driver's exported name (cuda.h defines it to cuGetProcAddress_v2, undefined above).
+// NOLINTNEXTLINE(readability-identifier-naming)
 FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
                                       cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);

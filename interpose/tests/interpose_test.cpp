@@ -2,7 +2,6 @@
 // in a child process (the check command's run_child) with the interposer preloaded through its
 // environment, as `check --driver-faults` runs its cases.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -86,7 +85,7 @@ probe_run under_interposer(const std::vector<std::string>& argv, const scratch& 
                                   sanitizer_options()};
   env.insert(env.end(), extra.begin(), extra.end());
   probe_run p;
-  p.run = run_child(argv, child_limit, -1, -1, 64 * 1024, env);
+  p.run = run_child(argv, child_limit, -1, -1, std::size_t{64} * 1024, env);
   p.report = oi::read_report(s.report());
   return p;
 }
@@ -104,6 +103,8 @@ std::string call_env(std::uint64_t n) {
 
 // ---- counting, by every route ------------------------------------------------------------------
 
+// The suite name is part of the test names (Interpose/Routes.*).
+// NOLINTNEXTLINE(readability-identifier-naming)
 class Routes : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Routes, CountsEveryCallAndBalancesTheLedger) {
@@ -283,7 +284,7 @@ TEST(Interpose, AClaimLeftByAProcessThatIsGoneIsTakenOver) {
   }
   probe_run p;
   p.run =
-      run_child(probe("dlsym", "clean"), child_limit, -1, -1, 64 * 1024,
+      run_child(probe("dlsym", "clean"), child_limit, -1, -1, std::size_t{64} * 1024,
                 {"LD_PRELOAD=" INTERPOSER,
                  std::string(OKIT_INTERPOSE_ENV_REPORT) + "=" + s.report(), sanitizer_options()});
   p.report = oi::read_report(s.report());
@@ -306,7 +307,7 @@ oi::countdown_result count_down(const std::vector<std::string>& argv, const scra
     s.clear();
     std::vector<std::string> env = oi::countdown_case_environment(INTERPOSER, n, s.report(), false);
     env.push_back(sanitizer_options());
-    const child_run run = run_child(argv, child_limit, -1, -1, 64 * 1024, env);
+    const child_run run = run_child(argv, child_limit, -1, -1, std::size_t{64} * 1024, env);
     oi::case_run c;
     c.process.output = run.output;
     c.process.timeout_s = static_cast<int>(child_limit.count());
@@ -424,7 +425,7 @@ oi::countdown_result count_down_scenario(const std::string& arguments, const scr
     const std::string command =
         std::string("exec ") + SCENARIO_PROBE + " " + arguments + " 3 3>" + s.result();
     const child_run run =
-        run_child({"/bin/sh", "-c", command}, child_limit, -1, -1, 64 * 1024, env);
+        run_child({"/bin/sh", "-c", command}, child_limit, -1, -1, std::size_t{64} * 1024, env);
     oi::case_run c;
     c.process.output = run.output;
     if (run.how == child_run::end::signaled) {

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <exception>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -35,17 +36,22 @@ class python_object {
   python_object& operator=(const python_object&) = delete;
 
   ~python_object() {
-    py::gil_scoped_acquire gil;
-    if (impl_ && py::hasattr(impl_, "close")) {
-      try {
-        impl_.attr("close")();
-      } catch (py::error_already_set& e) {
-        pending_->store(describe_python_error(decl_->owner + ".close", e));
+    // Errors are kept for pending_errors, which prints one never reported when it goes.
+    try {
+      py::gil_scoped_acquire gil;
+      if (impl_ && py::hasattr(impl_, "close")) {
+        try {
+          impl_.attr("close")();
+        } catch (py::error_already_set& e) {
+          keep("close", e);
+        }
       }
+      handle_->ex = nullptr;
+      impl_ = py::object();
+      executor_ = py::object();
+    } catch (const std::exception& e) {
+      keep("close", e);
     }
-    handle_->ex = nullptr;
-    impl_ = py::object();
-    executor_ = py::object();
   }
 
  protected:
@@ -69,6 +75,11 @@ class python_object {
   /// A Python error raised where it cannot be thrown (noexcept entries), kept for the next call.
   void keep(const char* method, py::error_already_set& e) noexcept {
     pending_->store(describe_python_error(decl_->owner + "." + method, e));
+  }
+  /// The same for a C++ error on the way (a result that does not convert, pybind11's own errors).
+  void keep(const char* method, const std::exception& e) noexcept {
+    pending_->store(stored_error{OKIT_ERR_RUNTIME, 0,
+                                 "python " + decl_->owner + "." + method + ": " + e.what()});
   }
 
   [[nodiscard]] py::object buffer(const void* p, std::size_t bytes, int device,
@@ -254,11 +265,15 @@ class python_region final : public region::offload_region, python_object {
     with_refresh("replay", [&] { impl_.attr("replay")(g, make_stream(s)); });
   }
   void do_unregister_graph(region::graph_id g) noexcept override {
-    py::gil_scoped_acquire gil;
     try {
-      impl_.attr("unregister_graph")(g);
-      refresh();
-    } catch (py::error_already_set& e) {
+      py::gil_scoped_acquire gil;
+      try {
+        impl_.attr("unregister_graph")(g);
+        refresh();
+      } catch (py::error_already_set& e) {
+        keep("unregister_graph", e);
+      }
+    } catch (const std::exception& e) {
       keep("unregister_graph", e);
     }
   }
@@ -323,11 +338,15 @@ class python_arena final : public arena::offloader, python_object {
     return run("reload", set, s);
   }
   void do_release() noexcept override {
-    py::gil_scoped_acquire gil;
     try {
-      impl_.attr("release")();
-      refresh();
-    } catch (py::error_already_set& e) {
+      py::gil_scoped_acquire gil;
+      try {
+        impl_.attr("release")();
+        refresh();
+      } catch (py::error_already_set& e) {
+        keep("release", e);
+      }
+    } catch (const std::exception& e) {
       keep("release", e);
     }
   }

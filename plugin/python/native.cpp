@@ -102,7 +102,7 @@ py::object make_event(event_ref e) {
 void translate(std::exception_ptr p) {
   const python_names& n = names();
   try {
-    std::rethrow_exception(p);
+    std::rethrow_exception(std::move(p));
   } catch (const injected_fault& e) {
     PyErr_SetString(n.injected_fault.ptr(), e.what());
   } catch (const cuda_error& e) {
@@ -214,7 +214,7 @@ void create_native_module() {
           "nbytes"_a, "kind"_a = "device", "device"_a = 0)
       .def(
           "deallocate",
-          [nogil](const H& h, py::object buffer) {
+          [nogil](const H& h, const py::object& buffer) {
             OFFLOADKIT_EXPECTS(is_buffer(buffer), logic_error,
                                "deallocate takes the Buffer that allocate returned, got ",
                                py::repr(buffer).cast<std::string>());

@@ -16,7 +16,7 @@ std::string implementation_name(const library& lib, const char* declared);
 /// What every wrapper holds: the library (kept loaded), the executor table lent to the object,
 /// and the object itself, destroyed through `destroy` before the table and the library go.
 struct plugin_object {
-  plugin_object(std::shared_ptr<const library> l, executor& ex, std::string feature)
+  plugin_object(std::shared_ptr<const library> l, executor& ex, const std::string& feature)
       : lib(std::move(l)), table(ex), context(lib->context(feature)) {}
   plugin_object(const plugin_object&) = delete;
   plugin_object& operator=(const plugin_object&) = delete;

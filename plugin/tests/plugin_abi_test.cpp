@@ -290,7 +290,9 @@ TEST(PluginExecutor, AVersionOneTableStillWorksAndLacksOnlyTheNewEntries) {
   EXPECT_THROW({ op::abi_executor bad(old); }, ok::logic_error);
 }
 
+// The suite name is part of the test names (PluginStash/...).
 template <class Backend>
+// NOLINTNEXTLINE(readability-identifier-naming)
 class PluginStash : public ::testing::Test {};
 TYPED_TEST_SUITE_P(PluginStash);
 

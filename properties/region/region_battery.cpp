@@ -699,10 +699,11 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
     fx.arm(kinds, n);
     bool threw = false;
     try {
-      if (which == phase::pause)
+      if (which == phase::pause) {
         r->pause(s);
-      else
+      } else {
         r->resume(s);
+      }
     } catch (const injected_fault&) {
       threw = true;
     } catch (const std::bad_alloc&) {
@@ -717,18 +718,20 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
       // hold.
       const region_state st = r->state();
       RC_LOG() << "fault at call " << n << " left the region " << to_string(st) << "\n";
-      if (which == phase::pause)
+      if (which == phase::pause) {
         RC_ASSERT(st == region_state::active || st == region_state::partial);
-      else
+      } else {
         RC_ASSERT(st == region_state::paused || st == region_state::partial);
+      }
       if (impl.caps.address_stable) RC_ASSERT(same_address(r->data(), address));
       const std::size_t f = fx.device_memory(0).free;
       RC_ASSERT(f + slack >= free_active && f <= free0 + slack);
       // The retry succeeds.
-      if (which == phase::pause)
+      if (which == phase::pause) {
         r->pause(s);
-      else
+      } else {
         r->resume(s);
+      }
     }
     // From here on the region must behave as if nothing had failed: nothing leaked, nothing lost.
     if (which == phase::pause) {

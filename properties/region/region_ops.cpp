@@ -43,7 +43,7 @@ std::string region_ops_run(const std::uint8_t* data, std::size_t size) {
   const bool optimized = in.next() % 2 == 0;
   const std::size_t granules = 1 + in.next() % 3;
   const std::size_t chunk = in.next() % 2 == 0 ? gran : 0;
-  const std::size_t words = granules * gran / 4 - in.next() * 7u;
+  const std::size_t words = granules * gran / 4 - std::size_t{in.next()} * 7;
   stream s(fx, 0);
   const std::size_t free0 = fx.device_memory(0).free;
   std::unique_ptr<offload_region> r;
@@ -167,9 +167,10 @@ std::string region_ops_run(const std::uint8_t* data, std::size_t size) {
       return concat("step ", step, ": active with ", f, " bytes free, expected ", free_active);
     if (st == region_state::paused && f != free0)
       return concat("step ", step, ": paused with ", f, " bytes free, expected ", free0);
-    if (st == region_state::partial && (f < free_active || f > free0))
+    if (st == region_state::partial && (f < free_active || f > free0)) {
       return concat("step ", step, ": partial with ", f, " bytes free, outside [", free_active,
                     ", ", free0, "]");
+    }
   }
   s.synchronize();
   r.reset();

@@ -2,11 +2,10 @@
 // naming it, only the tail of a long output is kept, a result descriptor handed over on its own
 // number reaches the child, and an interrupt of the parent stops the child's whole group.
 #include <gtest/gtest.h>
-
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -19,7 +18,7 @@ using namespace offloadkit::tools;
 using namespace std::chrono_literals;
 
 child_run shell(const std::string& script, std::chrono::milliseconds timeout = 60s,
-                int extra_fd = -1, int child_fd = -1, std::size_t tail = 64 * 1024) {
+                int extra_fd = -1, int child_fd = -1, std::size_t tail = std::size_t{64} * 1024) {
   return run_child({"/bin/sh", "-c", script}, timeout, extra_fd, child_fd, tail);
 }
 

@@ -20,6 +20,7 @@ namespace {
 
 int run(int (*command)(int, char**), std::vector<std::string> args) {
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   return command(static_cast<int>(args.size()), argv.data());
@@ -68,15 +69,15 @@ void replay_statuses(command_fn replay) {
   if (valid_args) {
     // Each option at most once, with a valid value.
     if (*rc::gen::arbitrary<bool>()) {
-      args.push_back("--pool-pages");
+      args.emplace_back("--pool-pages");
       args.push_back(*rc::gen::element<std::string>("0,0", "3,2", "1000,1000"));
     }
     if (*rc::gen::arbitrary<bool>()) args.insert(args.end(), {"--data-row-bytes", "64"});
     if (*rc::gen::arbitrary<bool>()) {
-      args.push_back("--impl");
+      args.emplace_back("--impl");
       args.push_back(*rc::gen::element<std::string>("reference", "optimized"));
     }
-    if (*rc::gen::arbitrary<bool>()) args.push_back("--plan-only");
+    if (*rc::gen::arbitrary<bool>()) args.emplace_back("--plan-only");
   } else {
     const int extra = *rc::gen::inRange(0, 4);
     for (int i = 0; i < extra; ++i) {

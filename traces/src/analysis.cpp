@@ -269,11 +269,12 @@ check_report check_copy_overlap(const timeline& t, double min_fraction, const an
     for (const auto& r : t.records) {
       if (!is_host_copy(r)) continue;
       const auto hidden = total_length(clip(ku, {r.start_ns, r.end_ns}));
-      if (r.duration_ns() - hidden > 0) exposed.push_back({r.duration_ns() - hidden, &r});
+      if (r.duration_ns() - hidden > 0) exposed.emplace_back(r.duration_ns() - hidden, &r);
     }
     std::sort(exposed.begin(), exposed.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<const record*> v;
+    v.reserve(exposed.size());
     for (const auto& e : exposed) v.push_back(e.second);
     os << "\ncopies with the most exposed (non-overlapped) time:";
     list_offenders(os, v, t.begin_ns(), 5);

@@ -1,11 +1,11 @@
 // Running a command under the injection library (capture.hpp).
 #include "offloadkit/traces/capture.hpp"
 
-#include <limits.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -415,9 +415,8 @@ std::uint64_t bytes_of(int domain, unsigned cbid, const void* params) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:  // (ptr, size, offset, ...)
       return static_cast<const ptr_size_params*>(params)->size;
-    case CUPTI_DRIVER_TRACE_CBID_cuMemMap:
-      return static_cast<const ptr_size_params*>(params)->size;  // (ptr, size, offset, ...)
     default:
       return 0;
   }

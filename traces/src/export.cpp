@@ -354,7 +354,7 @@ std::string to_svg(const timeline& t, const svg_options& o) {
     std::snprintf(buf, sizeof buf, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\"", x,
                   y, w, h);
     os << buf << " fill=\"" << s.colour << "\"><title>" << xml_escape(r.name) << " (" << s.label
-       << ", " << (r.duration_ns() / 1000.0) << " us";
+       << ", " << (static_cast<double>(r.duration_ns()) / 1000.0) << " us";
     if (r.bytes != 0) os << ", " << r.bytes << " B";
     os << ")</title></rect>\n";
   }

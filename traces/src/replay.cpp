@@ -231,7 +231,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       while (const dirent* e = ::readdir(d)) {
         const std::string n = e->d_name;
         if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) {
-          found.push_back(p + (p.back() == '/' ? "" : "/") + n);
+          found.push_back(p);
+          if (p.back() != '/') found.back() += '/';
+          found.back() += n;
         }
       }
       ::closedir(d);

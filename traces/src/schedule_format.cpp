@@ -605,9 +605,10 @@ std::string to_json(const schedule_file& f) {
   std::ostringstream os;
   os << "{\n  \"format\": \"offloadkit.schedule\",\n  \"version\": " << schedule_format_version
      << ",\n";
-  if (!f.name.empty())
+  if (!f.name.empty()) {
     os << "  \"name\": " << json(f.name).dump(-1, ' ', false, json::error_handler_t::replace)
        << ",\n";
+  }
   os << "  \"pipeline\": {\"size\": " << f.pipeline_size << ", \"rank\": " << f.pipeline_rank
      << ", \"virtual_stages\": " << s.vp_stages << ", \"layers\": " << s.layers
      << ", \"microbatches\": " << s.microbatches << "},\n";
@@ -624,10 +625,11 @@ std::string to_json(const schedule_file& f) {
   const std::vector<std::uint64_t> rows = stash::dense_rows(f.work);
   os << "  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i % s.microbatches == 0)
+    if (i % s.microbatches == 0) {
       os << (i == 0 ? "\n    " : ",\n    ");
-    else
+    } else {
       os << ",";
+    }
     os << rows[i];
   }
   os << "\n  ],\n  \"steps\": [";

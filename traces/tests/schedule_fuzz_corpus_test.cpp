@@ -25,7 +25,10 @@ std::vector<std::string> json_files(const std::string& dir) {
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string n = e->d_name;
-      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) out.push_back(dir + "/" + n);
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) {
+        out.push_back(dir);
+        out.back().append("/").append(n);
+      }
     }
     closedir(d);
   }

@@ -36,7 +36,8 @@ std::vector<std::string> files_in(const std::string& dir, const std::string& ext
     while (dirent* e = readdir(d)) {
       const std::string n = e->d_name;
       if (n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) {
-        out.push_back(dir + "/" + n);
+        out.push_back(dir);
+        out.back().append("/").append(n);
       }
     }
     closedir(d);

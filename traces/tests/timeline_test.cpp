@@ -19,23 +19,23 @@ namespace {
 
 constexpr std::int64_t us = 1000;
 constexpr std::int64_t ms = 1000 * us;
-constexpr std::uint64_t MiB = 1 << 20;
+constexpr std::uint64_t mib = std::uint64_t{1} << 20;
 
 /// Three steps of an offload program done right: compute on stream 7, D2H/H2D copies of pinned
 /// memory on stream 13 hidden under the kernels, one pinned allocation before the first step.
 ot::timeline good_program() {
   ot::timeline t;
   t.source = "synthetic";
-  t.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 0, 50 * us, 64 * MiB, 1);
+  t.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 0, 50 * us, 64 * mib, 1);
   for (int s = 0; s < 3; ++s) {
-    const std::int64_t t0 = 100 * us + s * 10 * ms;
+    const std::int64_t t0 = 100 * us + std::int64_t{s} * 10 * ms;
     t.add_range("step " + std::to_string(s), t0, t0 + 9 * ms, 1);
     for (int k = 0; k < 8; ++k) {
       const std::int64_t k0 = t0 + k * ms;
       t.add_kernel("mlp_fwd", k0, k0 + ms, 7);
       // The copy for layer k runs while layer k+1 computes: fully inside a kernel.
       if (k < 7) {
-        t.add_copy(memory_location::device, memory_location::pinned, 32 * MiB, k0 + ms + 100 * us,
+        t.add_copy(memory_location::device, memory_location::pinned, 32 * mib, k0 + ms + 100 * us,
                    k0 + ms + 700 * us, 13);
       }
     }
@@ -99,9 +99,9 @@ TEST(Analysis, GoodProgramPassesEveryCheck) {
 TEST(Analysis, SuiteCatchesSerializedCopies) {
   ot::timeline t;
   t.add_kernel("k", 0, 10 * ms, 7);
-  t.add_copy(memory_location::device, memory_location::pinned, 256 * MiB, 10 * ms, 15 * ms, 7);
+  t.add_copy(memory_location::device, memory_location::pinned, 256 * mib, 10 * ms, 15 * ms, 7);
   t.add_kernel("k", 15 * ms, 16 * ms, 7);
-  t.add_copy(memory_location::pinned, memory_location::device, 64 * MiB, 14 * ms, 17 * ms, 13);
+  t.add_copy(memory_location::pinned, memory_location::device, 64 * mib, 14 * ms, 17 * ms, 13);
   const auto ov = ot::copy_compute_overlap(t);
   EXPECT_EQ(ov.copy_ns, 7 * ms);        // [10, 17) ms
   EXPECT_EQ(ov.overlapped_ns, 1 * ms);  // [15, 16) ms
@@ -127,10 +127,10 @@ TEST(Analysis, OverlapCountsOnlyTheSteps) {
   // A bandwidth probe before the first step (a copy with no kernel beside it) is set-up, not a
   // step: the check looks at the steps alone.
   ot::timeline t;
-  t.add_copy(memory_location::device, memory_location::pinned, 256 * MiB, 0, 50 * ms, 3);
+  t.add_copy(memory_location::device, memory_location::pinned, 256 * mib, 0, 50 * ms, 3);
   t.add_range("step 0", 100 * ms, 110 * ms, 1);
   t.add_kernel("k", 100 * ms, 110 * ms, 7);
-  t.add_copy(memory_location::device, memory_location::pinned, 64 * MiB, 101 * ms, 109 * ms, 13);
+  t.add_copy(memory_location::device, memory_location::pinned, 64 * mib, 101 * ms, 109 * ms, 13);
   const auto in_steps = ot::copy_compute_overlap_in_steps(t);
   EXPECT_EQ(in_steps.copy_ns, 8 * ms);
   EXPECT_EQ(in_steps.overlapped_ns, 8 * ms);
@@ -148,7 +148,7 @@ TEST(Analysis, NoCopiesMeansNothingToHide) {
 // Planted: a copy from pageable memory (the reference path of every feature).
 TEST(Analysis, SuiteCatchesPageableCopy) {
   auto t = good_program();
-  t.add_copy(memory_location::pageable, memory_location::device, 4 * MiB, 25 * ms, 26 * ms, 13);
+  t.add_copy(memory_location::pageable, memory_location::device, 4 * mib, 25 * ms, 26 * ms, 13);
   const auto rep = ot::check_no_pageable_copies(t);
   EXPECT_FALSE(rep.passed);
   EXPECT_NE(rep.text.find("pageable -> device"), std::string::npos) << rep.text;
@@ -158,13 +158,13 @@ TEST(Analysis, SuiteCatchesPageableCopy) {
 // Planted: a pinned allocation inside the second step (a cache that is not reused).
 TEST(Analysis, SuiteCatchesSteadyStatePinnedAllocation) {
   auto t = good_program();
-  t.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 11 * ms, 12 * ms, 2 * MiB, 1);
+  t.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 11 * ms, 12 * ms, 2 * mib, 1);
   const auto rep = ot::check_no_steady_state_pinned_allocations(t);
   EXPECT_FALSE(rep.passed);
   EXPECT_NE(rep.text.find("cudaHostAlloc"), std::string::npos) << rep.text;
   // The same allocation inside the first step is warm-up and allowed.
   auto warm = good_program();
-  warm.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 1 * ms, 2 * ms, 2 * MiB, 1);
+  warm.add_api(ot::api_kind::pinned_alloc, "cudaHostAlloc", 1 * ms, 2 * ms, 2 * mib, 1);
   EXPECT_TRUE(ot::check_no_steady_state_pinned_allocations(warm).passed);
 }
 
@@ -213,9 +213,9 @@ TEST(Analysis, StepsFromMarkers) {
 TEST(Analysis, BandwidthPerDirectionAgainstLimit) {
   ot::timeline t;
   // 1 GiB D2H in 20 ms as two concurrent halves (the union, not the sum, is the busy time).
-  t.add_copy(memory_location::device, memory_location::pinned, 512 * MiB, 0, 20 * ms, 1);
-  t.add_copy(memory_location::device, memory_location::pinned, 512 * MiB, 0, 20 * ms, 2);
-  t.add_copy(memory_location::pinned, memory_location::device, 100 * MiB, 0, 10 * ms, 3);
+  t.add_copy(memory_location::device, memory_location::pinned, 512 * mib, 0, 20 * ms, 1);
+  t.add_copy(memory_location::device, memory_location::pinned, 512 * mib, 0, 20 * ms, 2);
+  t.add_copy(memory_location::pinned, memory_location::device, 100 * mib, 0, 10 * ms, 3);
   t.add_copy(memory_location::pinned, memory_location::device, 1024, 0, 1 * ms, 3);  // too small
   const auto bw = ot::bandwidth_by_direction(t);
   ASSERT_EQ(bw.size(), 2u);
@@ -412,7 +412,7 @@ TEST(ChromeTrace, EveryKindOfRecordRoundTrips) {
   t.add_copy(memory_location::managed, memory_location::device, 64, 12, 20, 13);
   t.add_sync(ot::sync_kind::event_query, 20, 21, 3);
   t.add_range("step 0", 0, 30, 3);
-  t.add_api(ot::api_kind::mem_unmap, "cuMemUnmap", 25, 26, 2 * MiB, 3);
+  t.add_api(ot::api_kind::mem_unmap, "cuMemUnmap", 25, 26, 2 * mib, 3);
   const ot::timeline back = ot::parse_chrome_trace(ot::to_chrome_trace(t));
   ASSERT_EQ(back.records.size(), t.records.size());
   for (std::size_t i = 0; i < t.records.size(); ++i) {
@@ -452,7 +452,8 @@ TEST(Svg, LegendNamesEveryStyleAndTextIsEscaped) {
 TEST(Analysis, OffendersAreListedInTimeOrderWithTheirSizes) {
   ot::timeline t;
   // Added out of order: the report lists them by start time.
-  t.add_copy(memory_location::pageable, memory_location::device, 3 * 1024, 2 * ms, 3 * ms, 13);
+  t.add_copy(memory_location::pageable, memory_location::device, std::uint64_t{3} * 1024, 2 * ms,
+             3 * ms, 13);
   t.add_copy(memory_location::device, memory_location::pageable, 100, 1 * ms, 2 * ms, 13);
   const auto v = ot::pageable_copies(t);
   ASSERT_EQ(v.size(), 2u);

@@ -71,7 +71,7 @@ class fault_injection_adaptor final : public executor_adaptor {
  public:
   using executor_adaptor::executor_adaptor;
 
-  void arm(std::vector<op_kind> kinds, std::size_t n);
+  void arm(const std::vector<op_kind>& kinds, std::size_t n);
   void disarm() noexcept;
   [[nodiscard]] bool fired() const noexcept;
   /// Calls of the armed kinds seen since the last arm().

@@ -55,7 +55,7 @@ class host_executor final : public executor {
   void do_deallocate_managed(void* p, std::size_t bytes) noexcept override;
   void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
   stream_ref do_create_stream(int device) override;
-  void do_destroy_stream(stream_ref s) noexcept override;
+  void do_destroy_stream(stream_ref ref) noexcept override;
   event_ref do_create_event(int device) override;
   void do_destroy_event(event_ref e) noexcept override;
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
@@ -64,7 +64,7 @@ class host_executor final : public executor {
   void do_host_function(std::function<void()> fn, stream_ref s) override;
   void do_record(event_ref e, stream_ref s) override;
   void do_wait(event_ref e, stream_ref s) override;
-  void do_synchronize_stream(stream_ref s) override;
+  void do_synchronize_stream(stream_ref ref) override;
   void do_synchronize_event(event_ref e) override;
   bool do_ready(event_ref e) override;
   std::size_t do_granularity(int device) override;
@@ -75,9 +75,9 @@ class host_executor final : public executor {
   void do_map(void* va, std::size_t bytes, physical_handle h) override;
   void do_unmap(void* va, std::size_t bytes) override;
   void do_set_access(void* va, std::size_t bytes, int device) override;
-  void do_begin_capture(stream_ref s) override;
-  graph_ref do_end_capture(stream_ref s) override;
-  void do_replay(graph_ref g, stream_ref s) override;
+  void do_begin_capture(stream_ref ref) override;
+  graph_ref do_end_capture(stream_ref ref) override;
+  void do_replay(graph_ref g, stream_ref ref) override;
   void do_destroy_graph(graph_ref g) noexcept override;
 };
 

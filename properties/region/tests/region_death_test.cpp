@@ -18,6 +18,8 @@ void touch(void* p) {
   *c = static_cast<char>(*c + 1);
 }
 
+// gtest runs suites named *DeathTest first, before any thread starts.
+// NOLINTNEXTLINE(readability-identifier-naming)
 class RegionDeathTest : public ::testing::Test {
  protected:
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }

@@ -49,8 +49,8 @@ struct interposer_report {
 
   /// Written at the end of the run (on request or at exit), so the ledger is complete.
   [[nodiscard]] bool complete() const { return reason == "requested" || reason == "exit"; }
-  /// Throws std::runtime_error naming what is wrong with `json`.
-  static interposer_report parse(const std::string& json);
+  /// Throws std::runtime_error naming what is wrong with the JSON `text`.
+  static interposer_report parse(const std::string& text);
 };
 
 /// Reads the report at `path`; nullopt when there is none; throws std::runtime_error when it
@@ -82,7 +82,7 @@ struct scenario_result {
   std::string unusable;
 
   [[nodiscard]] std::string to_json() const;
-  static scenario_result from_json(const std::string& json);
+  static scenario_result from_json(const std::string& text);
 };
 
 /// How a case's process ended.

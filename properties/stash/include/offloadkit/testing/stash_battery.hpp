@@ -138,7 +138,8 @@ inline random_workload gen_workload(bool small = false) {
   }
   r.w.row_bytes =
       *rc::gen::oneOf(rc::gen::inRange<std::uint64_t>(1, 40),
-                      rc::gen::elementOf(std::vector<std::uint64_t>{2 * 16, 2 * 64, 2 * 96}));
+                      rc::gen::elementOf(std::vector<std::uint64_t>{
+                          std::uint64_t{2} * 16, std::uint64_t{2} * 64, std::uint64_t{2} * 96}));
   r.w.max_rows = *rc::gen::inRange<std::uint64_t>(0, small ? 24 : 48);
   r.rows_per_page = *rc::gen::inRange<std::uint64_t>(1, 9);
   const std::uint64_t mr = r.w.max_rows;
@@ -276,6 +277,7 @@ using key_fields = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>;
 /// Every corner of the key ranges: each field at its minimum (0) or its maximum (limit - 1).
 inline std::vector<key_fields> corner_keys() {
   std::vector<key_fields> out;
+  out.reserve(8);
   for (int i = 0; i < 8; ++i) {
     out.emplace_back((i & 1) != 0 ? key_limits::vp - 1 : 0,
                      (i & 2) != 0 ? key_limits::layer - 1 : 0,
@@ -441,10 +443,11 @@ inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
     } catch (const out_of_range& x) {
       msg = x.what();
     }
-    if (msg.find(field) == std::string::npos)
+    if (msg.find(field) == std::string::npos) {
       RC_FAIL(detail::concat("stash_config.", field, " = ", e.value,
                              " was not rejected with an out_of_range naming the field (got '", msg,
                              "')"));
+    }
     return;
   }
   // A valid config at its edge: one key stashed and restored, overflowing where nothing fits.
@@ -539,9 +542,9 @@ struct model_state {
 /// the source and row count are written on the call's own stream without a host wait, delayed, so
 /// that a stash that works on any other stream than the one it is given reads them too early.
 struct model_sut {
-  stash_interface* st;
-  device_io* io;
-  bool page_ids;
+  stash_interface* st = nullptr;
+  device_io* io = nullptr;
+  bool page_ids = false;
   delay_adaptor* dx = nullptr;
   stream_ref streams[2] = {};
   event* after_call = nullptr;  ///< recorded on the stream of the previous call
@@ -777,7 +780,7 @@ inline void prop_model(const stash_implementation& impl, executor& ex) {
 /// written to the device before each replay, overflow included; the host never reads a row count.
 inline void prop_graph_replay(const stash_implementation& impl, executor& ex) {
   stash_config cfg;
-  cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 6, 16, 2 * 64});
+  cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 6, 16, std::size_t{2} * 64});
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 6);
   cfg.max_rows = *rc::gen::inRange<std::size_t>(1, 30);
   const std::uint64_t per_key = pages_for(cfg.max_rows, cfg.rows_per_page);
@@ -906,7 +909,8 @@ inline void prop_legacy_claim_agrees(const key_codecs& codec) {
 
 /// "The legacy codec is collision-free over the key ranges" — false. Expected to FAIL; the
 /// counterexample (a key whose code decodes to another key) is left in *found.
-inline check_case legacy_collision_search(std::shared_ptr<std::pair<stash_key, stash_key>> found) {
+inline check_case legacy_collision_search(
+    const std::shared_ptr<std::pair<stash_key, stash_key>>& found) {
   check_case c;
   c.feature = "stash";
   c.implementation = "legacy_codec";
