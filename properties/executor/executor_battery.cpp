@@ -27,6 +27,7 @@
 #include "offloadkit/detail/splitmix64.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/sync_on_exit.hpp"
 
 namespace offloadkit {
 namespace {
@@ -34,6 +35,7 @@ namespace {
 using executor_checks::index_value;
 using executor_checks::launch_affine;
 using executor_checks::launch_count_and_write;
+using testing::sync_on_exit;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -85,28 +87,6 @@ void expect_bytes(const void* actual, const void* expected, std::size_t bytes,
 }
 
 unsigned char* at(const buffer& b, std::size_t offset) { return b.as<unsigned char>() + offset; }
-
-/// Synchronizes streams when it goes out of scope, so that buffers declared before it are not
-/// released while queued work still uses them (also when a check fails half way).
-class sync_on_exit {
- public:
-  sync_on_exit(executor& ex, std::initializer_list<stream_ref> streams)
-      : ex_(ex), streams_(streams) {}
-  sync_on_exit(const sync_on_exit&) = delete;
-  sync_on_exit& operator=(const sync_on_exit&) = delete;
-  ~sync_on_exit() {
-    for (stream_ref s : streams_) {
-      try {
-        ex_.synchronize(s);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing more here
-      }
-    }
-  }
-
- private:
-  executor& ex_;
-  std::vector<stream_ref> streams_;
-};
 
 /// A reserved virtual range with physical memory mapped behind it and access granted; remap()
 /// replaces the physical memory at the same address. Every step that fails is rolled back.

@@ -20,6 +20,7 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
 #include "offloadkit/workloads/region_patterns.hpp"
 
@@ -609,6 +610,8 @@ void adjacent_allocations(executor& ex, const region_implementation& impl) {
   const int count = *rc::gen::inRange(2, 4);
   stream s(x, 0);
   std::vector<std::unique_ptr<offload_region>> regions;
+  // A failed check unwinds: the patterns queued on `s` must be written before the regions go.
+  const testing::sync_on_exit guard(x, {s});
   std::vector<std::size_t> words;
   std::vector<std::uint32_t> seeds;
   for (int i = 0; i < count; ++i) {
