@@ -173,8 +173,8 @@ std::string parse_unsigned(const std::string& text, std::uint64_t lo, std::uint6
   const std::string range = range_text(std::to_string(lo), std::to_string(hi));
   decimal d;
   if (!parse_decimal(text, d)) return shown(text) + " is not an integer: " + range;
-  const bool in_range = !d.too_large && (!d.negative || d.magnitude == 0) && d.magnitude >= lo &&
-                        d.magnitude <= hi;
+  const bool in_range =
+      !d.too_large && (!d.negative || d.magnitude == 0) && d.magnitude >= lo && d.magnitude <= hi;
   if (!in_range) return text + " is out of range: " + range;
   out = d.magnitude;
   return "";
@@ -255,7 +255,8 @@ int run_guarded(const std::string& command, const std::function<int()>& body) {
   try {
     return body();
   } catch (const usage_error& e) {
-    std::cerr << prefix << without_location(e.what()) << "\n(offloadkit " << command << " --help shows the usage)\n";
+    std::cerr << prefix << without_location(e.what()) << "\n(offloadkit " << command
+              << " --help shows the usage)\n";
     return exit_status::usage;
   } catch (const unavailable_error& e) {
     std::cerr << prefix << without_location(e.what()) << "\n";

@@ -94,7 +94,7 @@ int replay_command(int argc, char** argv) {
     }
     if (!data_row_text.empty()) {
       (void)tools::parse_unsigned(data_row_text, 1, stash::schedule_limits::row_bytes,
-                               req.data_row_bytes);
+                                  req.data_row_bytes);
     }
     if (!quiet) req.progress = ot::progress_printer(stderr, ::isatty(::fileno(stderr)) != 0);
     try {

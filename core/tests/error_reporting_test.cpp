@@ -64,8 +64,12 @@ TEST(ErrorReporting, FailedPrefetchIsCountedAndItsTensorComesOnDemand) {
   for (int layer = 0; layer < 2; ++layer) {
     sources.emplace_back(ex, memory_kind::device, tensor_bytes);
     ex.fill(sources.back().data(), 0x10 + layer, tensor_bytes, s);
-    handles.push_back(off.pack({sources.back().data(), tensor_bytes, 0, dtype::u8,
-                                {static_cast<std::int64_t>(tensor_bytes)}, nullptr},
+    handles.push_back(off.pack({sources.back().data(),
+                                tensor_bytes,
+                                0,
+                                dtype::u8,
+                                {static_cast<std::int64_t>(tensor_bytes)},
+                                nullptr},
                                s));
     off.forward_layer_end(layer, s);
   }
@@ -136,7 +140,7 @@ TEST(ErrorReporting, ReleaseErrorReachesTheCallerAndTheOtherSourcesStillGoBack) 
     }
   };
   auto pack = [&](buffer& src, std::function<void()> release) {
-    const tensor t{src.data(), tensor_bytes, 0, dtype::u8, {std::int64_t{tensor_bytes}},
+    const tensor t{src.data(),        tensor_bytes, 0, dtype::u8, {std::int64_t{tensor_bytes}},
                    std::move(release)};
     while (reports_release_error([&] { (void)off.pack(t, s); })) {
     }
@@ -161,8 +165,8 @@ TEST(ErrorReporting, CaptureFunctionErrorIsNotReplacedByTheCleanupAfterIt) {
   ex.arm({op_kind::end_capture}, 0);
   try {
     (void)region::detail::capture_graph(
-        ex, [](void*, stream_ref) { throw std::runtime_error("graph body: bad launch"); },
-        b.data(), s);
+        ex, [](void*, stream_ref) { throw std::runtime_error("graph body: bad launch"); }, b.data(),
+        s);
     ADD_FAILURE() << "capture_graph returned";
   } catch (const injected_fault& e) {
     ADD_FAILURE() << "the cleanup's error replaced the capture's: " << e.what();
@@ -363,8 +367,8 @@ TEST(ErrorReporting, ARegionThatCannotBeBuiltGivesEveryChunkBack) {
   const std::size_t free_before = ex.device_memory(0).free;
   // Each of the calls that build a three-chunk region fails in turn; the error reaches the
   // caller with its type and nothing the failed constructor made stays behind.
-  for (const op_kind kind : {op_kind::reserve, op_kind::create_physical, op_kind::map,
-                             op_kind::set_access}) {
+  for (const op_kind kind :
+       {op_kind::reserve, op_kind::create_physical, op_kind::map, op_kind::set_access}) {
     for (std::size_t n = 0;; ++n) {
       ex.arm({kind}, n);
       bool threw = false;
@@ -386,4 +390,3 @@ TEST(ErrorReporting, ARegionThatCannotBeBuiltGivesEveryChunkBack) {
 }
 
 }  // namespace
-

@@ -601,10 +601,10 @@ TEST(Countdown, TheEnvironmentPreloadsTheInterposerFirst) {
 
 TEST(Classify, EveryClassHasItsOwnName) {
   std::set<std::string> names;
-  for (const auto c : {oi::fault_class::clean, oi::fault_class::retry_failed,
-                       oi::fault_class::data_lost, oi::fault_class::inconsistent,
-                       oi::fault_class::leak, oi::fault_class::exited, oi::fault_class::crashed,
-                       oi::fault_class::hung, oi::fault_class::unknown}) {
+  for (const auto c :
+       {oi::fault_class::clean, oi::fault_class::retry_failed, oi::fault_class::data_lost,
+        oi::fault_class::inconsistent, oi::fault_class::leak, oi::fault_class::exited,
+        oi::fault_class::crashed, oi::fault_class::hung, oi::fault_class::unknown}) {
     names.insert(oi::to_string(c));
   }
   EXPECT_EQ(names.size(), 9u);
@@ -663,9 +663,9 @@ TEST(Countdown, StopsAtTheCaseLimitAndWhenInterrupted) {
 }
 
 TEST(Countdown, FindsTheFirstReadableInterposer) {
-  EXPECT_EQ(oi::find_interposer({"", "/nonexistent/liboffloadkit_interpose.so", INTERPOSER,
-                                 FAKE_DRIVER}),
-            INTERPOSER);
+  EXPECT_EQ(
+      oi::find_interposer({"", "/nonexistent/liboffloadkit_interpose.so", INTERPOSER, FAKE_DRIVER}),
+      INTERPOSER);
   EXPECT_EQ(oi::find_interposer({"/nonexistent/a.so", ""}), "");
   EXPECT_EQ(oi::find_interposer({}), "");
 }
@@ -695,4 +695,3 @@ TEST(Scenarios, NameWhatThePluginProvidesAndRefuseToRunWithoutTheInterposer) {
 }
 
 }  // namespace
-

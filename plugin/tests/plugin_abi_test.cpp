@@ -134,11 +134,10 @@ TEST(PluginExecutor, RoundTripThroughTheTable) {
 }
 
 TEST(PluginErrors, EveryStatusHasItsOwnNameAndLogicErrorsKeepTheirKind) {
-  const std::vector<okit_status> codes = {OKIT_OK,          OKIT_ERR_OUT_OF_RANGE,
-                                          OKIT_ERR_STATE,   OKIT_ERR_LOGIC,
-                                          OKIT_ERR_OUT_OF_MEMORY, OKIT_ERR_CUDA,
-                                          OKIT_ERR_RUNTIME, OKIT_ERR_INJECTED,
-                                          OKIT_ERR_UNSUPPORTED};
+  const std::vector<okit_status> codes = {
+      OKIT_OK,          OKIT_ERR_OUT_OF_RANGE,  OKIT_ERR_STATE,
+      OKIT_ERR_LOGIC,   OKIT_ERR_OUT_OF_MEMORY, OKIT_ERR_CUDA,
+      OKIT_ERR_RUNTIME, OKIT_ERR_INJECTED,      OKIT_ERR_UNSUPPORTED};
   std::set<std::string> names;
   for (const okit_status c : codes) {
     const std::string name = op::status_name(c);
@@ -198,8 +197,8 @@ TEST(PluginExecutor, MemoryQueriesAndPointerKindsSurviveTheTable) {
   const ok::memory_info through = ex.device_memory(0);
   EXPECT_EQ(through.total, direct.total);
   EXPECT_LE(through.free, through.total);
-  for (const auto kind : {ok::memory_kind::device, ok::memory_kind::pinned,
-                          ok::memory_kind::pageable}) {
+  for (const auto kind :
+       {ok::memory_kind::device, ok::memory_kind::pinned, ok::memory_kind::pageable}) {
     void* p = ex.allocate(kind, 256);
     EXPECT_EQ(ex.classify(p).kind, host.classify(p).kind)
         << "memory kind " << static_cast<int>(kind);

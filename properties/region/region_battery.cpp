@@ -20,8 +20,8 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
-#include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
+#include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {

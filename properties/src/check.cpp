@@ -3,7 +3,6 @@
 // result, never an exception, so one failure does not stop a battery.
 #include "offloadkit/testing/check.hpp"
 
-#include <cstdio>
 #include <rapidcheck.h>
 
 #include <algorithm>

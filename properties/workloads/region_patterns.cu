@@ -1,11 +1,10 @@
 // The pattern bodies of region_patterns.hpp, compiled by nvcc so that the cuda back end launches
 // them as kernels and the host back end runs the same functors.
-#include "offloadkit/workloads/region_patterns.hpp"
-
 #include <cstdint>
 #include <cuda/atomic>
 
 #include "offloadkit/launch.hpp"
+#include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {
 namespace {

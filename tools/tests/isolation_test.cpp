@@ -1,6 +1,8 @@
 // The child-process runner under `offloadkit check`: a program that cannot start is an error
 // naming it, only the tail of a long output is kept, a result descriptor handed over on its own
 // number reaches the child, and an interrupt of the parent stops the child's whole group.
+#include "isolation.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,8 +11,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-
-#include "isolation.hpp"
 
 namespace {
 
@@ -35,9 +35,8 @@ TEST(Isolation, AProgramThatCannotStartIsAnErrorNamingIt) {
 }
 
 TEST(Isolation, OnlyTheTailOfALongOutputIsKept) {
-  const child_run run =
-      shell("i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo last", 60s, -1,
-            -1, 64);
+  const child_run run = shell(
+      "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo last", 60s, -1, -1, 64);
   ASSERT_EQ(run.how, child_run::end::exited) << describe_end(run, 60s);
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_EQ(run.output.size(), 64u);

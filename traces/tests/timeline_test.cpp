@@ -357,10 +357,10 @@ TEST(Timeline, EveryEnumValueHasItsOwnName) {
   expect_distinct_names({copy_direction::h2d, copy_direction::d2h, copy_direction::d2d,
                          copy_direction::h2h, copy_direction::p2p, copy_direction::unknown},
                         "copy_direction");
-  expect_distinct_names({memory_location::device, memory_location::pinned,
-                         memory_location::pageable, memory_location::managed,
-                         memory_location::unknown},
-                        "memory_location");
+  expect_distinct_names(
+      {memory_location::device, memory_location::pinned, memory_location::pageable,
+       memory_location::managed, memory_location::unknown},
+      "memory_location");
   expect_distinct_names({sync_kind::context, sync_kind::stream, sync_kind::event,
                          sync_kind::stream_wait_event, sync_kind::event_query, sync_kind::unknown},
                         "sync_kind");
@@ -442,8 +442,8 @@ TEST(Svg, LegendNamesEveryStyleAndTextIsEscaped) {
   t.add_api(ot::api_kind::other, "cudaSetDevice", 7, 8, 0, 1);
   t.add_kernel("say \"hi\"\x01", 0, 10, 7);
   const std::string svg = ot::to_svg(t);
-  for (const char* w : {"memset", "copy H2D", "copy D2D", "copy other", "host sync",
-                        "pinned free", "map/unmap", ">api<", "say &quot;hi&quot; "}) {
+  for (const char* w : {"memset", "copy H2D", "copy D2D", "copy other", "host sync", "pinned free",
+                        "map/unmap", ">api<", "say &quot;hi&quot; "}) {
     EXPECT_NE(svg.find(w), std::string::npos) << w;
   }
   EXPECT_EQ(svg.find('\x01'), std::string::npos) << "a control character reached the XML";

@@ -85,18 +85,19 @@ template <class Exception>
 }  // namespace offloadkit
 
 /// Throws `Exception` with the streamed message and file:line when `cond` is false.
-/// Example: OFFLOADKIT_EXPECTS(n <= limit, offloadkit::out_of_range, "n = ", n, " exceeds ", limit);
-#define OFFLOADKIT_EXPECTS(cond, Exception, ...)                                                  \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      ::offloadkit::detail::throw_at<Exception>(__FILE__, __LINE__,                               \
-                                                ::offloadkit::detail::concat(__VA_ARGS__));      \
-    }                                                                                             \
+/// Example: OFFLOADKIT_EXPECTS(n <= limit, out_of_range, "n = ", n, " exceeds ", limit);
+#define OFFLOADKIT_EXPECTS(cond, Exception, ...)                                            \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      ::offloadkit::detail::throw_at<Exception>(__FILE__, __LINE__,                         \
+                                                ::offloadkit::detail::concat(__VA_ARGS__)); \
+    }                                                                                       \
   } while (0)
 
 /// Throws `Exception` unconditionally with the streamed message and file:line.
-#define OFFLOADKIT_FAIL(Exception, ...) \
-  ::offloadkit::detail::throw_at<Exception>(__FILE__, __LINE__, ::offloadkit::detail::concat(__VA_ARGS__))
+#define OFFLOADKIT_FAIL(Exception, ...)                         \
+  ::offloadkit::detail::throw_at<Exception>(__FILE__, __LINE__, \
+                                            ::offloadkit::detail::concat(__VA_ARGS__))
 
 /// For destructors and other noexcept paths: never throws; reports in debug builds only.
 #ifdef NDEBUG
@@ -105,7 +106,8 @@ template <class Exception>
     (void)(call);                        \
   } while (0)
 #else
-#define OFFLOADKIT_ASSERT_NOEXCEPT(call) ::offloadkit::detail::assert_noexcept((call), #call, __FILE__, __LINE__)
+#define OFFLOADKIT_ASSERT_NOEXCEPT(call) \
+  ::offloadkit::detail::assert_noexcept((call), #call, __FILE__, __LINE__)
 namespace offloadkit::detail {
 void assert_noexcept(bool ok, const char* call, const char* file, int line) noexcept;
 }

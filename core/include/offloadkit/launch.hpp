@@ -35,8 +35,9 @@ void device_launch(const void* body, std::size_t n, unsigned block, void* cuda_s
   constexpr std::size_t max_blocks = 65535;
   std::size_t blocks = (n + block - 1) / block;
   if (blocks > max_blocks) blocks = max_blocks;
-  launch_kernel<Body><<<static_cast<unsigned>(blocks), block, 0,
-                        static_cast<cudaStream_t>(cuda_stream)>>>(*static_cast<const Body*>(body), n);
+  launch_kernel<Body>
+      <<<static_cast<unsigned>(blocks), block, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
+          *static_cast<const Body*>(body), n);
 }
 #endif
 

@@ -225,8 +225,8 @@ typedef struct okit_executor {
 
 /* Common to every feature. */
 #define OKIT_CAP_CUDA_EXECUTOR (1ull << 0) /* runs on the cuda executor */
-#define OKIT_CAP_HOST_EXECUTOR (1ull << 1) /* runs on the host executor (uses only okit_executor) \
-                                            */
+/* runs on the host executor (uses only okit_executor) */
+#define OKIT_CAP_HOST_EXECUTOR (1ull << 1)
 #define OKIT_CAP_EXECUTOR_ALLOCATIONS \
   (1ull << 2) /* allocates through okit_executor: faults reach it */
 
