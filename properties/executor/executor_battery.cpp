@@ -275,8 +275,8 @@ void fill_property(executor& ex) {
   write_pattern(staging.data(), total, seed);
   std::vector<unsigned char> expected(staging.as<unsigned char>(),
                                       staging.as<unsigned char>() + total);
-  std::fill(expected.begin() + guard_bytes, expected.begin() + guard_bytes + bytes,
-            static_cast<unsigned char>(value));
+  std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(guard_bytes), bytes,
+              static_cast<unsigned char>(value));
 
   ex.copy(target.data(), staging.data(), total, s);
   ex.fill(at(target, guard_bytes), value, bytes, s);

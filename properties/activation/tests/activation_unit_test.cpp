@@ -32,7 +32,9 @@ std::vector<factory> implementations() {
           }};
 }
 
+// The fixture's name is the test suite's name in gtest's output and filters.
 template <class Backend>
+// NOLINTNEXTLINE(readability-identifier-naming)
 class ActivationUnit : public ::testing::Test {
  protected:
   std::unique_ptr<executor> ex_ = Backend::make();
@@ -90,6 +92,7 @@ TYPED_TEST_P(ActivationUnit, DestructionGivesBackEverySourceOnce) {
   executor& ex = *this->ex_;
   stream s(ex);
   std::vector<buffer> bufs;
+  bufs.reserve(4);
   for (int i = 0; i < 4; ++i) bufs.emplace_back(ex, memory_kind::device, 4096);
   for (const auto& make : implementations()) {
     std::vector<int> released(bufs.size(), 0);
@@ -152,6 +155,7 @@ TYPED_TEST_P(ActivationUnit, FailedCallsLoseNothing) {
   constexpr std::size_t bytes = 3000;
   stream s(ex);
   std::vector<buffer> src;
+  src.reserve(n);
   for (int i = 0; i < n; ++i) src.emplace_back(ex, memory_kind::device, bytes);
   buffer host(ex, memory_kind::pageable, bytes);
   for (const auto& make : implementations()) {

@@ -125,11 +125,11 @@ class planted_offloader final : public offloader {
         pending_.push_back(h.id);
       }
     }
+    // Within max_pending_bytes the simple way: wait for every copy and give every source back.
+    const bool room = B == bug::per_tensor_pending ? t.bytes <= options_.max_pending_bytes
+                                                   : B == bug::unbounded_pending;
     e.source = std::move(t);
     entries_.emplace(h.id, std::move(e));
-    // Within max_pending_bytes the simple way: wait for every copy and give every source back.
-    const bool room = B == bug::per_tensor_pending ? e.source.bytes <= options_.max_pending_bytes
-                                                   : B == bug::unbounded_pending;
     if (!room && options_.max_pending_bytes > 0) give_back_sources();
     return h;
   }

@@ -84,16 +84,18 @@ class planted final : public offloader {
     auto* dev = static_cast<unsigned char*>(set[r.first].data);
     std::size_t done = 0;
     for (; r.bytes - done > chunk_bytes; done += chunk_bytes) {
-      if (to_host)
+      if (to_host) {
         ex_->copy(host + done, dev + done, chunk_bytes, s);
-      else
+      } else {
         ex_->copy(dev + done, host + done, chunk_bytes, s);
+      }
     }
     if (B == bug::drops_large_tail && done != 0) return;
-    if (to_host)
+    if (to_host) {
       ex_->copy(host + done, dev + done, r.bytes - done, s);
-    else
+    } else {
       ex_->copy(dev + done, host + done, r.bytes - done, s);
+    }
   }
   void copies(tensor_set_view set, bool to_host, stream_ref s) {
     std::vector<arena::copy_run> runs;

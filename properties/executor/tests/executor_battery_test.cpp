@@ -441,7 +441,9 @@ class discarding_prefetch final : public executor_adaptor {
 // ---- every property holds
 // ---------------------------------------------------------------------------
 
+// The fixtures' names are the test suites' names in gtest's output and filters.
 template <class Backend>
+// NOLINTNEXTLINE(readability-identifier-naming)
 class ExecutorBattery : public ::testing::Test {};
 TYPED_TEST_SUITE_P(ExecutorBattery);
 
@@ -479,6 +481,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBattery, offloadkit::testing::cuda_
 // -----------------------------------------------------------------
 
 template <class Backend>
+// NOLINTNEXTLINE(readability-identifier-naming)
 class ExecutorBatteryCatches : public ::testing::Test {};
 TYPED_TEST_SUITE_P(ExecutorBatteryCatches);
 
