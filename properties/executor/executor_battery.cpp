@@ -35,9 +35,9 @@ namespace {
 using executor_checks::index_value;
 using executor_checks::launch_affine;
 using executor_checks::launch_count_and_write;
-using testing::sync_on_exit;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+using testing::sync_on_exit;
 
 constexpr std::size_t kib = std::size_t{1} << 10;
 constexpr std::size_t mib = std::size_t{1} << 20;

@@ -87,8 +87,8 @@ void expect_caught_only_by(const std::string& property, const std::string& sympt
     const int from_environment = cases_from_environment();
     cfg.cases = from_environment > 0 ? from_environment : planted_cases;
     cfg.shrink = false;  // the verdict is what matters here, not the smallest counterexample
-    verdict = offloadkit::run_battery(battery, cfg,
-                                      [&planted](const check_case&) -> executor& { return planted; });
+    verdict = offloadkit::run_battery(
+        battery, cfg, [&planted](const check_case&) -> executor& { return planted; });
   }
   const std::set<std::string>& failed = verdict.failed;
   const std::string message = verdict.messages[property];
