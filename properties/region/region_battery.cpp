@@ -744,7 +744,9 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
     }
     RC_ASSERT(r->state() == region_state::active);
     s.synchronize();
-    RC_ASSERT(free_memory_settles_near(fx, 0, free_active, slack));
+    // A region that releases nothing on pause (managed memory) leaves residency to the driver,
+    // which may keep or drop device pages across a migration; its leaks show once it is gone.
+    if (impl.caps.releases_memory) RC_ASSERT(free_memory_settles_near(fx, 0, free_active, slack));
     r->replay(g, s);
     assert_contents(fx, *r, words, seed, 1, s);
     r->pause(s);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
@@ -163,6 +165,8 @@ class last_op_tracker {
 
 /// A fill issued right after a launch on the same stream does not wait for that launch (it runs on
 /// a side stream ordered after what came before the launch, and the stream waits for the fill).
+/// Each launch takes at least 200 us, as a real kernel over a buffer does, so that the race shows
+/// whenever such a fill follows a launch, not only when an injected delay happens to hold it.
 class fill_overtakes_launch final : public executor_adaptor {
  public:
   explicit fill_overtakes_launch(executor& upstream)
@@ -197,6 +201,8 @@ class fill_overtakes_launch final : public executor_adaptor {
       if (!held_[s.native]) mark_before_launch(s);
       held_[s.native] = false;
       tracker_.set(s, last_op_tracker::kind::launch);
+      upstream().host_function(
+          [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); }, s);
     }
     executor_adaptor::do_launch(r, s);
   }
