@@ -10,10 +10,6 @@
 namespace offloadkit::plugin {
 namespace {
 
-std::string quoted(const char* s) {
-  return s == nullptr ? std::string("(null)") : "'" + std::string(s) + "'";
-}
-
 /// Names every null entry among `entries` (pairs of name and pointer).
 void expect_entries(const std::string& context,
                     const std::vector<std::pair<const char*, const void*>>& entries) {

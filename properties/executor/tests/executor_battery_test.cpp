@@ -201,8 +201,8 @@ class fill_overtakes_launch final : public executor_adaptor {
       if (!held_[s.native]) mark_before_launch(s);
       held_[s.native] = false;
       tracker_.set(s, last_op_tracker::kind::launch);
-      upstream().host_function(
-          [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); }, s);
+      upstream().host_function([] { std::this_thread::sleep_for(std::chrono::microseconds(200)); },
+                               s);
     }
     executor_adaptor::do_launch(r, s);
   }
