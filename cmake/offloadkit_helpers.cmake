@@ -42,15 +42,65 @@ function(offloadkit_warnings target)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
 endfunction()
 
+set(OFFLOADKIT_GPU_LAUNCHER ${CMAKE_CURRENT_LIST_DIR}/gpu_test_launcher.sh)
+
+# offloadkit_gpu_launcher(<out-var>): the words to put in front of a GPU test's command. With
+# OFFLOADKIT_GPU_RESOURCE_GROUPS=ON: `sh .../cmake/gpu_test_launcher.sh`, which makes the GPUs
+# that ctest allocated to the test its only visible devices; OFF: nothing. ctest resolves a target
+# name only as a command's first word, so commands that follow the prefix name their programs with
+# $<TARGET_FILE:...>.
+function(offloadkit_gpu_launcher out)
+  if(OFFLOADKIT_GPU_RESOURCE_GROUPS)
+    set(${out} sh ${OFFLOADKIT_GPU_LAUNCHER} PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# offloadkit_gpu_test(<test>... [GPUS n]): marks tests that use GPUs (n of them, default 1), so that
+# two of them never share a GPU: several checks compare the driver's free device memory before
+# and after, which another process's allocations would disturb. Every GPU test goes through here,
+# and its command starts with offloadkit_gpu_launcher()'s prefix.
+#   OFFLOADKIT_GPU_RESOURCE_GROUPS=OFF (default): the resource lock `gpu`, so that no two GPU tests
+#     run at once, whatever n (each sees every GPU).
+#   ON: RESOURCE_GROUPS "n,gpus:1" (n groups of one GPU each). Run ctest with
+#     `--resource-spec-file FILE` naming the GPUs (`{"version": {"major": 1, "minor": 0}, "local":
+#     [{"gpus": [{"id": "0", "slots": 1}, {"id": "1", "slots": 1}]}]}`, ids as nvidia-smi
+#     indexes; ci/gpu writes it): ctest then runs one GPU test per GPU at once and the launcher
+#     shows each test only its own GPUs. Without a spec file ctest ignores the groups: GPU tests
+#     may run at the same time, on every GPU. With a spec file that lists fewer than n GPUs, ctest
+#     reports the test as failed ("Not Run", insufficient resources): exclude those (-LE multigpu).
+function(offloadkit_gpu_test)
+  cmake_parse_arguments(arg "" "GPUS" "" ${ARGN})
+  if(NOT arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "offloadkit_gpu_test: no test named")
+  endif()
+  if(NOT DEFINED arg_GPUS)
+    set(arg_GPUS 1)
+  endif()
+  if(NOT arg_GPUS MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "offloadkit_gpu_test(${arg_UNPARSED_ARGUMENTS}): GPUS = '${arg_GPUS}': "
+                        "expected an integer >= 1")
+  endif()
+  if(OFFLOADKIT_GPU_RESOURCE_GROUPS)
+    if(arg_GPUS EQUAL 1)
+      set(groups "gpus:1")
+    else()
+      set(groups "${arg_GPUS},gpus:1")
+    endif()
+    set_tests_properties(${arg_UNPARSED_ARGUMENTS} PROPERTIES RESOURCE_GROUPS "${groups}")
+  else()
+    set_tests_properties(${arg_UNPARSED_ARGUMENTS} PROPERTIES RESOURCE_LOCK gpu)
+  endif()
+endfunction()
+
 # offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU] [TIMEOUT s])
 #
 # Builds a GoogleTest binary linked with offloadkit's test main and registers it with ctest:
 #   <target>.host : every test except the cuda ones, labels cpu + LABELS
 #   <target>.cuda : (only with GPU) the tests whose suite or instantiation name holds "Cuda",
 #                   labels gpu + LABELS; reported as skipped (return code 77, with the reason)
-#                   on a machine without a usable GPU. GPU entries hold the resource lock `gpu`
-#                   so that no two run at once: several checks compare the driver's free device
-#                   memory before and after, which another process's allocations would disturb.
+#                   on a machine without a usable GPU. One GPU (offloadkit_gpu_test).
 function(offloadkit_add_gtest target)
   cmake_parse_arguments(arg "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT arg_TIMEOUT)
@@ -63,9 +113,13 @@ function(offloadkit_add_gtest target)
   add_test(NAME ${target}.host COMMAND ${target} --gtest_filter=-*Cuda*)
   set_tests_properties(${target}.host PROPERTIES LABELS "cpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
   if(arg_GPU)
-    add_test(NAME ${target}.cuda COMMAND ${target} --gtest_filter=*Cuda* --offloadkit-require-gpu)
+    offloadkit_gpu_launcher(launcher)
+    add_test(NAME ${target}.cuda
+             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=*Cuda*
+                     --offloadkit-require-gpu)
     set_tests_properties(${target}.cuda PROPERTIES LABELS "gpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                         SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
+                         SKIP_RETURN_CODE 77)
+    offloadkit_gpu_test(${target}.cuda)
   endif()
 endfunction()
 
