@@ -94,15 +94,27 @@ function(offloadkit_gpu_test)
   endif()
 endfunction()
 
-# offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU] [TIMEOUT s])
+# offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU [MULTIGPU]] [TIMEOUT s])
 #
 # Builds a GoogleTest binary linked with offloadkit's test main and registers it with ctest:
-#   <target>.host : every test except the cuda ones, labels cpu + LABELS
-#   <target>.cuda : (only with GPU) the tests whose suite or instantiation name holds "Cuda",
-#                   labels gpu + LABELS; reported as skipped (return code 77, with the reason)
-#                   on a machine without a usable GPU. One GPU (offloadkit_gpu_test).
+#   <target>.host     : every test except the cuda ones, labels cpu + LABELS
+#   <target>.cuda     : (only with GPU) the tests whose suite or instantiation name holds "Cuda"
+#                       (with MULTIGPU, less those under "CudaMultiGpu"), labels gpu + LABELS;
+#                       reported as skipped (return code 77, with the reason) on a machine without
+#                       a usable GPU. One GPU (offloadkit_gpu_test).
+#   <target>.multigpu : (only with MULTIGPU) the tests under "CudaMultiGpu" (battery_tests.hpp puts
+#                       there the properties that need two devices), labels gpu + multigpu +
+#                       LABELS; skipped (77, "needs 2 GPUs, 1 usable") where fewer than two GPUs
+#                       are usable, and reported as skipped where a test in it skips and none
+#                       fails (testing_main.cpp). Two GPUs.
+# A binary whose cuda tests include CudaMultiGpu ones needs MULTIGPU: where ctest gives each .cuda
+# entry one GPU, they would skip inside a passing entry (cmake/tests checks every binary for it).
 function(offloadkit_add_gtest target)
-  cmake_parse_arguments(arg "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(arg "GPU;MULTIGPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(arg_MULTIGPU AND NOT arg_GPU)
+    message(FATAL_ERROR "offloadkit_add_gtest(${target}): MULTIGPU needs GPU too (the .multigpu "
+                        "entry runs cuda tests)")
+  endif()
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 600)
   endif()
@@ -114,12 +126,25 @@ function(offloadkit_add_gtest target)
   set_tests_properties(${target}.host PROPERTIES LABELS "cpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
   if(arg_GPU)
     offloadkit_gpu_launcher(launcher)
+    set(cuda_filter "*Cuda*")
+    if(arg_MULTIGPU)
+      set(cuda_filter "*Cuda*:-*CudaMultiGpu*")
+    endif()
     add_test(NAME ${target}.cuda
-             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=*Cuda*
+             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=${cuda_filter}
                      --offloadkit-require-gpu)
     set_tests_properties(${target}.cuda PROPERTIES LABELS "gpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
                          SKIP_RETURN_CODE 77)
     offloadkit_gpu_test(${target}.cuda)
+  endif()
+  if(arg_MULTIGPU)
+    add_test(NAME ${target}.multigpu
+             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=*CudaMultiGpu*
+                     --offloadkit-require-gpu --offloadkit-require-devices=2)
+    set_tests_properties(${target}.multigpu PROPERTIES LABELS "gpu;multigpu;${arg_LABELS}"
+                         TIMEOUT ${arg_TIMEOUT} SKIP_RETURN_CODE 77
+                         SKIP_REGULAR_EXPRESSION "OFFLOADKIT SKIPPED: [0-9]+ test")
+    offloadkit_gpu_test(${target}.multigpu GPUS 2)
   endif()
 endfunction()
 
