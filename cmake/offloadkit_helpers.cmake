@@ -42,17 +42,79 @@ function(offloadkit_warnings target)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
 endfunction()
 
-# offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU] [TIMEOUT s])
+set(OFFLOADKIT_GPU_LAUNCHER ${CMAKE_CURRENT_LIST_DIR}/gpu_test_launcher.sh)
+
+# offloadkit_gpu_launcher(<out-var>): the words to put in front of a GPU test's command. With
+# OFFLOADKIT_GPU_RESOURCE_GROUPS=ON: `sh .../cmake/gpu_test_launcher.sh`, which makes the GPUs
+# that ctest allocated to the test its only visible devices; OFF: nothing. ctest resolves a target
+# name only as a command's first word, so commands that follow the prefix name their programs with
+# $<TARGET_FILE:...>.
+function(offloadkit_gpu_launcher out)
+  if(OFFLOADKIT_GPU_RESOURCE_GROUPS)
+    set(${out} sh ${OFFLOADKIT_GPU_LAUNCHER} PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# offloadkit_gpu_test(<test>... [GPUS n]): marks tests that use GPUs (n of them, default 1), so that
+# two of them never share a GPU: several checks compare the driver's free device memory before
+# and after, which another process's allocations would disturb. Every GPU test goes through here,
+# and its command starts with offloadkit_gpu_launcher()'s prefix.
+#   OFFLOADKIT_GPU_RESOURCE_GROUPS=OFF (default): the resource lock `gpu`, so that no two GPU tests
+#     run at once, whatever n (each sees every GPU).
+#   ON: RESOURCE_GROUPS "n,gpus:1" (n groups of one GPU each). Run ctest with
+#     `--resource-spec-file FILE` naming the GPUs (`{"version": {"major": 1, "minor": 0}, "local":
+#     [{"gpus": [{"id": "0", "slots": 1}, {"id": "1", "slots": 1}]}]}`, ids as nvidia-smi
+#     indexes; ci/gpu writes it): ctest then runs one GPU test per GPU at once and the launcher
+#     shows each test only its own GPUs. Without a spec file ctest ignores the groups: GPU tests
+#     may run at the same time, on every GPU. With a spec file that lists fewer than n GPUs, ctest
+#     reports the test as failed ("Not Run", insufficient resources): exclude those (-LE multigpu).
+function(offloadkit_gpu_test)
+  cmake_parse_arguments(arg "" "GPUS" "" ${ARGN})
+  if(NOT arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "offloadkit_gpu_test: no test named")
+  endif()
+  if(NOT DEFINED arg_GPUS)
+    set(arg_GPUS 1)
+  endif()
+  if(NOT arg_GPUS MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "offloadkit_gpu_test(${arg_UNPARSED_ARGUMENTS}): GPUS = '${arg_GPUS}': "
+                        "expected an integer >= 1")
+  endif()
+  if(OFFLOADKIT_GPU_RESOURCE_GROUPS)
+    if(arg_GPUS EQUAL 1)
+      set(groups "gpus:1")
+    else()
+      set(groups "${arg_GPUS},gpus:1")
+    endif()
+    set_tests_properties(${arg_UNPARSED_ARGUMENTS} PROPERTIES RESOURCE_GROUPS "${groups}")
+  else()
+    set_tests_properties(${arg_UNPARSED_ARGUMENTS} PROPERTIES RESOURCE_LOCK gpu)
+  endif()
+endfunction()
+
+# offloadkit_add_gtest(<target> SOURCES ... [LIBS ...] [LABELS ...] [GPU [MULTIGPU]] [TIMEOUT s])
 #
 # Builds a GoogleTest binary linked with offloadkit's test main and registers it with ctest:
-#   <target>.host : every test except the cuda ones, labels cpu + LABELS
-#   <target>.cuda : (only with GPU) the tests whose suite or instantiation name holds "Cuda",
-#                   labels gpu + LABELS; reported as skipped (return code 77, with the reason)
-#                   on a machine without a usable GPU. GPU entries hold the resource lock `gpu`
-#                   so that no two run at once: several checks compare the driver's free device
-#                   memory before and after, which another process's allocations would disturb.
+#   <target>.host     : every test except the cuda ones, labels cpu + LABELS
+#   <target>.cuda     : (only with GPU) the tests whose suite or instantiation name holds "Cuda"
+#                       (with MULTIGPU, less those under "CudaMultiGpu"), labels gpu + LABELS;
+#                       reported as skipped (return code 77, with the reason) on a machine without
+#                       a usable GPU. One GPU (offloadkit_gpu_test).
+#   <target>.multigpu : (only with MULTIGPU) the tests under "CudaMultiGpu" (battery_tests.hpp puts
+#                       there the properties that need two devices), labels gpu + multigpu +
+#                       LABELS; skipped (77, "needs 2 GPUs, 1 usable") where fewer than two GPUs
+#                       are usable, and reported as skipped where a test in it skips and none
+#                       fails (testing_main.cpp). Two GPUs.
+# A binary whose cuda tests include CudaMultiGpu ones needs MULTIGPU: where ctest gives each .cuda
+# entry one GPU, they would skip inside a passing entry (cmake/tests checks every binary for it).
 function(offloadkit_add_gtest target)
-  cmake_parse_arguments(arg "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(arg "GPU;MULTIGPU" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(arg_MULTIGPU AND NOT arg_GPU)
+    message(FATAL_ERROR "offloadkit_add_gtest(${target}): MULTIGPU needs GPU too (the .multigpu "
+                        "entry runs cuda tests)")
+  endif()
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 600)
   endif()
@@ -63,9 +125,26 @@ function(offloadkit_add_gtest target)
   add_test(NAME ${target}.host COMMAND ${target} --gtest_filter=-*Cuda*)
   set_tests_properties(${target}.host PROPERTIES LABELS "cpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
   if(arg_GPU)
-    add_test(NAME ${target}.cuda COMMAND ${target} --gtest_filter=*Cuda* --offloadkit-require-gpu)
+    offloadkit_gpu_launcher(launcher)
+    set(cuda_filter "*Cuda*")
+    if(arg_MULTIGPU)
+      set(cuda_filter "*Cuda*:-*CudaMultiGpu*")
+    endif()
+    add_test(NAME ${target}.cuda
+             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=${cuda_filter}
+                     --offloadkit-require-gpu)
     set_tests_properties(${target}.cuda PROPERTIES LABELS "gpu;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                         SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
+                         SKIP_RETURN_CODE 77)
+    offloadkit_gpu_test(${target}.cuda)
+  endif()
+  if(arg_MULTIGPU)
+    add_test(NAME ${target}.multigpu
+             COMMAND ${launcher} $<TARGET_FILE:${target}> --gtest_filter=*CudaMultiGpu*
+                     --offloadkit-require-gpu --offloadkit-require-devices=2)
+    set_tests_properties(${target}.multigpu PROPERTIES LABELS "gpu;multigpu;${arg_LABELS}"
+                         TIMEOUT ${arg_TIMEOUT} SKIP_RETURN_CODE 77
+                         SKIP_REGULAR_EXPRESSION "OFFLOADKIT SKIPPED: [0-9]+ test")
+    offloadkit_gpu_test(${target}.multigpu GPUS 2)
   endif()
 endfunction()
 

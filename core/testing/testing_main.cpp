@@ -1,8 +1,13 @@
 // The GoogleTest main of every offloadkit suite. It
 //  - handles --offloadkit-require-gpu (the .cuda ctest entries): where no GPU is usable it prints
 //    the reason and exits with 77, which ctest reports as skipped, before any test runs;
+//  - handles --offloadkit-require-devices=N (the .multigpu entries): the same where fewer than N
+//    GPUs are usable ("needs 2 GPUs, 1 usable");
 //  - fixes the process's seed (OFFLOADKIT_SEED, else RC_PARAMS' seed, else random), prints it
-//    once, and hands it to rapidcheck through RC_PARAMS so that one number replays a run.
+//    once, and hands it to rapidcheck through RC_PARAMS so that one number replays a run;
+//  - ends with "OFFLOADKIT SKIPPED: N test(s) skipped, none failed" where tests skipped and none
+//    failed, the one case a ctest SKIP_REGULAR_EXPRESSION may report as skipped (GoogleTest's own
+//    "[  SKIPPED ]" lines appear beside failures too, which ctest would then hide as skips).
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -24,6 +29,34 @@ namespace {
 
 constexpr int skip_return_code = 77;  // ctest's SKIP_RETURN_CODE for the .cuda entries
 constexpr const char* require_gpu_flag = "--offloadkit-require-gpu";
+constexpr const char* require_devices_flag = "--offloadkit-require-devices=";
+constexpr long max_required_devices = 1024;
+
+// N of --offloadkit-require-devices=N, or -1 (after a message on stderr) when it is not a number
+// in [1, max_required_devices].
+long parse_required_devices(const char* text) {
+  errno = 0;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || errno != 0 || n < 1 || n > max_required_devices) {
+    std::fprintf(stderr, "offloadkit: %s%s: '%s' is not a device count: valid range 1..%ld\n",
+                 require_devices_flag, text, text, max_required_devices);
+    return -1;
+  }
+  return n;
+}
+
+// CUDA devices usable here (0 with `reason` set where the cuda back end cannot run).
+int usable_cuda_devices(std::string& reason) {
+  reason = cuda_unavailable_reason();
+  if (!reason.empty()) return 0;
+  try {
+    return cuda_executor{}.device_count();
+  } catch (const std::exception& e) {
+    reason = e.what();
+    return 0;
+  }
+}
 
 std::uint64_t parse_seed(const std::string& text, const char* source) {
   const char* begin = text.c_str();
@@ -85,6 +118,17 @@ std::uint64_t choose_seed() {
   return seed;
 }
 
+// Prints the skip summary described at the top of this file.
+class skip_summary final : public ::testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
+    if (unit.skipped_test_count() > 0 && unit.failed_test_count() == 0) {
+      std::printf("OFFLOADKIT SKIPPED: %d test(s) skipped, none failed\n",
+                  unit.skipped_test_count());
+      std::fflush(stdout);
+    }
+  }
+};
+
 }  // namespace
 
 std::uint64_t seed() {
@@ -102,12 +146,18 @@ std::uint64_t seed() {
 }  // namespace offloadkit::testing
 
 int main(int argc, char** argv) {
-  // Take our own flag out of argv before GoogleTest sees it.
+  namespace okt = offloadkit::testing;
+  // Take our own flags out of argv before GoogleTest sees them.
   bool require_gpu = false;
+  long require_devices = 0;
+  const std::size_t devices_flag_length = std::strlen(okt::require_devices_flag);
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], offloadkit::testing::require_gpu_flag) == 0) {
+    if (std::strcmp(argv[i], okt::require_gpu_flag) == 0) {
       require_gpu = true;
+    } else if (std::strncmp(argv[i], okt::require_devices_flag, devices_flag_length) == 0) {
+      require_devices = okt::parse_required_devices(argv[i] + devices_flag_length);
+      if (require_devices < 0) return 2;
     } else {
       argv[kept++] = argv[i];
     }
@@ -115,17 +165,24 @@ int main(int argc, char** argv) {
   argv[kept] = nullptr;
   argc = kept;
 
-  if (require_gpu) {
-    const std::string reason = offloadkit::cuda_unavailable_reason();
-    if (!reason.empty()) {
+  if (require_gpu || require_devices > 0) {
+    std::string reason;
+    const int usable = okt::usable_cuda_devices(reason);
+    if (usable == 0 && require_devices <= 1) {
       std::printf("OFFLOADKIT SKIP: no usable GPU: %s\n", reason.c_str());
       std::fflush(stdout);
-      return offloadkit::testing::skip_return_code;
+      return okt::skip_return_code;
+    }
+    if (usable < require_devices) {
+      std::printf("OFFLOADKIT SKIP: needs %ld GPUs, %d usable%s%s\n", require_devices, usable,
+                  reason.empty() ? "" : ": ", reason.c_str());
+      std::fflush(stdout);
+      return okt::skip_return_code;
     }
   }
 
   try {
-    (void)offloadkit::testing::seed();
+    (void)okt::seed();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "offloadkit: %s\n", e.what());
     return 2;
@@ -142,6 +199,7 @@ int main(int argc, char** argv) {
   argc = static_cast<int>(args.size()) - 1;
   argv = args.data();
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new okt::skip_summary);  // gtest owns it
   // The "...Catches..." tests plant races on purpose to show that a property fails. A race
   // detector would report them as the races they are, and compute-sanitizer serializes the work
   // that lets them show, so under either they are left out (ci/gpu sets OFFLOADKIT_SKIP_PLANTED).
