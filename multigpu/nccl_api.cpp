@@ -205,7 +205,10 @@ nccl_search find_nccl() {
   for (const std::string& python : pythons) {
     std::vector<std::string> lines = python_sys_path(python, why);
     if (lines.empty()) {
-      search.attempts.push_back(python + "'s site-packages: " + why);
+      std::string attempt_text = python;
+      attempt_text += "'s site-packages: ";
+      attempt_text += why;
+      search.attempts.push_back(std::move(attempt_text));
       continue;
     }
     const std::string executable = lines.front();
@@ -224,10 +227,13 @@ nccl_search find_nccl() {
         if (exists(path) && attempt(path, path)) return search;
       }
     }
-    search.attempts.push_back(
-        python + " (" + executable + ") sys.path entries [" + searched +
+    std::string attempt_text = python;
+    attempt_text += " (" + executable + ") sys.path entries [";
+    attempt_text += searched;
+    attempt_text +=
         "]: none holds libnccl.so.2 under nvidia/nccl/lib, nvidia/cu13/lib, nvidia/cu12/lib or "
-        "torch/lib");
+        "torch/lib";
+    search.attempts.push_back(std::move(attempt_text));
   }
   return search;
 }
