@@ -297,6 +297,21 @@ void write_out(const std::string& text) {
   }
 }
 
+/// The first wrong sum found, if any: a hang or an error after it (in the teardown, say) is
+/// reported together with it, so that the wrong sum is not lost from the table.
+std::mutex earlier_mutex;
+std::string earlier_wrong;
+
+void note_wrong(const std::string& text) {
+  const std::lock_guard<std::mutex> lock(earlier_mutex);
+  if (earlier_wrong.empty()) earlier_wrong = text;
+}
+
+std::string after_earlier_wrong(const std::string& text) {
+  const std::lock_guard<std::mutex> lock(earlier_mutex);
+  return earlier_wrong.empty() ? text : "wrong sum: " + earlier_wrong + "; then " + text;
+}
+
 /// Prints the final result line and ends the process without running destructors or exit
 /// handlers: after a hang or an error the CUDA and NCCL state is not one to tear down.
 [[noreturn]] void finish(int code, const std::string& result) {
@@ -308,7 +323,7 @@ void write_out(const std::string& text) {
   const std::string text =
       "hang: " + what + " did not complete within " + std::to_string(seconds) + " s";
   write_out(text + "\n");
-  finish(exit_hang, text);
+  finish(exit_hang, after_earlier_wrong(text));
 }
 
 [[noreturn]] void skip(const std::string& reason) {
@@ -699,6 +714,7 @@ bool scenario::check(int round, const std::string& when) {
                     f.stale, f.scratch, f.unreduced);
       std::printf("  WRONG: %s\n", text);
       if (first_wrong_.empty()) first_wrong_ = text;
+      note_wrong(text);
     }
   }
   if (all_right) {
@@ -798,19 +814,19 @@ void scenario::run() {
     steps();
   } catch (const std::exception& e) {
     write_out(std::string("error: ") + e.what() + "\n");
-    finish(exit_error, std::string("error: ") + e.what());
+    finish(exit_error, after_earlier_wrong(std::string("error: ") + e.what()));
   } catch (...) {
-    finish(exit_error, "error: an exception that is not a std::exception");
+    finish(exit_error, after_earlier_wrong("error: an exception that is not a std::exception"));
   }
 }
 
 void scenario::steps() {
   // Before NCCL is loaded: it reads its environment once. NCCL_NVLS_ENABLE was forced in main().
   for (const auto& [name, value] : v_.env) ::setenv(name.c_str(), value.c_str(), 1);
-  // NCCL's registration messages show whether it registered the regions; a setting of the
-  // caller's own is kept.
+  // NCCL's registration messages show whether it registered the regions, and its tuning ones
+  // which algorithm and protocol each all-reduce used; a setting of the caller's own is kept.
   ::setenv("NCCL_DEBUG", "INFO", 0);
-  ::setenv("NCCL_DEBUG_SUBSYS", "REG", 0);
+  ::setenv("NCCL_DEBUG_SUBSYS", "REG,TUNING", 0);
   header();
 
   if (o_.executor == "host") {
