@@ -137,8 +137,8 @@ void print_usage(std::FILE* to) {
       "                  resume: none, hang, wrong, crash, error (shows how each is reported)\n"
       "  --find-nccl     only look for NCCL and say what was tried\n"
       "Environment: OFFLOADKIT_NCCL_LIBRARY (path of libnccl.so.2), OFFLOADKIT_PYTHON (the\n"
-      "interpreter whose site-packages hold NCCL's wheel; default python3). NCCL_NVLS_ENABLE is\n"
-      "always 0.\n");
+      "interpreter whose site-packages hold NCCL's wheel; default python3 on PATH, then\n"
+      "/usr/bin/python3). NCCL_NVLS_ENABLE is always 0.\n");
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
