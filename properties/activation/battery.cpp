@@ -13,7 +13,9 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/activation/reference_offloader.hpp"
@@ -138,19 +140,48 @@ void round_trip(executor& ex, const activation_implementation& impl) {
 
 // ---- two devices -------------------------------------------------------------------------------
 
+/// Layers on two devices; each case runs one step with unpack on the stream of each tensor's own
+/// device, one with it on device 0's and one on device 1's, in a random order. Every tensor must
+/// come back on its device of origin, also when the stream unpack() is given (and the backward hint
+/// before it) belongs to the other device, and when the last work issued before it (the previous
+/// layer's compute and checks) ran there.
 void two_devices(executor& ex, const activation_implementation& impl) {
   if (ex.device_count() < 2) {
     RC_SUCCEED("skipped: " + ex.name() + " has " + std::to_string(ex.device_count()) +
                " device(s), needs 2");
   }
   stack_case c = gen_stack(2);
-  // At least one layer on each device, so that both origins are exercised every case.
+  // The first layer on device 0 and the last on device 1, each with a tensor that is offloaded
+  // (not empty, not below the threshold), so that both origins are exercised every case.
+  if (c.layers.size() < 2) c.layers.emplace_back();
   c.layers.front().device = 0;
-  if (c.layers.size() > 1) c.layers.back().device = 1;
+  c.layers.back().device = 1;
+  for (layer_spec* l : {&c.layers.front(), &c.layers.back()}) {
+    const std::size_t least = std::max<std::size_t>(c.options.keep_threshold, 1);
+    const bool offloads = std::any_of(l->saved.begin(), l->saved.end(),
+                                      [least](const tensor_spec& t) { return t.bytes() >= least; });
+    if (!offloads) {
+      tensor_spec t;
+      t.shape = {static_cast<std::int64_t>(least + *rc::gen::inRange<std::size_t>(0, 100))};
+      l->saved.push_back(t);
+    }
+  }
+  std::vector<int> placements{-1, 0, 1};
+  for (int k = *rc::gen::inRange(0, 6); k > 0; --k) {
+    std::next_permutation(placements.begin(), placements.end());
+  }
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   auto off = impl.make(ex, c.options);
-  run_steps(ex, *off, step, c, seed);
+  for (std::size_t i = 0; i < placements.size(); ++i) {
+    c.unpack_device = placements[i];
+    step_options opt;
+    opt.unpack_device = c.unpack_device;
+    const step_report rep = step.run(off.get(), seed + i, opt);
+    if (!rep.ok()) {
+      RC_FAIL(off->name() + " step " + std::to_string(i) + ": " + rep.describe() + "; " + show(c));
+    }
+  }
 }
 
 // ---- memory bound ------------------------------------------------------------------------------

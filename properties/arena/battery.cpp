@@ -35,6 +35,12 @@ std::vector<check_case> arena_battery(const arena_implementation& impl) {
   out.push_back(make("model_sequence", &props::prop_model_sequence, 40));
   // Deterministic: the same edge shapes every case, so one case is the whole check.
   out.push_back(make("boundary_shapes", &props::prop_boundary_shapes, 1));
+  // Only where the implementation can be made for a device other than the first.
+  if (impl.make_for_device) {
+    check_case devices = make("multi_device", &props::prop_multi_device, 10);
+    devices.min_devices = 2;
+    out.push_back(std::move(devices));
+  }
   return out;
 }
 
@@ -43,6 +49,11 @@ arena_implementation reference_arena_implementation() {
   impl.name = "reference";
   impl.caps = arena::offload_promises{};  // synchronous, pageable, a buffer per tensor
   impl.make = [](executor& ex) {
+    return std::unique_ptr<arena::offloader>(std::make_unique<arena::reference_offloader>(ex));
+  };
+  // Nothing of it belongs to a device: its events are made on the device of the stream it is
+  // given, its copies are pageable host memory.
+  impl.make_for_device = [](executor& ex, int /*device*/) {
     return std::unique_ptr<arena::offloader>(std::make_unique<arena::reference_offloader>(ex));
   };
   return impl;
@@ -56,6 +67,11 @@ arena_implementation optimized_arena_implementation() {
   impl.caps.single_host_buffer = true;
   impl.make = [](executor& ex) {
     return std::unique_ptr<arena::offloader>(std::make_unique<arena::coalesced_offloader>(ex));
+  };
+  impl.make_for_device = [](executor& ex, int device) {
+    arena::coalesced_options o;
+    o.device = device;
+    return std::unique_ptr<arena::offloader>(std::make_unique<arena::coalesced_offloader>(ex, o));
   };
   return impl;
 }

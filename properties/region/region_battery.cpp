@@ -7,19 +7,23 @@
 #include <rapidcheck/state.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/device_memory.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/workloads/region_patterns.hpp"
@@ -40,31 +44,11 @@ std::unique_ptr<offload_region> make_region(const region_implementation& impl, e
   return r;
 }
 
-/// Device-memory slack tolerated when comparing the driver's free memory (other processes and
-/// the driver's own bookkeeping move it on a GPU; the host back end is exact).
-std::size_t memory_slack(executor& ex, int device) {
-  return ex.kind() == backend::cuda ? 2 * ex.granularity(device) : 0;
-}
+using testing::free_memory_settles_near;
+using testing::memory_slack;
+using testing::near;
 
 bool same_address(const void* a, const void* b) { return a == b; }
-
-bool near(std::size_t a, std::size_t b, std::size_t slack) {
-  return (a > b ? a - b : b - a) <= slack;
-}
-
-/// Whether the device's free memory comes back to within `slack` of `target`. A GPU's driver may
-/// hand freed memory back a little after the free returns (managed memory especially), so there
-/// it is polled for up to a second before the answer is no.
-bool free_memory_settles_near(executor& ex, int device, std::size_t target, std::size_t slack) {
-  const auto settled = [&] { return near(ex.device_memory(device).free, target, slack); };
-  if (settled()) return true;
-  if (ex.kind() == backend::host) return false;
-  for (int i = 0; i < 50; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (settled()) return true;
-  }
-  return false;
-}
 
 std::vector<std::uint32_t> read_words(executor& ex, const void* p, std::size_t words,
                                       stream_ref s) {
@@ -539,10 +523,9 @@ void state_errors(executor& ex, const region_implementation& impl) {
   RC_ASSERT(free_memory_settles_near(ex, 0, free0, slack));
 }
 
-void multi_device(executor& ex, const region_implementation& impl) {
-  const int devices = ex.device_count();
-  if (devices < 2) RC_SUCCEED("one device: nothing to check");
-  const int device = *rc::gen::inRange(1, devices);
+/// A region on a device other than the first stays there across pause and resume, refuses another
+/// device's stream, and its pause never moves another device's memory.
+void one_region_on_another_device(executor& ex, const region_implementation& impl, int device) {
   const std::size_t gran = ex.granularity(device);
   const std::size_t words = *rc::gen::inRange<std::size_t>(1, 3) * gran / word - 3;
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
@@ -569,6 +552,159 @@ void multi_device(executor& ex, const region_implementation& impl) {
   r->resume(s);
   RC_ASSERT(ex.classify(r->data()).device == device);
   assert_contents(ex, *r, words, seed, 0, s);
+}
+
+/// One region on device 0 and one on `other`, paused (in either mode) and resumed interleaved from
+/// one thread: after every step each device's free memory is what its own region's state says
+/// (the other region's steps never move it), and after every resume the region's contents (unless
+/// discarded) and a replay of its graph are right.
+void two_regions_at_once(executor& ex, const region_implementation& impl, int other) {
+  const std::array<int, 2> device{0, other};
+  // On a GPU, whose free memory is compared within two granules, regions of four granules or more,
+  // so that a paused region shows; any size on the host back end, which accounts exactly.
+  const bool gpu = ex.kind() == backend::cuda;
+  std::array<shape, 2> sh{};
+  std::array<std::uint32_t, 2> seed{};
+  for (std::size_t i = 0; i < 2; ++i) {
+    sh[i] = gen_shape(ex, device[i], gpu ? 8 : 2);
+    const std::size_t gran = ex.granularity(device[i]);
+    if (gpu && sh[i].words * word < 4 * gran) sh[i] = {4 * gran / word - 1, gran};
+    // A partial last granule: what a paused region keeps beyond its size is release_is_real's.
+    if (sh[i].words * word % gran == 0) --sh[i].words;
+    seed[i] = *rc::gen::arbitrary<std::uint32_t>();
+  }
+  // One untimed round per device first: a GPU loads kernels (and their device memory) on each
+  // device at their first use there, which would read as memory a region holds.
+  for (std::size_t i = 0; i < 2; ++i) {
+    stream s(ex, device[i]);
+    auto warm = make_region(impl, ex, region_config{sh[i].words * word, device[i], 0});
+    write_pattern(ex, warm->data(), sh[i].words, seed[i], s);
+    warm->replay(warm->register_graph(affine_graph(ex, sh[i].words), s), s);
+    warm->pause(s);
+    warm->resume(s);
+    s.synchronize();
+  }
+  std::array<stream, 2> s{stream(ex, device[0]), stream(ex, device[1])};
+  std::array<std::size_t, 2> slack{memory_slack(ex, device[0]), memory_slack(ex, device[1])};
+  const std::vector<std::size_t> before = testing::free_per_device(ex);
+  // Made in a random order; making one never moves the other device's memory.
+  std::array<std::unique_ptr<offload_region>, 2> r;
+  const std::size_t first = *rc::gen::inRange<std::size_t>(0, 2);
+  for (const std::size_t i : {first, 1 - first}) {
+    const std::vector<std::size_t> prior = testing::free_per_device(ex);
+    r[i] = make_region(impl, ex, region_config{sh[i].words * word, device[i], sh[i].chunk_bytes});
+    RC_ASSERT(r[i]->device() == device[i]);
+    const std::string moved = testing::other_devices_moved(ex, prior, device[i]);
+    if (!moved.empty())
+      RC_FAIL(offloadkit::detail::concat("making the region on device ", device[i], ": ", moved));
+  }
+  // A failed check unwinds: queued work on the regions must end before they go.
+  const testing::sync_on_exit guard(ex, {s[0], s[1]});
+  std::array<graph_id, 2> g{};
+  std::array<int, 2> replays{0, 0};
+  // False after a discarding pause: what pause modes do to the contents is model_based's.
+  std::array<bool, 2> known{true, true};
+  for (std::size_t i = 0; i < 2; ++i) {
+    write_pattern(ex, r[i]->data(), sh[i].words, seed[i], s[i]);
+    g[i] = r[i]->register_graph(affine_graph(ex, sh[i].words), s[i]);
+    s[i].synchronize();
+  }
+  std::array<std::size_t, 2> active{};
+  for (std::size_t i = 0; i < 2; ++i) {
+    active[i] = ex.device_memory(device[i]).free;
+    // Each region's memory is its own device's.
+    RC_ASSERT(before[static_cast<std::size_t>(device[i])] + slack[i] >= active[i] + r[i]->size());
+  }
+  // Each device's free memory follows its own region's state: as measured with both active while
+  // its region is active; while paused, at least its size more and no more than before it existed.
+  const auto check_devices = [&](const std::string& after) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      const bool paused = r[i]->state() == region_state::paused && impl.caps.releases_memory;
+      const std::size_t least = paused ? active[i] + r[i]->size() : active[i];
+      const std::size_t most = paused ? before[static_cast<std::size_t>(device[i])] : active[i];
+      const auto within = [&] {
+        const std::size_t f = ex.device_memory(device[i]).free;
+        return f + slack[i] >= least && f <= most + slack[i];
+      };
+      bool ok = within();
+      for (int k = 0; !ok && ex.kind() == backend::cuda && k < 50; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ok = within();
+      }
+      if (!ok) {
+        RC_FAIL(offloadkit::detail::concat(
+            "after ", after, ": device ", device[i], " (its region ", paused ? "paused" : "active",
+            ") has ", ex.device_memory(device[i]).free, " bytes free, expected [", least, ", ",
+            most, "] within ", slack[i]));
+      }
+    }
+  };
+  // Both regions paused and resumed first (in random orders), then random steps.
+  struct step {
+    std::size_t region;
+    int op;  // 0 pause preserving, 1 pause discarding, 2 resume, 3 write, 4 replay
+  };
+  std::vector<step> steps;
+  const std::size_t pause_first = *rc::gen::inRange<std::size_t>(0, 2);
+  const std::size_t resume_first = *rc::gen::inRange<std::size_t>(0, 2);
+  steps.push_back({pause_first, *rc::gen::inRange(0, 2)});
+  steps.push_back({1 - pause_first, *rc::gen::inRange(0, 2)});
+  steps.push_back({resume_first, 2});
+  steps.push_back({1 - resume_first, 2});
+  const int more = *rc::gen::inRange(0, 10);
+  for (int k = 0; k < more; ++k) {
+    steps.push_back({*rc::gen::inRange<std::size_t>(0, 2), *rc::gen::inRange(0, 5)});
+  }
+  for (const step& st : steps) {
+    const std::size_t i = st.region;
+    offload_region& ri = *r[i];
+    const bool is_active = ri.state() == region_state::active;
+    std::string what;
+    if (st.op <= 1 && is_active) {
+      const pause_mode mode = st.op == 0 ? pause_mode::preserve : pause_mode::discard;
+      ri.pause(mode, s[i]);
+      if (mode == pause_mode::discard) known[i] = false;
+      what = offloadkit::detail::concat("pause(", to_string(mode), ") of the region on device ",
+                                        device[i]);
+    } else if (st.op == 2 && !is_active) {
+      ri.resume(s[i]);
+      RC_ASSERT(ex.classify(ri.data()).device == device[i]);
+      what = offloadkit::detail::concat("resume of the region on device ", device[i]);
+      if (known[i]) assert_contents(ex, ri, sh[i].words, seed[i], replays[i], s[i]);
+      // Its graph replays on the contents the resume brought back.
+      ri.replay(g[i], s[i]);
+      ++replays[i];
+      if (known[i]) assert_contents(ex, ri, sh[i].words, seed[i], replays[i], s[i]);
+    } else if (st.op == 3 && is_active) {
+      seed[i] = *rc::gen::arbitrary<std::uint32_t>();
+      replays[i] = 0;
+      write_pattern(ex, ri.data(), sh[i].words, seed[i], s[i]);
+      s[i].synchronize();
+      what = offloadkit::detail::concat("a write to the region on device ", device[i]);
+    } else if (st.op == 4 && is_active) {
+      ri.replay(g[i], s[i]);
+      ++replays[i];
+      if (known[i]) assert_contents(ex, ri, sh[i].words, seed[i], replays[i], s[i]);
+      what = offloadkit::detail::concat("a replay on the region on device ", device[i]);
+    } else {
+      continue;  // not valid in the region's state
+    }
+    RC_LOG() << what << "\n";
+    check_devices(what);
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (r[i]->state() != region_state::active) r[i]->resume(s[i]);
+    if (known[i]) assert_contents(ex, *r[i], sh[i].words, seed[i], replays[i], s[i]);
+  }
+}
+
+/// A region on a device d other than the first on its own, then beside a region on device 0.
+void multi_device(executor& ex, const region_implementation& impl) {
+  const int devices = ex.device_count();
+  if (devices < 2) RC_SUCCEED("one device: nothing to check");
+  const int device = *rc::gen::inRange(1, devices);
+  one_region_on_another_device(ex, impl, device);
+  two_regions_at_once(ex, impl, device);
 }
 
 /// A resume's copies are the region's own work: a pause issued right after it on another stream

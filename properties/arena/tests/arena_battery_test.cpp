@@ -28,6 +28,9 @@ TEST(ArenaChecks, CoverEveryBuiltinImplementation) {
     }
     // The promises decide: a steady state is checked only where one is promised.
     EXPECT_EQ(names.count("steady_state") == 1, impl.caps.pinned_steady_state) << impl.name;
+    // Every built-in offloader can be made for any device.
+    EXPECT_TRUE(static_cast<bool>(impl.make_for_device)) << impl.name;
+    EXPECT_EQ(names.count("multi_device"), 1u) << impl.name;
     for (const char* always : {"round_trip", "event_chain", "lifetime", "fault_allocation",
                                "fault_copy", "concurrent", "model_sequence", "boundary_shapes"}) {
       EXPECT_EQ(names.count(always), 1u) << impl.name << " lacks " << always;

@@ -35,17 +35,21 @@ enum class bug {
   unordered_reload,           ///< reload does not wait for the offload on another stream
   offload_ignores_reload,     ///< offload overwrites the arena while a reload still reads it
   drops_large_tail,           ///< copies in whole 4 MiB chunks and forgets the rest of the run
+  ready_flag_on_device_0,     ///< reload's device-side ready flag lives on device 0, not the set's
 };
 
 /// Copies of more than this are issued in chunks of it (drops_large_tail forgets the remainder).
 constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
 
+/// Bytes of the device-side flag reload sets once a set is back (ready_flag_on_device_0).
+constexpr std::size_t flag_bytes = 256;
+
 /// A compact arena offloader (the battery's layout planning, one pinned buffer, one event that
-/// orders every use of it) with exactly one bug.
+/// orders every use of it) for the sets and streams of one device, with exactly one bug.
 template <bug B>
 class planted final : public offloader {
  public:
-  explicit planted(executor& ex) : ex_(&ex), last_(ex) {}
+  explicit planted(executor& ex, int device = 0) : ex_(&ex), last_(ex, device) {}
   ~planted() override { free_buffer(); }
 
  private:
@@ -140,12 +144,20 @@ class planted final : public offloader {
     arena::detail::expect_sizes(sizes_, set, "planted reload");
     if (pending_ && B != bug::unordered_reload) ex_->wait(last_, s);
     copies(set, false, s);
+    if (B == bug::ready_flag_on_device_0) set_ready_flag(s);
     event done(*ex_, s.device);
     ex_->record(done, s);
     return done;
   }
+  /// Sets a device-side flag that consumers on the device could wait on, taken once and kept
+  /// until release(). The bug: taken with the executor's default device (0), not the set's.
+  void set_ready_flag(stream_ref s) {
+    if (!flag_) flag_ = buffer(*ex_, memory_kind::device, flag_bytes);
+    ex_->fill(flag_.data(), 1, flag_bytes, s);
+  }
   void do_release() noexcept override {
     free_buffer();
+    flag_.reset();
     released_ = true;
     valid_ = false;
   }
@@ -165,6 +177,7 @@ class planted final : public offloader {
   std::vector<std::size_t> sizes_;
   bool valid_ = false;
   bool released_ = false;
+  buffer flag_;
 };
 
 /// planted<B>'s descriptor: the optimized offloader's promises, which it makes too.
@@ -175,6 +188,9 @@ offloadkit::testing::arena_implementation planted_descriptor() {
   impl.name = "planted";
   impl.make = [](executor& ex) {
     return std::unique_ptr<offloader>(std::make_unique<planted<B>>(ex));
+  };
+  impl.make_for_device = [](executor& ex, int device) {
+    return std::unique_ptr<offloader>(std::make_unique<planted<B>>(ex, device));
   };
   return impl;
 }
@@ -248,6 +264,9 @@ TEST(ArenaSuiteCatches, OffloadOverPendingReloadOnlyInModelSequence) {
 }
 TEST(ArenaSuiteCatches, LostTailOfLargeRunOnlyInBoundaryShapes) {
   OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(drops_large_tail, "boundary_shapes");
+}
+TEST(ArenaSuiteCatches, ReloadFlagOnDeviceZeroOnlyInMultiDevice) {
+  OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(ready_flag_on_device_0, "multi_device");
 }
 
 }  // namespace

@@ -326,6 +326,37 @@ class wrong_device_scratch_region final : public forwarding_region {
   buffer scratch_;
 };
 
+/// The device the last region made "made current", shared by every region of the process as a
+/// GPU's current device is.
+int made_current = 0;
+
+/// Bug (multi_device, with two regions at once): the region keeps a small device status word
+/// while active. Its constructor makes the region's device current (cudaSetDevice(config.device))
+/// and takes the word there; resume takes it again on the current device, which is its own only
+/// while no region of another device has been made since.
+class current_device_word_region final : public forwarding_region {
+ public:
+  current_device_word_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {
+    made_current = c.device;
+    word_ = buffer(ex, memory_kind::device, word_bytes, made_current);
+  }
+
+ private:
+  static constexpr std::size_t word_bytes = 4096;
+  void do_pause(pause_mode m, stream_ref s) override {
+    inner().pause(m, s);
+    word_.reset();
+  }
+  void do_resume(stream_ref s) override {
+    // Taken first, so that a failed allocation leaves the region paused.
+    buffer word(ex(), memory_kind::device, word_bytes, made_current);
+    inner().resume(s);
+    word_ = std::move(word);
+  }
+  buffer word_;
+};
+
 /// Bug (graph_replay_after_resume): unregister_graph() destroys the most recently registered
 /// graph, whatever id it is given.
 class wrong_unregister_region final : public forwarding_region {
@@ -513,6 +544,10 @@ TEST(RegionCatchesExactlyOne, ClampedDeviceOnlyByStateErrors) {
 }
 TEST(RegionCatchesExactlyOne, ScratchOnAnotherDeviceOnlyByMultiDevice) {
   EXPECT_EQ(failing_properties(planted<wrong_device_scratch_region>(optimized())),
+            names{"multi_device"});
+}
+TEST(RegionCatchesExactlyOne, WordOnTheCurrentDeviceOnlyByMultiDevice) {
+  EXPECT_EQ(failing_properties(planted<current_device_word_region>(optimized())),
             names{"multi_device"});
 }
 TEST(RegionCatchesExactlyOne, ImpatientPauseOnlyByCrossStreamOrder) {

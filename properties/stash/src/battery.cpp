@@ -36,6 +36,9 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
   if (impl.caps.capturable) {
     out.push_back(make("graph_replay_row_counts", &props::prop_graph_replay, 40));
   }
+  check_case devices = make("multi_device", &props::prop_multi_device, 8);
+  devices.min_devices = 2;
+  out.push_back(std::move(devices));
   return out;
 }
 

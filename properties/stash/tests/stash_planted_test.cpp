@@ -242,6 +242,18 @@ class first_rows_pointer_stash final : public forwarding_stash {
   }
 };
 
+/// Bug (multi_device): the config is checked as given, but the pool, the freelists and the status
+/// word are allocated on device 0 (the device current when such code is written and tested),
+/// whatever config.device says.
+offloadkit::testing::stash_implementation pool_on_device_zero() {
+  return planted_descriptor([](executor& ex, const stash_config& c, stream_ref s) {
+    stash::check_config(c, ex.device_count());
+    stash_config real = c;
+    real.device = 0;
+    return std::unique_ptr<stash_interface>(std::make_unique<plain_stash>(ex, c, real, s));
+  });
+}
+
 /// The properties of the whole battery that fail on the host executor (a fresh one each, each
 /// property's default case count).
 std::set<std::string> failing_properties(const std::vector<check_case>& battery) {
@@ -291,6 +303,9 @@ TEST(StashCatchesExactlyOne, WrongStreamOnlyByModel) {
 TEST(StashCatchesExactlyOne, FirstRowsPointerOnlyByGraphReplay) {
   EXPECT_EQ(failing_properties(planted<first_rows_pointer_stash>()),
             names{"graph_replay_row_counts"});
+}
+TEST(StashCatchesExactlyOne, PoolOnDeviceZeroOnlyByMultiDevice) {
+  EXPECT_EQ(failing_properties(pool_on_device_zero()), names{"multi_device"});
 }
 
 // ---- codecs: each codec property catches a broken codec that the others pass ------------------

@@ -75,13 +75,20 @@ struct region_implementation {
 // ---- coalesced arena ------------------------------------------------------------------------
 
 using arena_factory = std::function<std::unique_ptr<arena::offloader>(executor&)>;
+/// Makes an offloader for tensor sets of one device, used with that device's streams.
+using arena_device_factory =
+    std::function<std::unique_ptr<arena::offloader>(executor&, int device)>;
 
 struct arena_implementation {
   std::string name;
   /// asynchronous, pinned_steady_state, single_host_buffer: each promise made is checked.
   arena::offload_promises caps;
   executor_support support;
+  /// An offloader for device 0's tensor sets and streams.
   arena_factory make;
+  /// An offloader for any device's; empty where the implementation cannot be told a device (a
+  /// plugin's create() takes none), which then runs on device 0 only: multi_device does not apply.
+  arena_device_factory make_for_device;
 };
 
 // ---- activation offload ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The arena battery: every property of an offloader, written once against the interface and
 // listed for an implementation descriptor (testing::arena_implementation) by what it declares:
 // each promise in its caps is checked (and the instance's promises() must agree with them), and
-// fault injection applies only when its allocations and copies go through the executor. Run by
+// fault injection applies only when its allocations and copies go through the executor, and the
+// second-device property only where the descriptor can make an offloader for that device. Run by
 // the generated ctest suites on both executors and by `offloadkit check` through arena_checks().
 #pragma once
 
@@ -23,7 +24,9 @@
 #include "offloadkit/testing/arena_battery_support.hpp"
 #include "offloadkit/testing/arena_checks.hpp"
 #include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/device_memory.hpp"
 #include "offloadkit/testing/implementation.hpp"
+#include "offloadkit/testing/sync_on_exit.hpp"
 
 namespace offloadkit::arena::testing {
 
@@ -120,9 +123,8 @@ std::string expect_throw(Fn&& fn, const char* what) {
 
 /// An offloader from the descriptor's factory. The promises the instance makes agree with the
 /// ones its descriptor declares, which are the ones the properties below check.
-inline std::unique_ptr<offloader> make_offloader(const arena_implementation& impl, executor& ex) {
-  auto off = impl.make(ex);
-  const offload_promises made = off->promises();
+inline void expect_declared_promises(const arena_implementation& impl, const offloader& off) {
+  const offload_promises made = off.promises();
   if (made.asynchronous != impl.caps.asynchronous ||
       made.pinned_steady_state != impl.caps.pinned_steady_state ||
       made.single_host_buffer != impl.caps.single_host_buffer) {
@@ -132,6 +134,11 @@ inline std::unique_ptr<offloader> make_offloader(const arena_implementation& imp
         ", the descriptor declares ", impl.caps.asynchronous, " ", impl.caps.pinned_steady_state,
         " ", impl.caps.single_host_buffer));
   }
+}
+
+inline std::unique_ptr<offloader> make_offloader(const arena_implementation& impl, executor& ex) {
+  auto off = impl.make(ex);
+  expect_declared_promises(impl, *off);
   return off;
 }
 
@@ -591,6 +598,86 @@ inline void prop_boundary_shapes(const arena_implementation& impl, executor& ex)
   }
   grown->release();
   RC_ASSERT(grown->host_bytes() == 0u);
+}
+
+/// An offloader made for a device other than the first (d >= 1) moves tensor sets of d on a stream
+/// of d, with work issued on device 0 right before each of its calls: over cycles every byte comes
+/// back, in place and into other buffers; the events it returns are d's; it never moves another
+/// device's memory (device 0's free memory stays put) and d's is back once it is released and
+/// gone; where a pinned steady state is promised, cycles after the first allocate no host memory
+/// (the arena is reused). On a GPU the figures hold within two granules.
+inline void prop_multi_device(const arena_implementation& impl, executor& base) {
+  const int devices = base.device_count();
+  if (devices < 2) RC_SUCCEED("one device: nothing to check");
+  const int d = *rc::gen::inRange(1, devices);
+  RC_TAG(offloadkit::detail::concat("device ", d));
+  host_memory_tracker ex(base);
+  const set_spec spec = *gen_set_spec(std::size_t{1} << 20, 100);
+  stream s(base, d), other(base, 0);
+  device_set a = make_device_set(base, spec, d);
+  device_set b = make_device_set(base, *gen_regrouped(spec), d);
+  buffer busy(base, memory_kind::device, 4096, 0);
+  const offloadkit::testing::sync_on_exit guard(base, {s, other});
+  fill_pattern(base, a.view(), *rc::gen::arbitrary<std::uint64_t>(), s);
+  const snapshot expected = read_set(base, a.view(), s);
+  // Work on device 0, as the rest of a program issues it between the offloader's calls.
+  int busy_value = 0;
+  const auto device_0_work = [&] {
+    base.fill(busy.data(), ++busy_value & 0xff, busy.size(), other);
+  };
+  const std::vector<std::size_t> before = offloadkit::testing::free_per_device(base);
+  const auto check_devices = [&](const char* after) {
+    const std::string moved = offloadkit::testing::other_devices_moved(base, before, d);
+    if (!moved.empty()) RC_FAIL(std::string("after ") + after + ": " + moved);
+  };
+  auto off = impl.make_for_device(ex, d);
+  expect_declared_promises(impl, *off);
+  check_devices("making the offloader");
+  const auto expect_own_device = [d](const event& e, const char* call) {
+    if (e.ref().device != d) {
+      RC_FAIL(offloadkit::detail::concat(call, " of a set of device ", d,
+                                         " returned an event of device ", e.ref().device));
+    }
+  };
+  const int cycles = *rc::gen::inRange(2, 5);
+  std::size_t allocations_after_first = 0;
+  for (int c = 0; c < cycles; ++c) {
+    device_0_work();
+    event out = off->offload(a.view(), s);
+    expect_own_device(out, "offload()");
+    ex.synchronize(out.ref());
+    check_devices("offload()");
+    scribble(base, a.view(), 0x5a, s);
+    device_0_work();
+    event back = off->reload(a.view(), s);
+    expect_own_device(back, "reload()");
+    ex.synchronize(back.ref());
+    assert_same(expected, read_set(base, a.view(), s), "reload in place on the second device");
+    check_devices("reload() in place");
+    scribble(base, b.view(), 0xa5, s);
+    device_0_work();
+    ex.synchronize(off->reload(b.view(), s).ref());
+    assert_same(expected, read_set(base, b.view(), s), "reload into other buffers of the device");
+    check_devices("reload() into other buffers");
+    if (c == 0) {
+      allocations_after_first = ex.host().allocations;
+    } else if (impl.caps.pinned_steady_state) {
+      RC_ASSERT(ex.host().allocations == allocations_after_first);
+    }
+  }
+  off->release();
+  RC_ASSERT(off->host_bytes() == 0u);
+  off.reset();
+  base.synchronize(other);
+  for (int dev = 0; dev < devices; ++dev) {
+    const auto i = static_cast<std::size_t>(dev);
+    if (!offloadkit::testing::free_memory_settles_near(
+            base, dev, before[i], offloadkit::testing::memory_slack(base, dev))) {
+      RC_FAIL(offloadkit::detail::concat("with the offloader gone, device ", dev, " has ",
+                                         base.device_memory(dev).free, " bytes free, ", before[i],
+                                         " before"));
+    }
+  }
 }
 
 }  // namespace offloadkit::arena::testing

@@ -1,8 +1,9 @@
 // The executor battery: the properties every executor back end must satisfy (copies in every
 // direction, fill, launch with device-scope atomics, stream order, event ordering across streams,
-// VMM remap at a fixed address, graph replay after a remap, recovery from injected faults, and the
-// counting adaptor's accounting). The properties are the same for every back end; the executor to
-// check is handed to run_check at run time.
+// VMM remap at a fixed address, graph replay after a remap, recovery from injected faults, the
+// counting adaptor's accounting, and, with two devices or more, every device's resources placed on
+// it). The properties are the same for every back end; the executor to check is handed to
+// run_check at run time.
 #pragma once
 
 #include <string>
