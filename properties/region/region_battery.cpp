@@ -556,8 +556,9 @@ void one_region_on_another_device(executor& ex, const region_implementation& imp
 
 /// One region on device 0 and one on `other`, paused (in either mode) and resumed interleaved from
 /// one thread: after every step each device's free memory is what its own region's state says
-/// (the other region's steps never move it), and after every resume the region's contents (unless
-/// discarded) and a replay of its graph are right.
+/// (the other region's steps never move it), and after every resume a replay of the region's graph
+/// runs on it and its contents are right (until its first discarding pause: what pause modes do
+/// to the contents is model_based's to check).
 void two_regions_at_once(executor& ex, const region_implementation& impl, int other) {
   const std::array<int, 2> device{0, other};
   // On a GPU, whose free memory is compared within two granules, regions of four granules or more,
