@@ -215,16 +215,10 @@ std::vector<double> run_together(int n, const std::function<void(int)>& fn) {
   return secs;
 }
 
-/// Words at `p` (on `s`'s device) that differ from the pattern `seed`, counted on the device.
+/// Words at `p` that differ from the pattern `seed`, counted on `s`'s device.
 unsigned long long wrong_words(executor& ex, const void* p, std::size_t bytes, std::uint32_t seed,
                                stream_ref s) {
-  buffer counter(ex, memory_kind::device, sizeof(unsigned long long), s.device);
-  buffer result(ex, memory_kind::pinned, sizeof(unsigned long long));
-  ex.fill(counter.data(), 0, counter.size(), s);
-  region::count_mismatches(ex, p, bytes / 4, seed, counter.as<unsigned long long>(), s);
-  ex.copy(result.data(), counter.data(), counter.size(), s);
-  ex.synchronize(s);
-  return *result.as<unsigned long long>();
+  return region::mismatched_words(ex, p, bytes / 4, seed, s);
 }
 
 /// One figure of one device: alone, and together with every other device (negative: not

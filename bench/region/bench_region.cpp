@@ -99,16 +99,10 @@ double seconds(F&& f) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-/// Words at `p` that differ from the pattern, counted on the device into pinned memory.
+/// Words at `p` that differ from the pattern `seed`, counted on `s`'s device.
 unsigned long long wrong_words(executor& ex, const void* p, std::size_t bytes, std::uint32_t seed,
                                stream_ref s) {
-  buffer counter(ex, memory_kind::device, sizeof(unsigned long long), 0);
-  buffer result(ex, memory_kind::pinned, sizeof(unsigned long long));
-  ex.fill(counter.data(), 0, counter.size(), s);
-  region::count_mismatches(ex, p, bytes / 4, seed, counter.as<unsigned long long>(), s);
-  ex.copy(result.data(), counter.data(), counter.size(), s);
-  ex.synchronize(s);
-  return *result.as<unsigned long long>();
+  return region::mismatched_words(ex, p, bytes / 4, seed, s);
 }
 
 struct row {

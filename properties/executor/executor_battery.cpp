@@ -47,6 +47,23 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 
 using detail::splitmix64;
 
+/// Captures what `body` issues on `s` into a graph. Should `body` throw, the capture is ended (so
+/// that the stream is usable for the checks that follow) and the error goes on.
+template <class Body>
+graph capture_graph(executor& ex, stream_ref s, Body&& body) {
+  ex.begin_capture(s);
+  try {
+    std::forward<Body>(body)();
+  } catch (...) {
+    try {
+      graph discarded(ex, ex.end_capture(s));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
+    }
+    throw;
+  }
+  return graph(ex, ex.end_capture(s));
+}
+
 /// Fills host-visible memory with bytes determined by `seed` (distinct seeds, distinct bytes).
 void write_pattern(void* p, std::size_t bytes, std::uint64_t seed) {
   auto* b = static_cast<unsigned char*>(p);
@@ -675,21 +692,11 @@ void graph_replay_after_remap(executor& ex) {
   mapped_range range(ex, bytes);
   const sync_on_exit guard(ex, {s});
 
-  ex.begin_capture(s);
-  graph captured;
-  try {
+  graph captured = capture_graph(ex, s, [&] {
     ex.copy(range.data(), src.data(), bytes, s);
     launch_affine(ex, words, static_cast<std::uint32_t*>(range.data()), a, b, s);
     ex.copy(dst.data(), range.data(), bytes, s);
-  } catch (...) {
-    // End the capture so that the stream is usable for the checks that follow.
-    try {
-      graph discarded(ex, ex.end_capture(s));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
-    }
-    throw;
-  }
-  captured = graph(ex, ex.end_capture(s));
+  });
 
   auto replay_and_check = [&](const std::string& when) {
     const std::uint64_t seed = gen_seed();
@@ -928,18 +935,8 @@ void device_placement(executor& ex) {
     expect_bytes(out.data(), expected.data(), bytes,
                  detail::concat("a copy in, a launch and a copy out on a stream", on));
     // A graph of d's stream replays there.
-    ex.begin_capture(s);
-    graph captured;
-    try {
-      launch_affine(ex, words, dev.as<std::uint32_t>(), a, b, s);
-    } catch (...) {
-      try {
-        graph discarded(ex, ex.end_capture(s));
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
-      }
-      throw;
-    }
-    captured = graph(ex, ex.end_capture(s));
+    graph captured =
+        capture_graph(ex, s, [&] { launch_affine(ex, words, dev.as<std::uint32_t>(), a, b, s); });
     captured.replay(s);
     captured.replay(s);
     ex.synchronize(s);

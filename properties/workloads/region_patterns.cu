@@ -4,6 +4,7 @@
 #include <cuda/atomic>
 
 #include "offloadkit/launch.hpp"
+#include "offloadkit/resources.hpp"
 #include "offloadkit/workloads/region_patterns.hpp"
 
 namespace offloadkit::region {
@@ -47,6 +48,17 @@ void count_mismatches(executor& ex, const void* p, std::size_t words, std::uint3
                       unsigned long long* mismatches, stream_ref s) {
   launch(ex, words, mismatch_body{static_cast<const std::uint32_t*>(p), seed, mismatches},
          "region_count_mismatches", s);
+}
+
+unsigned long long mismatched_words(executor& ex, const void* p, std::size_t words,
+                                    std::uint32_t seed, stream_ref s) {
+  const buffer counter(ex, memory_kind::device, sizeof(unsigned long long), s.device);
+  const buffer result(ex, memory_kind::pinned, sizeof(unsigned long long));
+  ex.fill(counter.data(), 0, counter.size(), s);
+  count_mismatches(ex, p, words, seed, counter.as<unsigned long long>(), s);
+  ex.copy(result.data(), counter.data(), counter.size(), s);
+  ex.synchronize(s);
+  return *result.as<unsigned long long>();
 }
 
 }  // namespace offloadkit::region

@@ -32,5 +32,9 @@ void apply_affine(executor& ex, void* p, std::size_t words, stream_ref s);
 /// `p` that differ from pattern_word(seed, i), in order on `s`.
 void count_mismatches(executor& ex, const void* p, std::size_t words, std::uint32_t seed,
                       unsigned long long* mismatches, stream_ref s);
+/// The number of words at `p` (on `s`'s device) that differ from pattern_word(seed, i), counted
+/// on the device after the work already on `s`; waits for `s`.
+unsigned long long mismatched_words(executor& ex, const void* p, std::size_t words,
+                                    std::uint32_t seed, stream_ref s);
 
 }  // namespace offloadkit::region
