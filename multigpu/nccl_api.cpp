@@ -39,26 +39,22 @@ bool try_load(const std::string& candidate, nccl_api& api, std::string& why) {
     return false;
   }
   nccl_api a;
-  resolve(handle, "ncclGetVersion", a.get_version);
-  resolve(handle, "ncclGetErrorString", a.get_error_string);
-  resolve(handle, "ncclCommInitAll", a.comm_init_all);
-  resolve(handle, "ncclCommDestroy", a.comm_destroy);
-  resolve(handle, "ncclGroupStart", a.group_start);
-  resolve(handle, "ncclGroupEnd", a.group_end);
-  resolve(handle, "ncclAllReduce", a.all_reduce);
-  const std::pair<const char*, bool> required[] = {
-      {"ncclGetVersion", a.get_version != nullptr},
-      {"ncclGetErrorString", a.get_error_string != nullptr},
-      {"ncclCommInitAll", a.comm_init_all != nullptr},
-      {"ncclCommDestroy", a.comm_destroy != nullptr},
-      {"ncclGroupStart", a.group_start != nullptr},
-      {"ncclGroupEnd", a.group_end != nullptr},
-      {"ncclAllReduce", a.all_reduce != nullptr}};
-  for (const auto& [symbol, found] : required) {
-    if (!found) {
-      why = std::string("loaded, but it has no ") + symbol + " (not NCCL's C API?)";
-      return false;
-    }
+  // The entry points every variant needs; the first one missing is named.
+  const char* missing = nullptr;
+  const auto require = [&](const char* symbol, auto& fn) {
+    resolve(handle, symbol, fn);
+    if (fn == nullptr && missing == nullptr) missing = symbol;
+  };
+  require("ncclGetVersion", a.get_version);
+  require("ncclGetErrorString", a.get_error_string);
+  require("ncclCommInitAll", a.comm_init_all);
+  require("ncclCommDestroy", a.comm_destroy);
+  require("ncclGroupStart", a.group_start);
+  require("ncclGroupEnd", a.group_end);
+  require("ncclAllReduce", a.all_reduce);
+  if (missing != nullptr) {
+    why = std::string("loaded, but it has no ") + missing + " (not NCCL's C API?)";
+    return false;
   }
   resolve(handle, "ncclGetLastError", a.get_last_error);
   resolve(handle, "ncclCommGetAsyncError", a.comm_get_async_error);
