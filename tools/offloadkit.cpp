@@ -93,7 +93,10 @@ int main(int argc, char** argv) {
   // `help COMMAND` is `COMMAND --help`, for the subcommands that read argv too.
   char help_flag[] = "--help";
   std::vector<char*> help_argv;
-  if (args.size() == 2 && args[0] == "help" && args[1] != "help") {
+  const auto asks_for_help = [](const std::string& a) {
+    return a == "help" || a == "--help" || a == "-h";
+  };
+  if (args.size() == 2 && args[0] == "help" && !asks_for_help(args[1])) {
     args = {args[1], help_flag};
     help_argv = {argv[0], argv[2], help_flag, nullptr};
     argc = 3;
@@ -116,7 +119,7 @@ int main(int argc, char** argv) {
     return tools::run_guarded("version", [&rest] { return run_version(rest); });
   }
   if (command == "help" || command == "--help" || command == "-h") {
-    if (rest.size() > 1 || (rest.size() == 1 && rest[0] != "help")) {
+    if (rest.size() > 1 || (rest.size() == 1 && !asks_for_help(rest[0]))) {
       std::cerr << "offloadkit help: " << rest[0] << ": unknown command: valid commands are "
                 << command_names() << "\n";
       return exit_status::usage;
