@@ -3,11 +3,13 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cli_common.hpp"
@@ -109,6 +111,10 @@ ot::timeline parse_timeline(const std::string& path, const std::string& text) {
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw input_error(path + ": is a directory, not a timeline file");
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw input_error(path + ": cannot be read (" + std::strerror(errno) + ")");
   std::ostringstream ss;
