@@ -68,7 +68,7 @@ set(offloadkit_export_candidates
   ${offloadkit_optimized_targets} offloadkit_optimized
   offloadkit_properties offloadkit_workloads offloadkit_executor_battery
   ${offloadkit_battery_targets}
-  offloadkit_traces_timeline offloadkit_traces_schedule offloadkit_traces_replay offloadkit_traces
+  offloadkit_traces_timeline offloadkit_traces_schedule offloadkit_traces_recorder offloadkit_traces_replay offloadkit_traces
   offloadkit_traces_cli offloadkit_traces_battery offloadkit_batteries
   offloadkit_plugin_abi offloadkit_plugin_sdk offloadkit_plugin_host)
 set(offloadkit_exported "")

@@ -2,8 +2,8 @@
 // options (CLI11, tools/cli_common.hpp) and prints them with --help. `offloadkit check` runs every
 // registered property battery on the best executor available (cuda where a GPU is usable, host
 // otherwise) or the one asked for, each property in a child process of its own (check_cli.hpp);
-// capture and analyze report on CUPTI timelines (timeline_cli.hpp); replay and schedule-gen work on
-// schedule files.
+// capture and analyze report on CUPTI timelines (timeline_cli.hpp); replay, schedule-gen and
+// schedule-from-trace work on schedule files.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -35,6 +35,7 @@ constexpr command_entry commands[] = {
     {"analyze", "report on a captured timeline (overlap, pageable copies, pinned allocations)"},
     {"replay", "validate a schedule file and replay it through a stash implementation"},
     {"schedule-gen", "write a generated 1F1B or interleaved schedule file"},
+    {"schedule-from-trace", "turn the schedule events of a captured timeline into a schedule file"},
     {"version", "print the version and whether the cuda back end is usable here"},
     {"help", "print this text; help COMMAND prints that command's options"},
 };
@@ -52,7 +53,7 @@ std::string help_text() {
       "commands:\n";
   for (const auto& c : commands) {
     std::string name = c.name;
-    text += "  " + name + std::string(14 - name.size(), ' ') + c.summary + "\n";
+    text += "  " + name + std::string(21 - name.size(), ' ') + c.summary + "\n";
   }
   text +=
       "\n"
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
   // The schedule subcommands parse their own arguments; argv[0] becomes the subcommand's name.
   if (command == "replay") return tools::replay_command(argc - 1, argv + 1);
   if (command == "schedule-gen") return tools::schedule_gen_command(argc - 1, argv + 1);
+  if (command == "schedule-from-trace") {
+    return tools::schedule_from_trace_command(argc - 1, argv + 1);
+  }
   if (command == "version" || command == "--version") {
     return tools::run_guarded("version", [&rest] { return run_version(rest); });
   }

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "offloadkit/error.hpp"
-#include "offloadkit/traces/cupti_recorder.hpp"
 
 #ifndef OFFLOADKIT_INJECTION_NAME
 #define OFFLOADKIT_INJECTION_NAME "liboffloadkit_injection.so"
@@ -84,8 +83,9 @@ capture_result capture_command(const std::vector<std::string>& command,
     setenv("OFFLOADKIT_CAPTURE_OUT", result.timeline_path.c_str(), 1);
     setenv("OFFLOADKIT_CAPTURE_COMMAND", result.command_line.c_str(), 1);
     setenv("OFFLOADKIT_CAPTURE_PID", std::to_string(getpid()).c_str(), 1);
-    // NVTX ranges reach CUPTI only through NVTX's own injection variable.
-    setenv("NVTX_INJECTION64_PATH", cupti_recorder::library_path().c_str(), 0);
+    // NVTX hands its calls (ranges, marks, domains, payloads) only to the library this variable
+    // names: the same injection library, whose NVTX collector records them.
+    setenv("NVTX_INJECTION64_PATH", injection.c_str(), 1);
     execvp(argv[0], argv.data());
     // The forked child has nothing to return to: it reports and ends as a shell's child does.
     std::fprintf(stderr, "offloadkit capture: cannot run '%s': %s\n", argv[0],

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -515,6 +516,16 @@ cupti_recorder::~cupti_recorder() {
 
 std::string cupti_recorder::unavailable_reason() { return api().reason; }
 std::string cupti_recorder::library_path() { return api().path; }
+
+std::int64_t cupti_recorder::timestamp_ns() noexcept {
+  std::uint64_t t = 0;
+  if (api().get_timestamp != nullptr && api().get_timestamp(&t) == CUPTI_SUCCESS) {
+    return static_cast<std::int64_t>(t);
+  }
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 bool cupti_recorder::active() const noexcept { return impl_->owns; }
 

@@ -40,6 +40,8 @@ constexpr memory_location all_locs[] = {memory_location::device, memory_location
 constexpr sync_kind all_syncs[] = {sync_kind::context,     sync_kind::stream,
                                    sync_kind::event,       sync_kind::stream_wait_event,
                                    sync_kind::event_query, sync_kind::unknown};
+constexpr payload_type all_payloads[] = {payload_type::none, payload_type::u64, payload_type::i64,
+                                         payload_type::f64};
 constexpr api_kind all_apis[] = {api_kind::pinned_alloc,    api_kind::pinned_free,
                                  api_kind::pinned_register, api_kind::mem_map,
                                  api_kind::mem_unmap,       api_kind::other};
@@ -73,6 +75,15 @@ std::string to_chrome_trace(const timeline& t) {
                  {"bytes", r.bytes},          {"direction", to_string(r.direction)},
                  {"src", to_string(r.src)},   {"dst", to_string(r.dst)},
                  {"sync", to_string(r.sync)}, {"api", to_string(r.api)}};
+    // NVTX fields only where they say something, so that other records stay as they were.
+    if (!r.domain.empty()) args["domain"] = r.domain;
+    if (r.category != 0) args["category"] = r.category;
+    if (r.payload != payload_type::none) {
+      args["payload_type"] = to_string(r.payload);
+      if (r.payload == payload_type::u64) args["payload"] = r.payload_u64;
+      if (r.payload == payload_type::i64) args["payload"] = r.payload_i64;
+      if (r.payload == payload_type::f64) args["payload"] = r.payload_f64;
+    }
     events.push_back({{"name", r.name},
                       {"cat", category(r)},
                       {"ph", "X"},
@@ -190,6 +201,29 @@ timeline parse_chrome_trace(const std::string& text) {
     r.dst = parse_enum(get_str("dst"), all_locs, "dst", i);
     r.sync = parse_enum(get_str("sync"), all_syncs, "sync", i);
     r.api = parse_enum(get_str("api"), all_apis, "api", i);
+    if (args->contains("domain")) r.domain = get_str("domain");
+    if (args->contains("category")) {
+      const std::uint64_t c = get_uint("category");
+      OFFLOADKIT_EXPECTS(c <= 0xffffffffu, logic_error, "timeline: traceEvents[", i,
+                         "].args.category = ", c, " is outside [0, 2^32)");
+      r.category = static_cast<std::uint32_t>(c);
+    }
+    if (args->contains("payload_type")) {
+      r.payload = parse_enum(get_str("payload_type"), all_payloads, "payload_type", i);
+      auto p = args->find("payload");
+      const bool fits =
+          r.payload == payload_type::none ||
+          (p != args->end() &&
+           ((r.payload == payload_type::u64 && p->is_number_unsigned()) ||
+            (r.payload == payload_type::i64 && p->is_number_integer()) ||
+            (r.payload == payload_type::f64 && p->is_number())));
+      OFFLOADKIT_EXPECTS(fits, logic_error, "timeline: traceEvents[", i,
+                         "].args.payload must be a number of type ", to_string(r.payload),
+                         ", found ", p == args->end() ? std::string("nothing") : p->dump());
+      if (r.payload == payload_type::u64) r.payload_u64 = p->get<std::uint64_t>();
+      if (r.payload == payload_type::i64) r.payload_i64 = p->get<std::int64_t>();
+      if (r.payload == payload_type::f64) r.payload_f64 = p->get<double>();
+    }
     t.records.push_back(std::move(r));
   }
   return t;

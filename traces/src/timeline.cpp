@@ -43,6 +43,20 @@ const char* to_string(copy_direction d) noexcept {
   return "?";
 }
 
+const char* to_string(payload_type p) noexcept {
+  switch (p) {
+    case payload_type::none:
+      return "none";
+    case payload_type::u64:
+      return "u64";
+    case payload_type::i64:
+      return "i64";
+    case payload_type::f64:
+      return "f64";
+  }
+  return "?";
+}
+
 const char* to_string(memory_location m) noexcept {
   switch (m) {
     case memory_location::device:

@@ -8,6 +8,7 @@
 // One recorder may be active per process: CUPTI has one set of activity callbacks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,9 @@ class cupti_recorder {
   static std::string unavailable_reason();
   /// The path libcupti was loaded from ("" when not loaded).
   static std::string library_path();
+  /// Now on the clock of CUPTI's records (cuptiGetTimestamp), in nanoseconds; CLOCK_MONOTONIC
+  /// where CUPTI cannot be loaded. For host-side records that must line up with device work.
+  static std::int64_t timestamp_ns() noexcept;
 
   /// Enables the activity kinds and callbacks. Throws runtime_error when CUPTI is unavailable or
   /// another recorder is active, cuda_error-like runtime_error naming the CUPTI call that failed.

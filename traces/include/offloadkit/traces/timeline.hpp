@@ -25,11 +25,15 @@ enum class sync_kind { context, stream, event, stream_wait_event, event_query, u
 /// The host calls the offload checks care about.
 enum class api_kind { pinned_alloc, pinned_free, pinned_register, mem_map, mem_unmap, other };
 
+/// The type of an NVTX event's payload (nvtxEventAttributes_t::payloadType), none when it has none.
+enum class payload_type { none, u64, i64, f64 };
+
 const char* to_string(record_kind k) noexcept;
 const char* to_string(copy_direction d) noexcept;
 const char* to_string(memory_location m) noexcept;
 const char* to_string(sync_kind s) noexcept;
 const char* to_string(api_kind a) noexcept;
+const char* to_string(payload_type p) noexcept;
 
 /// One interval on the timeline. Fields that do not apply to a kind keep their defaults.
 struct record {
@@ -46,6 +50,13 @@ struct record {
   memory_location dst = memory_location::unknown;  ///< also a memset's target
   sync_kind sync = sync_kind::unknown;
   api_kind api = api_kind::other;
+  // NVTX ranges and marks (marks are ranges with end_ns == start_ns):
+  std::string domain;          ///< the NVTX domain's name, "" for the default domain
+  std::uint32_t category = 0;  ///< nvtxEventAttributes_t::category, 0 when none
+  payload_type payload = payload_type::none;
+  std::uint64_t payload_u64 = 0;  ///< the payload when payload == u64
+  std::int64_t payload_i64 = 0;   ///< ... when i64
+  double payload_f64 = 0;         ///< ... when f64
 
   [[nodiscard]] std::int64_t duration_ns() const noexcept { return end_ns - start_ns; }
   [[nodiscard]] bool is_device_work() const noexcept {
