@@ -21,13 +21,29 @@ writing, the recording is checked by the rules ``offloadkit replay`` applies (ev
 once and restored once after it, per microbatch in (vp, layer) order and back, ranges), so a
 recording that replay would refuse raises ``ScheduleError`` naming the offending step.
 Thread-safe: stashes and restores may be reported from several threads.
+
+Row counts that live on the device (a paged stash under CUDA graphs keeps them there) are given as
+a one-element integer tensor: ``record_stash(vp, layer, mb, rows=count_tensor)`` enqueues an
+asynchronous copy of it into a slot of a pinned ring on the current stream and never waits;
+``resolve()``, called where the job synchronizes anyway (the end of the step), reads the slots. So
+recording adds no host synchronization, and works under CUDA graph capture (each replay refreshes
+the slot). ``write`` resolves first. With ``nvtx=torch.cuda.nvtx.mark``, ``resolve()`` also
+writes every event as an NVTX mark of the convention in traces/SCHEDULE_FORMAT.md, so that a
+capture of the job (``offloadkit capture``) holds the same schedule (``offloadkit
+schedule-from-trace``)::
+
+    rec = offloadkit.ScheduleRecorder(..., nvtx=torch.cuda.nvtx.mark)
+    rec.record_stash(vp, layer, mb, rows=tokens_per_expert[e])   # a CUDA tensor: no sync
+    ...
+    torch.cuda.synchronize()                                      # the job's own step end
+    rec.resolve()
 """
 
 import json
 import threading
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
-from .errors import LogicError, OutOfRange
+from .errors import LogicError, OutOfRange, StateError
 
 FORMAT = "offloadkit.schedule"
 VERSION = 1
@@ -41,6 +57,7 @@ MAX_PAGE_ROWS = 1 << 20
 MAX_POOL_PAGES = (1 << 31) - 1  # device + pinned: the implementations' page ids are 31-bit
 MAX_PIPELINE_SIZE = 65536
 MAX_NAME_BYTES = 4096
+MAX_RING_SLOTS = 1 << 24
 
 
 class ScheduleError(LogicError):
@@ -54,6 +71,34 @@ class ScheduleError(LogicError):
         self.reason = reason
 
 
+class TorchRing:
+    """The pinned ring of row counts: ``put`` enqueues the copy of a one-element CUDA tensor into
+    slot ``slot`` on the current stream; ``get`` reads the slot, -1 until the copy has landed."""
+
+    def __init__(self, slots):
+        import torch  # only where device row counts are recorded
+
+        self._torch = torch
+        self._ring = torch.full((slots,), -1, dtype=torch.int64, pin_memory=True)
+        self._host = self._ring.numpy()
+
+    def put(self, slot, rows):
+        if rows.numel() != 1:
+            raise OutOfRange(f"rows is a tensor of {rows.numel()} elements; one row count "
+                             "(one element) is expected")
+        if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == self._torch.bool:
+            raise LogicError(f"rows is a tensor of {rows.dtype}; an integer tensor is expected")
+        self._host[slot] = -1  # before the copy is enqueued; the copy overwrites it
+        self._ring[slot].copy_(rows.reshape(()).to(self._torch.int64), non_blocking=True)
+
+    def get(self, slot):
+        return int(self._host[slot])
+
+
+def _on_device(rows):
+    return rows is not None and bool(getattr(rows, "is_cuda", False))
+
+
 def _in_range(where, value, lo, hi):
     if not lo <= value <= hi:
         raise ScheduleError(where, f"{value} is outside [{lo}, {hi}]")
@@ -63,13 +108,19 @@ class ScheduleRecorder:
     """Collects one rank's stashes, restores and row counts; ``write`` produces a schedule file.
 
     ``row_bytes`` is one integer for all layers or one per layer; ``device_pages`` and
-    ``pinned_pages``, where given, are the pool ``replay`` checks for overflow.
+    ``pinned_pages``, where given, are the pool ``replay`` checks for overflow. ``nvtx``: a
+    function that writes an NVTX mark (``torch.cuda.nvtx.mark``), called by ``resolve()`` for each
+    event. ``ring_slots``: device row counts that may wait for ``resolve()`` at once; ``ring``:
+    the ring itself (default a ``TorchRing`` of that many pinned slots, made at the first device
+    row count).
     """
 
     def __init__(self, *, virtual_stages: int, layers: int, microbatches: int,
                  row_bytes: Union[int, Sequence[int]], max_rows: int, page_rows: int = 64,
                  name: Optional[str] = None, pipeline_size: int = 1, pipeline_rank: int = 0,
-                 device_pages: Optional[int] = None, pinned_pages: Optional[int] = None):
+                 device_pages: Optional[int] = None, pinned_pages: Optional[int] = None,
+                 nvtx: Optional[Callable[[str], None]] = None, ring_slots: int = 4096,
+                 ring: Optional[object] = None):
         _in_range("/pipeline/virtual_stages", virtual_stages, 1, MAX_VIRTUAL_STAGES)
         _in_range("/pipeline/layers", layers, 1, MAX_LAYERS)
         _in_range("/pipeline/microbatches", microbatches, 1, MAX_MICROBATCHES)
@@ -101,9 +152,19 @@ class ScheduleRecorder:
         self.page_rows = page_rows
         self.pipeline_size = pipeline_size
         self.pipeline_rank = pipeline_rank
+        _in_range("ring_slots", ring_slots, 1, MAX_RING_SLOTS)
         self.pools = None
         self._rows = [0] * keys
         self._steps = []  # ("S" | "R", vp, layer, microbatch)
+        # Events not yet resolved, in recording order: ("S", vp, layer, mb, slot or None),
+        # ("R", vp, layer, mb, None), ("P", device_pages, pinned_pages, 0, None).
+        self._pending = []
+        self._nvtx = nvtx
+        self._ring = ring
+        self._ring_slots = ring_slots
+        self._next_slot = 0
+        self._used_slots = 0
+        self._header_written = False
         self._lock = threading.Lock()
         if device_pages is not None or pinned_pages is not None:
             self.set_pools(device_pages or 0, pinned_pages or 0)
@@ -117,15 +178,28 @@ class ScheduleRecorder:
                 raise OutOfRange(f"{field} = {value} is outside [0, {limit})")
         return (vp * self.layers + layer) * self.microbatches + microbatch
 
-    def record_stash(self, vp: int, layer: int, microbatch: int, rows: Optional[int] = None):
+    def record_stash(self, vp: int, layer: int, microbatch: int, rows=None):
         """A stash of key (vp, layer, microbatch), in issue order; ``rows``: its row count, where
-        known (a Python int, or anything int() takes: a 0-d tensor is read, which synchronizes)."""
+        known: a Python int (or anything int() takes), or a one-element integer CUDA tensor, whose
+        value is copied to the host asynchronously and read by ``resolve()``."""
         vp, layer, microbatch = int(vp), int(layer), int(microbatch)
         with self._lock:
             index = self._key_index(vp, layer, microbatch)
-            if rows is not None:
+            slot = None
+            if _on_device(rows):
+                if self._used_slots == self._ring_slots:
+                    raise StateError(f"the ring's {self._ring_slots} row-count slots are all "
+                                     "waiting for resolve(): resolve() at a point the job "
+                                     "synchronizes, or give more ring_slots")
+                if self._ring is None:
+                    self._ring = TorchRing(self._ring_slots)
+                slot = self._next_slot
+                self._ring.put(slot, rows)
+                self._next_slot = (slot + 1) % self._ring_slots
+                self._used_slots += 1
+            elif rows is not None:
                 self._set_rows_locked(index, rows)
-            self._steps.append(("S", vp, layer, microbatch))
+            self._pending.append(("S", vp, layer, microbatch, slot))
 
     def record_restore(self, vp: int, layer: int, microbatch: int, rows: Optional[int] = None):
         """A restore of key (vp, layer, microbatch), in issue order."""
@@ -134,7 +208,65 @@ class ScheduleRecorder:
             index = self._key_index(vp, layer, microbatch)
             if rows is not None:
                 self._set_rows_locked(index, rows)
-            self._steps.append(("R", vp, layer, microbatch))
+            self._pending.append(("R", vp, layer, microbatch, None))
+
+    def resolve(self) -> int:
+        """Reads the device row counts copied since the last call and applies the events recorded
+        since then, in order (writing their NVTX marks where ``nvtx`` was given). Call it after
+        the job synchronized the streams the copies went to: a count that has not reached the host
+        is a ``StateError`` naming its key, and that event and the later ones stay pending for a
+        later call. Returns the number of events resolved."""
+        with self._lock:
+            return self._resolve_locked()
+
+    @property
+    def pending(self) -> int:
+        """Events recorded and not yet resolved."""
+        with self._lock:
+            return len(self._pending)
+
+    def _mark(self, text):
+        if self._nvtx is not None:
+            self._nvtx(text)
+
+    def _shape_text(self):
+        uniform = all(b == self.row_bytes[0] for b in self.row_bytes)
+        text = (f"offloadkit.schedule version={VERSION} pipeline_size={self.pipeline_size} "
+                f"pipeline_rank={self.pipeline_rank} virtual_stages={self.virtual_stages} "
+                f"layers={self.layers} microbatches={self.microbatches} "
+                f"max_rows={self.max_rows} page_rows={self.page_rows} row_bytes="
+                + (str(self.row_bytes[0]) if uniform else ",".join(map(str, self.row_bytes))))
+        return text + (f" name={self.name}" if self.name else "")
+
+    def _resolve_locked(self):
+        if not self._header_written:
+            self._mark(self._shape_text())
+            self._header_written = True
+        done = 0
+        try:
+            for op, a, b, c, slot in self._pending:
+                if op == "S":
+                    index = self._key_index(a, b, c)
+                    if slot is not None:
+                        rows = self._ring.get(slot)
+                        if rows < 0:
+                            raise StateError(f"resolve(): the row count of key ({a}, {b}, {c}) "
+                                             "has not reached the host yet; call resolve() after "
+                                             "the stream its stash ran on has been synchronized")
+                        self._set_rows_locked(index, rows)
+                        self._used_slots -= 1
+                    self._steps.append(("S", a, b, c))
+                    self._mark(f"offloadkit.stash vp={a} layer={b} mb={c} "
+                               f"rows={self._rows[index]}")
+                elif op == "R":
+                    self._steps.append(("R", a, b, c))
+                    self._mark(f"offloadkit.restore vp={a} layer={b} mb={c}")
+                else:
+                    self._mark(f"offloadkit.pools device_pages={a} pinned_pages={b}")
+                done += 1
+        finally:
+            del self._pending[:done]
+        return done
 
     def set_rows(self, vp: int, layer: int, microbatch: int, rows: int):
         """The row count of a key (for counts read back later, e.g. at the end of the step)."""
@@ -156,17 +288,20 @@ class ScheduleRecorder:
                                 f"{pinned_pages} is outside [0, {MAX_POOL_PAGES}]")
         with self._lock:
             self.pools = (int(device_pages), int(pinned_pages))
+            self._pending.append(("P", self.pools[0], self.pools[1], 0, None))
 
     @property
     def steps_recorded(self) -> int:
+        """Stashes and restores recorded, resolved or not."""
         with self._lock:
-            return len(self._steps)
+            return len(self._steps) + sum(1 for e in self._pending if e[0] in "SR")
 
     # ---- output -------------------------------------------------------------------------------
 
     def validate(self):
         """Raises ScheduleError at the first step ``offloadkit replay`` would refuse."""
         with self._lock:
+            self._resolve_locked()
             self._validate_locked(list(self._steps))
 
     def _validate_locked(self, steps):
@@ -241,6 +376,7 @@ class ScheduleRecorder:
     def to_dict(self) -> dict:
         """The validated recording as the schedule document (a dict ready for json.dump)."""
         with self._lock:
+            self._resolve_locked()
             steps = list(self._steps)
             self._validate_locked(steps)
             doc = {"format": FORMAT, "version": VERSION}
