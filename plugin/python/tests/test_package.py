@@ -108,6 +108,144 @@ class RecorderTest(unittest.TestCase):
             self.recorder(name="x" * 4097)
 
 
+class FakeCount:
+    """A device row count as the recorder sees one (a one-element CUDA tensor)."""
+
+    is_cuda = True
+
+    def __init__(self, value):
+        self.value = value
+
+
+class FakeRing:
+    """A ring whose copies land only when told to (as copies on a busy stream would)."""
+
+    def __init__(self):
+        self.slots, self.queued = {}, []
+
+    def put(self, slot, rows):
+        self.slots[slot] = -1
+        self.queued.append((slot, rows.value))
+
+    def land(self):
+        for slot, value in self.queued:
+            self.slots[slot] = value
+        self.queued = []
+
+    def get(self, slot):
+        return self.slots[slot]
+
+
+class DeviceRowsRecorderTest(unittest.TestCase):
+    def recorder(self, marks, ring, **kw):
+        args = dict(virtual_stages=1, layers=2, microbatches=1, row_bytes=[16, 32], max_rows=100,
+                    page_rows=8, name="a step", nvtx=marks.append, ring=ring)
+        args.update(kw)
+        return ok.ScheduleRecorder(**args)
+
+    def test_counts_resolve_in_order_and_their_marks_follow_the_convention(self):
+        marks, ring = [], FakeRing()
+        rec = self.recorder(marks, ring, device_pages=4)
+        rec.record_stash(0, 0, 0, rows=FakeCount(7))
+        rec.record_stash(0, 1, 0, rows=3)
+        rec.record_restore(0, 1, 0)
+        rec.record_restore(0, 0, 0)
+        self.assertEqual(rec.pending, 5)
+        self.assertEqual(marks, [], "nothing is written before resolve()")
+        ring.land()
+        self.assertEqual(rec.resolve(), 5)
+        self.assertEqual(marks, [
+            "offloadkit.schedule version=1 pipeline_size=1 pipeline_rank=0 virtual_stages=1 "
+            "layers=2 microbatches=1 max_rows=100 page_rows=8 row_bytes=16,32 name=a step",
+            "offloadkit.pools device_pages=4 pinned_pages=0",
+            "offloadkit.stash vp=0 layer=0 mb=0 rows=7",
+            "offloadkit.stash vp=0 layer=1 mb=0 rows=3",
+            "offloadkit.restore vp=0 layer=1 mb=0",
+            "offloadkit.restore vp=0 layer=0 mb=0"])
+        self.assertEqual(rec.to_dict()["rows"], [7, 3])
+
+    def test_resolve_before_the_copy_landed_is_refused_and_loses_nothing(self):
+        marks, ring = [], FakeRing()
+        rec = self.recorder(marks, ring)
+        rec.record_stash(0, 0, 0, rows=2)
+        rec.record_stash(0, 1, 0, rows=FakeCount(9))
+        rec.record_restore(0, 1, 0)
+        with self.assertRaisesRegex(ok.StateError, r"key \(0, 1, 0\) has not reached the host"):
+            rec.resolve()
+        self.assertEqual(rec.pending, 2)
+        with self.assertRaises(ok.StateError):
+            rec.write(os.devnull)  # write resolves first, and the count is still in flight
+        ring.land()
+        rec.record_restore(0, 0, 0)
+        self.assertEqual(rec.resolve(), 3)
+        self.assertEqual(rec.to_dict()["rows"], [2, 9])
+
+    def test_a_full_ring_is_a_state_error_and_slots_come_back(self):
+        ring = FakeRing()
+        rec = self.recorder([], ring, ring_slots=1, microbatches=2)
+        rec.record_stash(0, 0, 0, rows=FakeCount(1))
+        with self.assertRaisesRegex(ok.StateError, "1 row-count slots"):
+            rec.record_stash(0, 1, 0, rows=FakeCount(1))
+        ring.land()
+        rec.resolve()
+        rec.record_stash(0, 1, 0, rows=FakeCount(5))
+        ring.land()
+        self.assertEqual(rec.resolve(), 1)
+        with self.assertRaises(ok.ScheduleError):
+            ok.ScheduleRecorder(virtual_stages=1, layers=1, microbatches=1, row_bytes=1,
+                                max_rows=1, ring_slots=0)
+
+    def test_the_marks_turn_back_into_the_recorders_file(self):
+        cli = os.environ.get("OFFLOADKIT_CLI")
+        if not cli:
+            self.skipTest("OFFLOADKIT_CLI (the offloadkit command) is not set")
+        marks, ring = [], FakeRing()
+        rec = self.recorder(marks, ring, microbatches=2, pipeline_size=2, pipeline_rank=1,
+                            device_pages=3, pinned_pages=5)
+        for mb in range(2):
+            for layer in range(2):
+                rec.record_stash(0, layer, mb, rows=FakeCount(10 * mb + layer + 1))
+        for mb in range(2):
+            for layer in reversed(range(2)):
+                rec.record_restore(0, layer, mb)
+        ring.land()
+        rec.resolve()
+        # The marks as `offloadkit capture` writes them: range records of no length, default
+        # domain (torch.cuda.nvtx.mark has no domain).
+        events = [{"name": m, "ph": "X", "ts": i, "dur": 0, "pid": 0, "tid": 1,
+                   "args": {"kind": "range", "start_ns": i, "end_ns": i, "device": -1,
+                            "stream": -1, "thread": 1, "bytes": 0, "direction": "unknown",
+                            "src": "unknown", "dst": "unknown", "sync": "unknown",
+                            "api": "other"}} for i, m in enumerate(marks)]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "t.json"), "w", encoding="utf-8") as f:
+                json.dump({"traceEvents": events}, f)
+            import subprocess
+            subprocess.run([cli, "schedule-from-trace", os.path.join(d, "t.json"), "-o",
+                            os.path.join(d, "s.json")], check=True, capture_output=True)
+            with open(os.path.join(d, "s.json"), encoding="utf-8") as f:
+                from_trace = json.load(f)
+        self.assertEqual(expand(from_trace), expand(rec.to_dict()))
+
+
+def expand(doc):
+    """A schedule document with its "F"/"B" chunk entries written out as "S"/"R" steps, and
+    row_bytes as one entry per layer, so that two writers' files compare by content."""
+    layers = doc["pipeline"]["layers"]
+    steps = []
+    for s in doc["steps"]:
+        if s[0] == "F":
+            steps += [["S", s[1], layer, s[2]] for layer in range(layers)]
+        elif s[0] == "B":
+            steps += [["R", s[1], layer, s[2]] for layer in reversed(range(layers))]
+        else:
+            steps.append(list(s))
+    out = dict(doc, steps=steps)
+    if isinstance(out["row_bytes"], int):
+        out["row_bytes"] = [out["row_bytes"]] * layers
+    return out
+
+
 class BufferTest(unittest.TestCase):
     def test_host_buffers_expose_numpys_interface_only(self):
         b = ok.Buffer(0x1000, 64, "device", 0, "host")
