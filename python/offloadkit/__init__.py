@@ -18,7 +18,7 @@ from .errors import (CudaError, Error, InjectedFault, LogicError, OutOfMemory, O
 from .hooks import saved_tensor_hooks
 from .protocol import (BOTH_EXECUTORS, CUDA_EXECUTOR, EXECUTOR_ALLOCATIONS, HOST_EXECUTOR,
                        Activation, Arena, Feature, Plugin, Region, Stash, capture_graph)
-from .schedule import ScheduleError, ScheduleRecorder
+from .schedule import ScheduleError, ScheduleRecorder, TorchRing
 from .torch_support import as_torch, from_torch, torch_stream
 from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOptions, Physical,
                     RegionConfig, RegionInfo, StashConfig, StashEntry, StashKey, StashSnapshot,
@@ -31,7 +31,7 @@ __all__ = [
     "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",
     "HOST_EXECUTOR", "InjectedFault", "LogicError", "OffloadOptions", "OutOfMemory", "OutOfRange",
     "Physical", "PlatformError", "Plugin", "Region", "RegionConfig", "RegionInfo", "ScheduleError",
-    "ScheduleRecorder", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",
+    "ScheduleRecorder", "TorchRing", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",
     "StashStatus", "StateError", "Stream", "Tensor", "as_torch", "capture_graph", "check_key",
     "dtype_name", "encode_key", "from_torch", "saved_tensor_hooks", "torch_stream",
     "with_context",

@@ -25,7 +25,8 @@ Thread-safe: stashes and restores may be reported from several threads.
 Row counts that live on the device (a paged stash under CUDA graphs keeps them there) are given as
 a one-element integer tensor: ``record_stash(vp, layer, mb, rows=count_tensor)`` enqueues an
 asynchronous copy of it into a slot of a pinned ring on the current stream and never waits;
-``resolve()``, called where the job synchronizes anyway (the end of the step), reads the slots. So
+``resolve()``, called where the job synchronizes anyway (the end of the step), reads the slots
+(``record_stashes`` takes a MoE layer's counts, one key per expert, in one copy). So
 recording adds no host synchronization, and works under CUDA graph capture (each replay refreshes
 the slot). ``write`` resolves first. With ``nvtx=torch.cuda.nvtx.mark``, ``resolve()`` also
 writes every event as an NVTX mark of the convention in traces/SCHEDULE_FORMAT.md, so that a
@@ -72,24 +73,28 @@ class ScheduleError(LogicError):
 
 
 class TorchRing:
-    """The pinned ring of row counts: ``put`` enqueues the copy of a one-element CUDA tensor into
-    slot ``slot`` on the current stream; ``get`` reads the slot, -1 until the copy has landed."""
+    """The pinned ring of row counts: ``put`` enqueues, on the current stream, the copy of an
+    integer CUDA tensor of n counts into slots [slot, slot + n); ``get`` reads a slot, -1 until the
+    copy has landed. One ring may serve the recorders of successive steps (one pinned allocation
+    for the whole run): pass it as ``ring=``."""
 
     def __init__(self, slots):
         import torch  # only where device row counts are recorded
 
         self._torch = torch
+        self.slots = slots
         self._ring = torch.full((slots,), -1, dtype=torch.int64, pin_memory=True)
         self._host = self._ring.numpy()
 
     def put(self, slot, rows):
-        if rows.numel() != 1:
-            raise OutOfRange(f"rows is a tensor of {rows.numel()} elements; one row count "
-                             "(one element) is expected")
         if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == self._torch.bool:
             raise LogicError(f"rows is a tensor of {rows.dtype}; an integer tensor is expected")
-        self._host[slot] = -1  # before the copy is enqueued; the copy overwrites it
-        self._ring[slot].copy_(rows.reshape(()).to(self._torch.int64), non_blocking=True)
+        n = rows.numel()
+        self._host[slot:slot + n] = -1  # before the copy is enqueued; the copy overwrites them
+        src = rows.reshape(-1)
+        if src.dtype != self._torch.int64:
+            src = src.to(self._torch.int64)
+        self._ring[slot:slot + n].copy_(src, non_blocking=True)
 
     def get(self, slot):
         return int(self._host[slot])
@@ -187,19 +192,47 @@ class ScheduleRecorder:
             index = self._key_index(vp, layer, microbatch)
             slot = None
             if _on_device(rows):
-                if self._used_slots == self._ring_slots:
-                    raise StateError(f"the ring's {self._ring_slots} row-count slots are all "
-                                     "waiting for resolve(): resolve() at a point the job "
-                                     "synchronizes, or give more ring_slots")
-                if self._ring is None:
-                    self._ring = TorchRing(self._ring_slots)
-                slot = self._next_slot
-                self._ring.put(slot, rows)
-                self._next_slot = (slot + 1) % self._ring_slots
-                self._used_slots += 1
+                if rows.numel() != 1:
+                    raise OutOfRange(f"rows is a tensor of {rows.numel()} elements; one row "
+                                     "count is expected (record_stashes takes several)")
+                slot = self._take_slots_locked(rows)
             elif rows is not None:
                 self._set_rows_locked(index, rows)
             self._pending.append(("S", vp, layer, microbatch, slot))
+
+    def record_stashes(self, vp: int, first_layer: int, microbatch: int, rows):
+        """Stashes of keys (vp, first_layer + i, microbatch) for i in range(len(rows)), in that
+        order, whose row counts are the 1-D integer CUDA tensor ``rows`` (a MoE layer's tokens per
+        expert, one layer index per expert): one asynchronous copy for all of them."""
+        vp, first_layer, microbatch = int(vp), int(first_layer), int(microbatch)
+        if not _on_device(rows):
+            for i, r in enumerate(rows):
+                self.record_stash(vp, first_layer + i, microbatch, rows=r)
+            return
+        n = rows.numel()
+        with self._lock:
+            self._key_index(vp, first_layer, microbatch)
+            self._key_index(vp, first_layer + max(n, 1) - 1, microbatch)
+            slot = self._take_slots_locked(rows)
+            for i in range(n):
+                self._pending.append(("S", vp, first_layer + i, microbatch, slot + i))
+
+    def _take_slots_locked(self, rows):
+        """Consecutive ring slots for the counts in ``rows``, their copy enqueued."""
+        n = rows.numel()
+        if self._used_slots == 0:
+            self._next_slot = 0  # every count was resolved: start the ring over
+        if self._next_slot + n > self._ring_slots:
+            raise StateError(f"the ring's {self._ring_slots} row-count slots cannot take "
+                             f"{n} more ({self._used_slots} wait for resolve()): resolve() at a "
+                             "point the job synchronizes, or give more ring_slots")
+        if self._ring is None:
+            self._ring = TorchRing(self._ring_slots)
+        slot = self._next_slot
+        self._ring.put(slot, rows)
+        self._next_slot += n
+        self._used_slots += n
+        return slot
 
     def record_restore(self, vp: int, layer: int, microbatch: int, rows: Optional[int] = None):
         """A restore of key (vp, layer, microbatch), in issue order."""

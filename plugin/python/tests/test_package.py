@@ -109,12 +109,15 @@ class RecorderTest(unittest.TestCase):
 
 
 class FakeCount:
-    """A device row count as the recorder sees one (a one-element CUDA tensor)."""
+    """Device row counts as the recorder sees them (an integer CUDA tensor)."""
 
     is_cuda = True
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, *values):
+        self.values = list(values)
+
+    def numel(self):
+        return len(self.values)
 
 
 class FakeRing:
@@ -124,8 +127,9 @@ class FakeRing:
         self.slots, self.queued = {}, []
 
     def put(self, slot, rows):
-        self.slots[slot] = -1
-        self.queued.append((slot, rows.value))
+        for i, v in enumerate(rows.values):
+            self.slots[slot + i] = -1
+            self.queued.append((slot + i, v))
 
     def land(self):
         for slot, value in self.queued:
@@ -184,7 +188,7 @@ class DeviceRowsRecorderTest(unittest.TestCase):
         ring = FakeRing()
         rec = self.recorder([], ring, ring_slots=1, microbatches=2)
         rec.record_stash(0, 0, 0, rows=FakeCount(1))
-        with self.assertRaisesRegex(ok.StateError, "1 row-count slots"):
+        with self.assertRaisesRegex(ok.StateError, "1 row-count slots cannot take 1 more"):
             rec.record_stash(0, 1, 0, rows=FakeCount(1))
         ring.land()
         rec.resolve()
@@ -194,6 +198,23 @@ class DeviceRowsRecorderTest(unittest.TestCase):
         with self.assertRaises(ok.ScheduleError):
             ok.ScheduleRecorder(virtual_stages=1, layers=1, microbatches=1, row_bytes=1,
                                 max_rows=1, ring_slots=0)
+
+    def test_a_layers_counts_go_in_one_copy(self):
+        marks, ring = [], FakeRing()
+        rec = self.recorder(marks, ring, layers=4, row_bytes=16)
+        rec.record_stashes(0, 0, 0, FakeCount(4, 0, 9, 1))
+        self.assertEqual(len(ring.queued), 4)
+        with self.assertRaises(ok.OutOfRange):  # keys 3..6 would leave the 4 layers
+            rec.record_stashes(0, 3, 0, FakeCount(1, 1, 1, 1))
+        with self.assertRaises(ok.OutOfRange):
+            rec.record_stash(0, 0, 0, rows=FakeCount(1, 2))
+        for layer in reversed(range(4)):
+            rec.record_restore(0, layer, 0)
+        ring.land()
+        rec.resolve()
+        self.assertEqual(rec.to_dict()["rows"], [4, 0, 9, 1])
+        self.assertEqual(marks[1:3], ["offloadkit.stash vp=0 layer=0 mb=0 rows=4",
+                                      "offloadkit.stash vp=0 layer=1 mb=0 rows=0"])
 
     def test_the_marks_turn_back_into_the_recorders_file(self):
         cli = os.environ.get("OFFLOADKIT_CLI")
