@@ -20,8 +20,10 @@ the end-to-end check of a production capture on it.
         - `offloadkit replay --plan-only` predicts the pages per tier the run itself peaked at;
         - recorded steps have as many host synchronizations as the steps without the recorder
           (the recorder adds none);
-        and reports the recorder's overhead (step time with / without, from a second `train`
-        run outside the capture). Writes DIR/report.json; exits 1 when a check fails.
+        and reports the recorder's overhead from a second `train` run outside the capture: the
+        host time spent in the recorder's calls per step as a fraction of a plain step, and the
+        median step time with / without the recorder (noisier). Writes DIR/report.json; exits 1
+        when a check fails.
 """
 import argparse
 import json
@@ -92,7 +94,12 @@ def train(args):
             return out
 
     stash = PagedStash()
-    state = {"rec": None}
+    state = {"rec": None, "rec_s": 0.0}  # the recorder, and the host time spent in its calls
+
+    def timed(call, *a):
+        t = time.perf_counter()
+        call(*a)
+        state["rec_s"] += time.perf_counter() - t
 
     class MoELayer(torch.autograd.Function):
         """x + experts(x): top-1 routing with a skewed router; each expert's input is stashed
@@ -113,7 +120,7 @@ def train(args):
                 stash.stash((layer * E + e, mb), xe)
                 start += sizes[e]
             if state["rec"] is not None:
-                state["rec"].record_stashes(0, layer * E, mb, counts)  # one copy, no sync
+                timed(state["rec"].record_stashes, 0, layer * E, mb, counts)  # one copy, no sync
             out = torch.empty_like(x)
             out[order] = ys
             ctx.save_for_backward(order, w)
@@ -133,7 +140,7 @@ def train(args):
                 key = ctx.layer * E + e
                 xe = stash.restore((key, ctx.mb))
                 if state["rec"] is not None:
-                    state["rec"].record_restore(0, key, ctx.mb)
+                    timed(state["rec"].record_restore, 0, key, ctx.mb)
                 ge = gs[starts[e]:starts[e + 1]]
                 gw[e] = xe.t() @ ge
                 gx[starts[e]:starts[e + 1]] = ge @ w[e].t()
@@ -180,7 +187,7 @@ def train(args):
                 pipeline_size=args.pp, pipeline_rank=args.rank,
                 device_pages=args.device_pages, pinned_pages=args.pinned_pages,
                 nvtx=nvtx.mark, ring=ring)
-        state["rec"] = rec
+        state["rec"], state["rec_s"] = rec, 0.0
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         nvtx.range_push(f"step {step}" + (" recorded" if recorded else ""))
@@ -200,12 +207,13 @@ def train(args):
                 w.grad = None
         torch.cuda.synchronize()  # the job's own step end
         if rec is not None:
-            rec.resolve()  # reads the ring, writes the NVTX marks: after the sync, no new one
+            timed(rec.resolve)  # reads the ring, writes the NVTX marks: after the sync, no new one
         nvtx.range_pop()
         ms = (time.perf_counter() - t0) * 1e3
         if stash.held:
             raise RuntimeError(f"{len(stash.held)} keys still stashed at the end of step {step}")
         report["steps"].append({"step": step, "recorded": recorded, "ms": ms,
+                                "recorder_ms": state["rec_s"] * 1e3,
                                 "peak_device_pages": stash.peak[0],
                                 "peak_pinned_pages": stash.peak[1]})
         if recorded:
@@ -218,13 +226,16 @@ def train(args):
         rec.write(os.path.join(args.out, "recorder.json"))
         report.update(recorded_step=step, peak_device_pages=peak_d, peak_pinned_pages=peak_p,
                       recordings=sum(1 for s in report["steps"] if s["recorded"]))
-    timed = report["steps"][1:]
-    with_rec = [s["ms"] for s in timed if s["recorded"]]
-    without = [s["ms"] for s in timed if not s["recorded"]]
+    timed_steps = report["steps"][1:]
+    with_rec = [s["ms"] for s in timed_steps if s["recorded"]]
+    without = [s["ms"] for s in timed_steps if not s["recorded"]]
     if with_rec and without:
+        rec_ms = [s["recorder_ms"] for s in timed_steps if s["recorded"]]
         report.update(median_ms_recorded=statistics.median(with_rec),
                       median_ms_plain=statistics.median(without),
-                      overhead=statistics.median(with_rec) / statistics.median(without) - 1)
+                      overhead=statistics.median(with_rec) / statistics.median(without) - 1,
+                      median_recorder_ms=statistics.median(rec_ms),
+                      recorder_fraction=statistics.median(rec_ms) / statistics.median(without))
     with open(os.path.join(args.out, "run.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     return 0
@@ -348,7 +359,8 @@ def check(args, train_argv):
         with open(os.path.join(timing_dir, "run.json"), encoding="utf-8") as f:
             t = json.load(f)
         report["timing"] = {k: t[k] for k in ("median_ms_recorded", "median_ms_plain",
-                                              "overhead") if k in t}
+                                              "overhead", "median_recorder_ms",
+                                              "recorder_fraction") if k in t}
     report["failures"] = failures
     with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
@@ -383,8 +395,8 @@ def main(argv):
             q.add_argument("--no-record", action="store_true", help="never record")
         else:
             q.add_argument("--offloadkit", required=True, help="the offloadkit command")
-            q.add_argument("--timing-steps", type=int, default=21,
-                           help="steps of the timing run (default 21)")
+            q.add_argument("--timing-steps", type=int, default=41,
+                           help="steps of the timing run (default 41)")
     args = p.parse_args(argv)
     for field in ("steps", "microbatches", "pp", "moe_layers", "experts", "hidden", "tokens",
                   "page_rows"):

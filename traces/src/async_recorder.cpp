@@ -43,23 +43,44 @@ void async_schedule_recorder::check_key(stash::stash_key k) const {
                      k.microbatch, " is outside [0, ", shape_.microbatches, ")");
 }
 
+std::size_t async_schedule_recorder::take_slots(const std::uint32_t* device_rows, std::size_t n,
+                                                stream_ref s) {
+  if (used_slots_ == 0) next_slot_ = 0;  // every count was resolved: start the ring over
+  OFFLOADKIT_EXPECTS(next_slot_ + n <= opt_.ring_slots, state_error, "the ring's ",
+                     opt_.ring_slots, " row-count slots cannot take ", n, " more (", used_slots_,
+                     " wait for resolve()): resolve() at a point the job synchronizes, or give "
+                     "more ring_slots");
+  const std::size_t slot = next_slot_;
+  // The host marks the slots before the copy is enqueued; the copy overwrites the marks.
+  for (std::size_t i = 0; i < n; ++i) ring_[slot + i] = unwritten;
+  ex_.copy(ring_ + slot, device_rows, n * sizeof(std::uint32_t), s);
+  next_slot_ += n;
+  used_slots_ += n;
+  return slot;
+}
+
 void async_schedule_recorder::record_stash(stash::stash_key k, const std::uint32_t* device_rows,
                                            stream_ref s) {
+  record_stashes(k, device_rows, 1, s);
+}
+
+void async_schedule_recorder::record_stashes(stash::stash_key k, const std::uint32_t* device_rows,
+                                             std::size_t n, stream_ref s) {
   OFFLOADKIT_EXPECTS(device_rows != nullptr, logic_error,
                      "record_stash: device_rows is null for key (", k.vp, ", ", k.layer, ", ",
                      k.microbatch, ")");
   std::lock_guard<std::mutex> lock(mu_);
+  if (n == 0) return;
   check_key(k);
-  OFFLOADKIT_EXPECTS(used_slots_ < opt_.ring_slots, state_error, "the ring's ", opt_.ring_slots,
-                     " row-count slots are all waiting for resolve(): resolve() at a point the "
-                     "job synchronizes, or give more ring_slots");
-  const std::size_t slot = next_slot_;
-  // The host marks the slot before the copy is enqueued; the copy overwrites the mark.
-  ring_[slot] = unwritten;
-  ex_.copy(ring_ + slot, device_rows, sizeof(std::uint32_t), s);
-  next_slot_ = (next_slot_ + 1) % opt_.ring_slots;
-  ++used_slots_;
-  pending_.push_back({entry::kind::stash_device, k, slot, 0});
+  OFFLOADKIT_EXPECTS(n <= shape_.layers - k.layer, out_of_range, "layer = ", k.layer, " + ", n,
+                     " counts runs past the shape's ", shape_.layers, " layers");
+  const std::size_t slot = take_slots(device_rows, n, s);
+  for (std::size_t i = 0; i < n; ++i) {
+    pending_.push_back({entry::kind::stash_device,
+                        {k.vp, k.layer + static_cast<std::uint32_t>(i), k.microbatch},
+                        slot + i,
+                        0});
+  }
 }
 
 void async_schedule_recorder::record_stash(stash::stash_key k, std::uint64_t rows) {

@@ -325,9 +325,9 @@ TYPED_TEST_P(AsyncRecorder, DeviceRowCountsMatchAHostRecordingAndTheTrace) {
   (void)nc::take();
   ot::async_schedule_recorder rec(small_shape(), ex);
   std::size_t i = 0;
-  for (std::uint32_t mb = 0; mb < 2; ++mb) {
-    for (std::uint32_t l = 0; l < 2; ++l) rec.record_stash({0, l, mb}, dr.at(i++), s);
-  }
+  rec.record_stash({0, 0, 0}, dr.at(i++), s);
+  rec.record_stash({0, 1, 0}, dr.at(i++), s);
+  rec.record_stashes({0, 0, 1}, dr.at(i), 2, s);  // a layer's counts in one copy
   for (std::uint32_t mb = 0; mb < 2; ++mb) {
     for (std::uint32_t l = 2; l-- > 0;) rec.record_restore({0, l, mb});
   }
@@ -388,10 +388,11 @@ TYPED_TEST_P(AsyncRecorder, FullRingIsAStateErrorNotAWait) {
   EXPECT_THROW(rec.record_stash({0, 0, 1}, dr.at(2), s), offloadkit::state_error);
   ex.synchronize(s);
   EXPECT_EQ(rec.resolve(), 2u);
-  rec.record_stash({0, 0, 1}, dr.at(2), s);  // the ring's slots came back
-  rec.record_stash({0, 1, 1}, dr.at(3), s);
+  rec.record_stashes({0, 0, 1}, dr.at(2), 2, s);  // the ring's slots came back; one copy
   ex.synchronize(s);
   EXPECT_EQ(rec.resolve(), 2u);
+  EXPECT_THROW(rec.record_stashes({0, 1, 0}, dr.at(0), 2, s), offloadkit::out_of_range)
+      << "layers 1 and 2 of a 2-layer shape";
   EXPECT_THROW(rec.record_stash({0, 2, 0}, dr.at(0), s), offloadkit::out_of_range);
   EXPECT_THROW(rec.record_stash({0, 0, 0}, nullptr, s), offloadkit::logic_error);
   EXPECT_THROW(ot::async_schedule_recorder(small_shape(), ex, {0, false}), offloadkit::out_of_range);

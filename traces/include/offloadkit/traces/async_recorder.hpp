@@ -26,7 +26,8 @@ namespace offloadkit::traces {
 class async_schedule_recorder {
  public:
   struct options {
-    /// Row counts that may wait for resolve() at once (4 bytes of pinned memory each).
+    /// Row counts that may wait for resolve() at once (4 bytes of pinned memory each). The slots
+    /// are used in order and start over once every count has been resolved.
     std::size_t ring_slots = 4096;
     /// Write the NVTX marks at resolve().
     bool nvtx = true;
@@ -45,6 +46,12 @@ class async_schedule_recorder {
   /// out_of_range for a key outside the shape; state_error when the ring is full (resolve() more
   /// often, or give more ring_slots).
   void record_stash(stash::stash_key k, const std::uint32_t* device_rows, stream_ref s);
+  /// Stashes of keys (k.vp, k.layer + i, k.microbatch) for i in [0, n), in that order, whose row
+  /// counts are the n consecutive uint32 at `device_rows` (a MoE layer's tokens per expert, one
+  /// layer index per expert): one copy of 4n bytes for all of them. The same errors as above;
+  /// nothing is recorded when one is thrown.
+  void record_stashes(stash::stash_key k, const std::uint32_t* device_rows, std::size_t n,
+                      stream_ref s);
   /// A stash whose row count the host already knows.
   void record_stash(stash::stash_key k, std::uint64_t rows);
   void record_restore(stash::stash_key k);
@@ -71,6 +78,8 @@ class async_schedule_recorder {
     std::uint64_t b = 0;  ///< pinned pages (pools)
   };
   void check_key(stash::stash_key k) const;
+  /// Consecutive ring slots for n counts, their copy enqueued; the first slot.
+  std::size_t take_slots(const std::uint32_t* device_rows, std::size_t n, stream_ref s);
   void emit(const std::string& text, const std::uint64_t* payload) const;
 
   executor& ex_;
@@ -80,7 +89,7 @@ class async_schedule_recorder {
   mutable std::mutex mu_;
   std::uint32_t* ring_ = nullptr;  ///< pinned, ring_slots
   std::size_t next_slot_ = 0;      ///< the ring's next free slot
-  std::size_t used_slots_ = 0;
+  std::size_t used_slots_ = 0;     ///< slots waiting for resolve()
   std::vector<entry> pending_;
   bool header_written_ = false;
 };
