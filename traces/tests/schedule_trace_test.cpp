@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -38,7 +40,12 @@ std::vector<ot::record> named(const std::vector<ot::record>& all, const std::str
 
 // ---- the collector ----------------------------------------------------------------------------
 
+/// NVTX hands its calls to the library NVTX_INJECTION64_PATH names, where set, before the static
+/// injection these tests use.
+bool nvtx_taken_by_a_tool() { return std::getenv("NVTX_INJECTION64_PATH") != nullptr; }
+
 TEST(NvtxCollector, RangesMarksDomainsAndPayloads) {
+  if (nvtx_taken_by_a_tool()) GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
   (void)nc::take();
   EXPECT_EQ(nvtxRangePushA("coll.outer"), 0);
   EXPECT_EQ(nvtxRangePushA("coll.inner"), 1);
@@ -100,6 +107,7 @@ TEST(NvtxCollector, RangesMarksDomainsAndPayloads) {
 }
 
 TEST(NvtxCollector, ThreadsNestIndependently) {
+  if (nvtx_taken_by_a_tool()) GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
   (void)nc::take();
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -338,7 +346,14 @@ TYPED_TEST_P(AsyncRecorder, DeviceRowCountsMatchAHostRecordingAndTheTrace) {
   EXPECT_EQ(rec.pending(), 0u);
   const std::vector<std::uint64_t> rows64(rows.begin(), rows.end());
   EXPECT_EQ(ot::to_json(rec.finish()), ot::to_json(recorded_small(rows64)));
-  // The NVTX marks it wrote turn back into the same schedule.
+  // The NVTX marks it wrote turn back into the same schedule. A tool that sets
+  // NVTX_INJECTION64_PATH (compute-sanitizer does) takes NVTX's calls instead of the collector.
+  if (!nc::attached()) {
+    std::printf("note: NVTX calls go to %s, not to the collector: the marks are not checked\n",
+                std::getenv("NVTX_INJECTION64_PATH") != nullptr ? std::getenv("NVTX_INJECTION64_PATH")
+                                                                : "another tool");
+    return;
+  }
   ot::timeline t;
   t.records = nc::take();
   EXPECT_EQ(ot::to_json(ot::schedule_from_timeline(t)), ot::to_json(rec.finish()));
@@ -359,12 +374,18 @@ TYPED_TEST_P(AsyncRecorder, ResolveBeforeTheCopiesLandIsRefusedAndLosesNothing) 
       },
       slow);
   ot::async_schedule_recorder rec(small_shape(), ex, {4, false});
+  // Released however this test ends (before the recorder's ring goes), so that the stream's
+  // worker finishes.
+  struct release {
+    std::atomic<bool>& go;
+    ~release() { go = true; }
+  } released{go};
   rec.record_stash({0, 0, 0}, std::uint64_t{7});
   rec.record_stash({0, 1, 0}, dr.at(1), slow);
   rec.record_restore({0, 1, 0});
   try {
     (void)rec.resolve();
-    FAIL() << "resolve() read a slot its copy had not written";
+    ADD_FAILURE() << "resolve() read a slot its copy had not written";
   } catch (const offloadkit::state_error& e) {
     EXPECT_NE(std::string(e.what()).find("key (0, 1, 0) has not reached the host"),
               std::string::npos)
