@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <system_error>
 #include <string>
+#include <system_error>
 
 #include "offloadkit/traces/export.hpp"
 #include "offloadkit/traces/schedule_trace.hpp"
@@ -30,9 +30,7 @@ int schedule_from_trace_command(int argc, char** argv) {
   app.add_option("-o,--output", out, "the schedule file to write")->required()->type_name("FILE");
   app.add_option_function<std::string>(
          "--recording",
-         [&recording](const std::string& v) {
-           (void)parse_unsigned(v, 0, UINT32_MAX, recording);
-         },
+         [&recording](const std::string& v) { (void)parse_unsigned(v, 0, UINT32_MAX, recording); },
          "which recording, from 0 (default 0)")
       ->type_name("K")
       ->check(unsigned_range(0, UINT32_MAX));
@@ -74,9 +72,8 @@ int schedule_from_trace_command(int argc, char** argv) {
       return sc::exit_code::input;
     }
     std::printf("wrote %s: recording %llu of %zu, %zu steps, %zu keys%s%s\n", out.c_str(),
-                static_cast<unsigned long long>(recording), recordings,
-                f.work.sched.steps.size(), stash::key_count(f.work.sched),
-                f.name.empty() ? "" : ", ", f.name.c_str());
+                static_cast<unsigned long long>(recording), recordings, f.work.sched.steps.size(),
+                stash::key_count(f.work.sched), f.name.empty() ? "" : ", ", f.name.c_str());
     return sc::exit_code::ok;
   });
 }

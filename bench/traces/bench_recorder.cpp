@@ -164,16 +164,19 @@ int main(int argc, char** argv) {
     const double mlp_s = mlp_step_s(mlp_json);
     const double base_s = baseline(*ex, steps);
     const std::uint32_t keys = shape.layers * microbatches;
-    std::printf("bench_recorder on %s: %u keys per step (%u MoE layers x %u experts x %u "
-                "microbatches), best of %d steps; step = recorded step - the same "
-                "synchronization without a recorder (%.1f us)\n",
-                ex->name().c_str(), keys, moe_layers, experts, microbatches, steps, base_s * 1e6);
+    std::printf(
+        "bench_recorder on %s: %u keys per step (%u MoE layers x %u experts x %u "
+        "microbatches), best of %d steps; step = recorded step - the same "
+        "synchronization without a recorder (%.1f us)\n",
+        ex->name().c_str(), keys, moe_layers, experts, microbatches, steps, base_s * 1e6);
     if (mlp_s > 0) {
-      std::printf("fractions are of bench_activation_mlp's 4096x4096 offload step in this run "
-                  "(%.2f ms)\n", mlp_s * 1e3);
+      std::printf(
+          "fractions are of bench_activation_mlp's 4096x4096 offload step in this run "
+          "(%.2f ms)\n",
+          mlp_s * 1e3);
     }
-    std::printf("%-10s %8s %10s %10s %10s %12s %12s\n", "ring copy", "copies", "host us",
-                "step us", "us/key", "host/MLP", "step/MLP");
+    std::printf("%-10s %8s %10s %10s %10s %12s %12s\n", "ring copy", "copies", "host us", "step us",
+                "us/key", "host/MLP", "step/MLP");
     nlohmann::json out = {{"benchmark", "recorder"},
                           {"executor", ex->name()},
                           {"keys", keys},

@@ -35,19 +35,19 @@ async_schedule_recorder::~async_schedule_recorder() {
 }
 
 void async_schedule_recorder::check_key(stash::stash_key k) const {
-  OFFLOADKIT_EXPECTS(k.vp < shape_.virtual_stages, out_of_range, "vp = ", k.vp,
-                     " is outside [0, ", shape_.virtual_stages, ")");
-  OFFLOADKIT_EXPECTS(k.layer < shape_.layers, out_of_range, "layer = ", k.layer,
-                     " is outside [0, ", shape_.layers, ")");
-  OFFLOADKIT_EXPECTS(k.microbatch < shape_.microbatches, out_of_range, "microbatch = ",
-                     k.microbatch, " is outside [0, ", shape_.microbatches, ")");
+  OFFLOADKIT_EXPECTS(k.vp < shape_.virtual_stages, out_of_range, "vp = ", k.vp, " is outside [0, ",
+                     shape_.virtual_stages, ")");
+  OFFLOADKIT_EXPECTS(k.layer < shape_.layers, out_of_range, "layer = ", k.layer, " is outside [0, ",
+                     shape_.layers, ")");
+  OFFLOADKIT_EXPECTS(k.microbatch < shape_.microbatches, out_of_range,
+                     "microbatch = ", k.microbatch, " is outside [0, ", shape_.microbatches, ")");
 }
 
 std::size_t async_schedule_recorder::take_slots(const std::uint32_t* device_rows, std::size_t n,
                                                 stream_ref s) {
   if (used_slots_ == 0) next_slot_ = 0;  // every count was resolved: start the ring over
-  OFFLOADKIT_EXPECTS(next_slot_ + n <= opt_.ring_slots, state_error, "the ring's ",
-                     opt_.ring_slots, " row-count slots cannot take ", n, " more (", used_slots_,
+  OFFLOADKIT_EXPECTS(next_slot_ + n <= opt_.ring_slots, state_error, "the ring's ", opt_.ring_slots,
+                     " row-count slots cannot take ", n, " more (", used_slots_,
                      " wait for resolve()): resolve() at a point the job synchronizes, or give "
                      "more ring_slots");
   const std::size_t slot = next_slot_;

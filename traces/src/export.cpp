@@ -213,10 +213,9 @@ timeline parse_chrome_trace(const std::string& text) {
       auto p = args->find("payload");
       const bool fits =
           r.payload == payload_type::none ||
-          (p != args->end() &&
-           ((r.payload == payload_type::u64 && p->is_number_unsigned()) ||
-            (r.payload == payload_type::i64 && p->is_number_integer()) ||
-            (r.payload == payload_type::f64 && p->is_number())));
+          (p != args->end() && ((r.payload == payload_type::u64 && p->is_number_unsigned()) ||
+                                (r.payload == payload_type::i64 && p->is_number_integer()) ||
+                                (r.payload == payload_type::f64 && p->is_number())));
       OFFLOADKIT_EXPECTS(fits, logic_error, "timeline: traceEvents[", i,
                          "].args.payload must be a number of type ", to_string(r.payload),
                          ", found ", p == args->end() ? std::string("nothing") : p->dump());

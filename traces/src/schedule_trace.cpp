@@ -106,7 +106,8 @@ schedule_shape shape_of(parsed_event& e) {
   schedule_shape s;
   const std::uint64_t version = take(e, "version", u32);
   if (version != static_cast<std::uint64_t>(schedule_format_version)) {
-    throw bad_event{"version = " + std::to_string(version) + " is not supported (this reader reads " +
+    throw bad_event{"version = " + std::to_string(version) +
+                    " is not supported (this reader reads " +
                     std::to_string(schedule_format_version) + ")"};
   }
   s.pipeline_size = static_cast<std::uint32_t>(take(e, "pipeline_size", u32));
@@ -160,15 +161,14 @@ std::optional<std::size_t> step_of(const schedule_error& e) {
 }  // namespace
 
 std::string schedule_event_text(const schedule_shape& s) {
-  std::string t = std::string(prefix) + "schedule version=" +
-                  std::to_string(schedule_format_version) +
-                  " pipeline_size=" + std::to_string(s.pipeline_size) +
-                  " pipeline_rank=" + std::to_string(s.pipeline_rank) +
-                  " virtual_stages=" + std::to_string(s.virtual_stages) +
-                  " layers=" + std::to_string(s.layers) +
-                  " microbatches=" + std::to_string(s.microbatches) +
-                  " max_rows=" + std::to_string(s.max_rows) +
-                  " page_rows=" + std::to_string(s.page_rows) + " row_bytes=";
+  std::string t =
+      std::string(prefix) + "schedule version=" + std::to_string(schedule_format_version) +
+      " pipeline_size=" + std::to_string(s.pipeline_size) +
+      " pipeline_rank=" + std::to_string(s.pipeline_rank) +
+      " virtual_stages=" + std::to_string(s.virtual_stages) +
+      " layers=" + std::to_string(s.layers) + " microbatches=" + std::to_string(s.microbatches) +
+      " max_rows=" + std::to_string(s.max_rows) + " page_rows=" + std::to_string(s.page_rows) +
+      " row_bytes=";
   for (std::size_t i = 0; i < s.row_bytes.size(); ++i) {
     t += (i == 0 ? "" : ",") + std::to_string(s.row_bytes[i]);
   }
@@ -244,7 +244,7 @@ schedule_file schedule_from_timeline(const timeline& t, std::size_t index) {
                   std::to_string(recordings) + (recordings == 1 ? " recording" : " recordings"));
   }
   std::optional<schedule_recorder> rec;
-  std::vector<std::size_t> step_event;    // the event of each step
+  std::vector<std::size_t> step_event;  // the event of each step
   std::size_t seen = 0;
   std::size_t last = 0;
   auto fail = [&](std::size_t i, const std::string& reason) -> trace_schedule_error {

@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
       std::uint32_t next_f = 0, next_b = 0;
       const auto forward = [&] {
         for (std::uint32_t v = 0; v < 2; ++v)
-          for (std::uint32_t l = 0; l < 3; ++l) rec.record_stash({v, l, next_f}, at(v, l, next_f), s);
+          for (std::uint32_t l = 0; l < 3; ++l)
+            rec.record_stash({v, l, next_f}, at(v, l, next_f), s);
         ++next_f;
       };
       const auto backward = [&] {

@@ -1,6 +1,8 @@
 // The NVTX collector (ranges, marks, domains, payloads from NVTX3 calls), the schedule events of
 // the NVTX convention and their conversion back into a schedule, and the recorder that reads row
 // counts from the device without a host synchronization, on both executors.
+#include "offloadkit/traces/schedule_trace.hpp"
+
 #include <gtest/gtest.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -19,7 +21,6 @@
 #include "offloadkit/traces/async_recorder.hpp"
 #include "offloadkit/traces/export.hpp"
 #include "offloadkit/traces/nvtx_collector.hpp"
-#include "offloadkit/traces/schedule_trace.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -45,7 +46,8 @@ std::vector<ot::record> named(const std::vector<ot::record>& all, const std::str
 bool nvtx_taken_by_a_tool() { return std::getenv("NVTX_INJECTION64_PATH") != nullptr; }
 
 TEST(NvtxCollector, RangesMarksDomainsAndPayloads) {
-  if (nvtx_taken_by_a_tool()) GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
+  if (nvtx_taken_by_a_tool())
+    GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
   (void)nc::take();
   EXPECT_EQ(nvtxRangePushA("coll.outer"), 0);
   EXPECT_EQ(nvtxRangePushA("coll.inner"), 1);
@@ -107,7 +109,8 @@ TEST(NvtxCollector, RangesMarksDomainsAndPayloads) {
 }
 
 TEST(NvtxCollector, ThreadsNestIndependently) {
-  if (nvtx_taken_by_a_tool()) GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
+  if (nvtx_taken_by_a_tool())
+    GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
   (void)nc::take();
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -219,7 +222,8 @@ TEST(ScheduleTrace, RecordingsAreCountedAndPicked) {
   ev.insert(ev.end(), second.begin(), second.end());
   const auto t = timeline_of(ev);
   EXPECT_EQ(ot::schedule_recordings(t), 2u);
-  EXPECT_EQ(ot::to_json(ot::schedule_from_timeline(t, 1)), ot::to_json(recorded_small({5, 6, 7, 8})));
+  EXPECT_EQ(ot::to_json(ot::schedule_from_timeline(t, 1)),
+            ot::to_json(recorded_small({5, 6, 7, 8})));
   try {
     (void)ot::schedule_from_timeline(t, 2);
     FAIL() << "recording 2 of 2";
@@ -237,7 +241,8 @@ TEST(ScheduleTrace, RecordingsAreCountedAndPicked) {
 
 /// The event index and the reason of the error a broken event list gives.
 void expect_event_error(const std::vector<std::string>& events, std::size_t index,
-                        const std::string& reason, const std::vector<ot::payload_type>& payloads = {},
+                        const std::string& reason,
+                        const std::vector<ot::payload_type>& payloads = {},
                         std::uint64_t payload = 0) {
   auto t = timeline_of(events);
   for (std::size_t i = 0; i < payloads.size(); ++i) {
@@ -350,8 +355,9 @@ TYPED_TEST_P(AsyncRecorder, DeviceRowCountsMatchAHostRecordingAndTheTrace) {
   // NVTX_INJECTION64_PATH (compute-sanitizer does) takes NVTX's calls instead of the collector.
   if (!nc::attached()) {
     std::printf("note: NVTX calls go to %s, not to the collector: the marks are not checked\n",
-                std::getenv("NVTX_INJECTION64_PATH") != nullptr ? std::getenv("NVTX_INJECTION64_PATH")
-                                                                : "another tool");
+                std::getenv("NVTX_INJECTION64_PATH") != nullptr
+                    ? std::getenv("NVTX_INJECTION64_PATH")
+                    : "another tool");
     return;
   }
   ot::timeline t;
@@ -416,7 +422,8 @@ TYPED_TEST_P(AsyncRecorder, FullRingIsAStateErrorNotAWait) {
       << "layers 1 and 2 of a 2-layer shape";
   EXPECT_THROW(rec.record_stash({0, 2, 0}, dr.at(0), s), offloadkit::out_of_range);
   EXPECT_THROW(rec.record_stash({0, 0, 0}, nullptr, s), offloadkit::logic_error);
-  EXPECT_THROW(ot::async_schedule_recorder(small_shape(), ex, {0, false}), offloadkit::out_of_range);
+  EXPECT_THROW(ot::async_schedule_recorder(small_shape(), ex, {0, false}),
+               offloadkit::out_of_range);
 }
 
 TYPED_TEST_P(AsyncRecorder, RecordsUnderStreamCaptureAndEachReplayRefreshes) {
