@@ -48,10 +48,12 @@ struct figures {
 figures measure(executor& ex, const ot::schedule_shape& shape, std::uint32_t experts, int steps,
                 bool batched) {
   stream s(ex);
-  const std::uint32_t keys = shape.layers * shape.microbatches;
+  const std::size_t keys = std::size_t{shape.layers} * shape.microbatches;
   buffer dev(ex, memory_kind::device, keys * 4);
   buffer host(ex, memory_kind::pinned, keys * 4);
-  for (std::uint32_t i = 0; i < keys; ++i) host.as<std::uint32_t>()[i] = (i * 37) % 4096;
+  for (std::size_t i = 0; i < keys; ++i) {
+    host.as<std::uint32_t>()[i] = static_cast<std::uint32_t>((i * 37) % 4096);
+  }
   ex.copy(dev.data(), host.data(), keys * 4, s);
   ex.synchronize(s);
   figures f;
@@ -67,7 +69,7 @@ figures measure(executor& ex, const ot::schedule_shape& shape, std::uint32_t exp
     };
     for (std::uint32_t m = 0; m < shape.microbatches; ++m) {
       for (std::uint32_t l = 0; l < shape.layers; l += experts) {
-        const std::uint32_t* rows = dev.as<std::uint32_t>() + m * shape.layers + l;
+        const std::uint32_t* rows = dev.as<std::uint32_t>() + (std::size_t{m} * shape.layers) + l;
         if (batched) {
           timed([&] { rec.record_stashes({0, l, m}, rows, experts, s); });
         } else {
@@ -122,7 +124,7 @@ double mlp_step_s(const std::string& path) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app("What recording a production schedule costs a step (async_schedule_recorder).",
                "bench_recorder");
   std::string executor_name = "cuda", mlp_json, json_path;
@@ -208,4 +210,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+} catch (const std::exception& e) {  // the command line's own setup
+  std::fprintf(stderr, "bench_recorder: %s\n", e.what());
+  return 1;
 }

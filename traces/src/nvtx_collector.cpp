@@ -73,7 +73,7 @@ std::string utf8(const wchar_t* w) {
   std::string out;
   if (w == nullptr) return out;
   for (; *w != L'\0'; ++w) {
-    auto c = static_cast<std::uint32_t>(*w);
+    auto c = static_cast<std::uint32_t>(static_cast<std::int32_t>(*w));
     if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) c = 0xfffd;
     if (c < 0x80) {
       out += static_cast<char>(c);

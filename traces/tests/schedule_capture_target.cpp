@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     shape.row_bytes = {1024};
     shape.max_rows = 512;
     shape.page_rows = 64;
-    const std::uint32_t keys = 2 * 3 * 6;
+    const std::size_t keys = std::size_t{2} * 3 * 6;
     offloadkit::buffer dev(ex, offloadkit::memory_kind::device, keys * 4);
     offloadkit::buffer host(ex, offloadkit::memory_kind::pinned, keys * 4);
     std::mt19937 rng(7);
@@ -49,19 +49,21 @@ int main(int argc, char** argv) {
       ex.copy(dev.data(), host.data(), keys * 4, s);
       ot::async_schedule_recorder rec(shape, ex);
       const auto at = [&](std::uint32_t v, std::uint32_t l, std::uint32_t m) {
-        return dev.as<std::uint32_t>() + (v * 3 + l) * 6 + m;
+        return dev.as<std::uint32_t>() + ((std::size_t{v} * 3 + l) * 6) + m;
       };
       // 1F1B with two warm-up microbatches, each forward over (vp, layer) and back.
       std::uint32_t next_f = 0, next_b = 0;
       const auto forward = [&] {
-        for (std::uint32_t v = 0; v < 2; ++v)
+        for (std::uint32_t v = 0; v < 2; ++v) {
           for (std::uint32_t l = 0; l < 3; ++l)
             rec.record_stash({v, l, next_f}, at(v, l, next_f), s);
+        }
         ++next_f;
       };
       const auto backward = [&] {
-        for (std::uint32_t v = 2; v-- > 0;)
+        for (std::uint32_t v = 2; v-- > 0;) {
           for (std::uint32_t l = 3; l-- > 0;) rec.record_restore({v, l, next_b});
+        }
         ++next_b;
       };
       forward();

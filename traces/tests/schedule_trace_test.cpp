@@ -87,6 +87,7 @@ TEST(NvtxCollector, RangesMarksDomainsAndPayloads) {
 
   const auto got = named(nc::take(), "coll.");
   std::vector<std::string> names;
+  names.reserve(got.size());
   for (const auto& r : got) names.push_back(r.name);
   EXPECT_EQ(names, (std::vector<std::string>{"coll.mark", "coll.inner", "coll.outer", "coll.u64",
                                              "coll.i32", "coll.float", "coll.registered",
@@ -113,6 +114,7 @@ TEST(NvtxCollector, ThreadsNestIndependently) {
     GTEST_SKIP() << "NVTX_INJECTION64_PATH is set: NVTX goes to that tool";
   (void)nc::take();
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([t] {
       for (int i = 0; i < 100; ++i) {

@@ -72,7 +72,7 @@ class async_schedule_recorder {
 
  private:
   struct entry {
-    enum class kind { stash_device, stash_host, restore, pools } what;
+    enum class kind { stash_device, stash_host, restore, pools } what = kind::restore;
     stash::stash_key key;
     std::uint64_t a = 0;  ///< rows (host), ring slot (device), device pages (pools)
     std::uint64_t b = 0;  ///< pinned pages (pools)

@@ -442,6 +442,7 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
   };
   bool released = false, held = false;
   std::vector<std::size_t> held_sizes;
+  std::size_t held_k = 0;  // the set the arena's copy came from
   snapshot held_copy;
   auto off = make_offloader(impl, delays);
   const int steps = *rc::gen::inRange(1, 40);
@@ -449,7 +450,9 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
     // At full size: rapidcheck scales inRange by the case's size, which would leave the last
     // commands to the last cases only.
     const int op = *rc::gen::resize(100, rc::gen::inRange(0, 14));
-    const std::size_t k = *rc::gen::inRange<std::size_t>(0, sets.size());
+    std::size_t k = *rc::gen::inRange<std::size_t>(0, sets.size());
+    // The cross-stream command reloads the set the arena holds, whichever was drawn.
+    if (op >= 12 && held && !released) k = held_k;
     const tensor_set_view view = sets[k].view();
     const bool fail = op >= 9 && op <= 11;  // arm a copy failure at a random point of this step
     if (fail) ex.arm({op_kind::copy}, *rc::gen::inRange<std::size_t>(0, 4));
@@ -467,6 +470,7 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
       base.synchronize(s);
       content[k] = held_copy;
       held_sizes = sizes_of(m);
+      held_k = m;
       held_copy = content[m];
       assert_same(content[k], read_set(base, view, s), "a set reloaded on another stream");
       ex.synchronize(off->reload(sets[m].view(), s).ref());
@@ -496,6 +500,7 @@ inline void prop_model_sequence(const arena_implementation& impl, executor& base
         held = !threw;
         if (held) {
           held_sizes = sizes_of(k);
+          held_k = k;
           held_copy = content[k];
         }
       }
