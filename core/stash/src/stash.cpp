@@ -2,6 +2,7 @@
 #include "offloadkit/stash/stash.hpp"
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 namespace offloadkit::stash {
@@ -126,6 +127,45 @@ std::string check_conservation(const stash_snapshot& snap, const stash_config& c
     if (owner[id] == 0) return concat("page ", id, " is lost: neither free nor held by any key");
   }
   return {};
+}
+
+void check_distinct_keys(const stash_key* keys, std::size_t n, const char* what) {
+  std::map<stash_key, std::size_t> seen;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [it, fresh] = seen.emplace(keys[i], i);
+    OFFLOADKIT_EXPECTS(fresh, logic_error, what, ": items ", it->second, " and ", i,
+                       " both name key ", to_string(keys[i]),
+                       "; the keys of one batch must be distinct");
+  }
+}
+
+namespace {
+template <class Item>
+void check_batch(const Item* items, std::size_t n, const char* what) {
+  OFFLOADKIT_EXPECTS(items != nullptr || n == 0, logic_error, what, " of ", n,
+                     " items: the item array is null");
+  std::vector<stash_key> keys(n);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = items[i].key;
+  check_distinct_keys(keys.data(), n, what);
+}
+}  // namespace
+
+void stash_interface::stash_batch(const stash_item* items, std::size_t n, stream_ref s) {
+  check_batch(items, n, "stash_batch");
+  if (n > 0) do_stash_batch(items, n, s);
+}
+
+void stash_interface::restore_batch(const restore_item* items, std::size_t n, stream_ref s) {
+  check_batch(items, n, "restore_batch");
+  if (n > 0) do_restore_batch(items, n, s);
+}
+
+void stash_interface::do_stash_batch(const stash_item* items, std::size_t n, stream_ref s) {
+  for (std::size_t i = 0; i < n; ++i) stash(items[i].key, items[i].src, items[i].rows, s);
+}
+
+void stash_interface::do_restore_batch(const restore_item* items, std::size_t n, stream_ref s) {
+  for (std::size_t i = 0; i < n; ++i) restore(items[i].key, items[i].dst, items[i].rows_out, s);
 }
 
 void stash_interface::check(stream_ref s) {

@@ -183,18 +183,21 @@ struct stash_decision {
   std::uint64_t free_pinned;
 };
 
-OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, std::uint32_t slot,
-                                                 std::uint64_t rows) {
+/// The decision for a key in `state` with `rows` rows when the tiers have the given free pages.
+OFFLOADKIT_HD inline stash_decision decide_stash_with(const pool_view& v, std::uint32_t state,
+                                                      std::uint64_t rows,
+                                                      std::uint64_t free_device,
+                                                      std::uint64_t free_pinned) {
   stash_decision d{};
   d.rows = rows;
-  d.free_device = v.control->ring[0].tail - v.control->ring[0].head;
-  d.free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+  d.free_device = free_device;
+  d.free_pinned = free_pinned;
   if (rows > v.max_rows) {
     d.code = code_rows_too_large;
     return d;
   }
   d.need = (rows + v.rows_per_page - 1) / v.rows_per_page;
-  if (v.entries[slot].state != entry_empty) {
+  if (state != entry_empty) {
     d.code = code_double_stash;
     return d;
   }
@@ -205,6 +208,13 @@ OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, std::uint32
   d.code = code_ok;
   d.device_take = d.need < d.free_device ? d.need : d.free_device;
   return d;
+}
+
+OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, std::uint32_t slot,
+                                                 std::uint64_t rows) {
+  return decide_stash_with(v, v.entries[slot].state, rows,
+                           v.control->ring[0].tail - v.control->ring[0].head,
+                           v.control->ring[1].tail - v.control->ring[1].head);
 }
 
 /// Tier-local ring position of the j-th page from `head`, without a division per page.
@@ -229,10 +239,12 @@ struct unit_walk {
 /// Copies worker i's share of a key's `units` units between a linear buffer (the first rows of an
 /// oversized buffer) and its pages; `page_addr(j)` gives the key's j-th page. Each lane loads up
 /// to four units before it stores any, so that several loads are in flight.
+/// `item_base` numbers the key's first work item among a batch's: group g takes the items whose
+/// batch-wide number is g modulo the groups, so a batch of small keys spreads over every group.
 template <bool ToPages, class PageAddr>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
                                     std::uint64_t units, unsigned char* linear,
-                                    const PageAddr& page_addr) {
+                                    const PageAddr& page_addr, std::uint64_t item_base = 0) {
   constexpr std::uint64_t batch = 4;
   const std::uint64_t group = v.group;
   const std::uint64_t groups = v.workers / group;
@@ -240,7 +252,8 @@ OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std:
   const auto unit = static_cast<unsigned>(w.unit);
   const std::uint64_t pages = (units + w.page_units - 1) / w.page_units;
   const std::uint64_t items = pages * w.chunks_per_page;
-  for (std::uint64_t item = g; item < items; item += groups) {
+  const std::uint64_t start = (g + groups - item_base % groups) % groups;
+  for (std::uint64_t item = start; item < items; item += groups) {
     const std::uint64_t j = item / w.chunks_per_page;
     const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
     const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
@@ -370,6 +383,220 @@ struct restore_body {
     ring[1].tail += me.pages - me.device_pages;
     if (rows_out != nullptr) *rows_out = me.rows;
     me.state = entry_empty;
+  }
+};
+
+// ---- batches --------------------------------------------------------------------------------
+// A batch issues many keys (a MoE layer's experts) in one launch with the result of one launch per
+// key in batch order. The keys are distinct (checked on the host), so a key's outcome depends on
+// the batch's earlier keys only through the free pages they take (stash) or the ring positions
+// their pages return to (restore). Every worker plans the whole batch from the same device state:
+// on a GPU one thread per block sequences the plan in shared memory after the block's lanes have
+// read the keys' row counts and entries in parallel; on host threads each worker plans alone. The
+// copies of all keys are spread over all groups, and the last worker commits the keys in order.
+
+/// Keys per batched launch: a batch's plan lives in one thread block's shared memory on a GPU,
+/// and its lanes read one key each.
+constexpr std::uint32_t max_batch_keys = 64;
+
+struct batch_key {
+  unsigned char* linear;  ///< stash: the source; restore: the destination
+  std::uint64_t* rows;    ///< stash: the device row count; restore: rows_out (may be null)
+  std::uint32_t slot;
+  std::uint32_t key;  ///< pack_key() of the key
+  std::uint32_t unit;  ///< copy unit of the linear buffer (see unit_walk)
+  std::uint32_t pad;
+};
+
+/// One key of a batch: its decision (as a launch of its own would make it), where its pages start
+/// in each ring relative to the batch's first, and its first work item among the batch's.
+struct key_plan {
+  stash_decision d;
+  std::uint32_t state;  ///< the key's entry state before the batch
+  std::uint64_t device_at;
+  std::uint64_t pinned_at;
+  std::uint64_t item_base;
+};
+
+OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t unit) {
+  const std::uint64_t page_units = v.page_bytes / unit;
+  // On a GPU an item is one load batch per lane; on host threads a whole page.
+  std::uint64_t chunk = page_units;
+  if (v.group != 1 && 4 * v.group < chunk) chunk = 4 * v.group;
+  return unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
+}
+
+/// Runs `load(k, plan[k])` for every key and then `sequence(plan)`, on a GPU in the block's shared
+/// memory (the launch's blocks have at least max_batch_keys threads and each thread runs one index),
+/// on host threads in the worker's own storage; then `work(plan)`.
+template <class Body, class Work>
+OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
+#if defined(__CUDA_ARCH__)
+  __shared__ key_plan plan[max_batch_keys];
+  if (threadIdx.x < b.n) b.load(threadIdx.x, plan[threadIdx.x]);
+  __syncthreads();
+  if (threadIdx.x == 0) b.sequence(plan);
+  __syncthreads();
+  work(static_cast<const key_plan*>(plan));
+#else
+  key_plan plan[max_batch_keys];
+  for (std::uint32_t k = 0; k < b.n; ++k) b.load(k, plan[k]);
+  b.sequence(plan);
+  work(static_cast<const key_plan*>(plan));
+#endif
+}
+
+struct stash_batch_body {
+  pool_view v;
+  std::uint32_t n;
+  batch_key keys[max_batch_keys];
+
+  OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
+    p.d.rows = *keys[k].rows;
+    p.state = v.entries[keys[k].slot].state;
+  }
+
+  /// Decides the keys in batch order against the free pages the earlier ones leave.
+  OFFLOADKIT_HD void sequence(key_plan* plan) const {
+    std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
+    std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    std::uint64_t device_at = 0, pinned_at = 0, items = 0;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      key_plan& p = plan[k];
+      p.d = decide_stash_with(v, p.state, p.d.rows, free_device, free_pinned);
+      p.device_at = device_at;
+      p.pinned_at = pinned_at;
+      p.item_base = items;
+      if (p.d.code != code_ok) continue;
+      const std::uint64_t pinned_take = p.d.need - p.d.device_take;
+      free_device -= p.d.device_take;
+      free_pinned -= pinned_take;
+      device_at += p.d.device_take;
+      pinned_at += pinned_take;
+      items += p.d.need * walk_of_unit(v, keys[k].unit).chunks_per_page;
+    }
+  }
+
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    with_plan(*this, [&](const key_plan* plan) {
+      const std::uint64_t h0 = v.control->ring[0].head, h1 = v.control->ring[1].head;
+      const std::uint64_t h0m = v.capacity[0] ? h0 % v.capacity[0] : 0;
+      const std::uint64_t h1m = v.capacity[1] ? h1 % v.capacity[1] : 0;
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const key_plan& p = plan[k];
+        if (p.d.code != code_ok) continue;
+        const unit_walk walk = walk_of_unit(v, keys[k].unit);
+        const fresh_page pages{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
+                               ring_pos(h1m, p.pinned_at, v.capacity[1])};
+        copy_rows<true>(v, walk, i, p.d.rows * v.row_bytes / walk.unit, keys[k].linear, pages,
+                        p.item_base);
+        std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
+        for (std::uint64_t j = i; j < p.d.need; j += v.workers) row[j] = pages.id(j);
+      }
+      if (!last_to_finish(v)) return;
+      std::uint64_t device_taken = 0, pinned_taken = 0;
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const stash_decision& d = plan[k].d;
+        if (d.code != code_ok) {
+          record_status(v, d.code, keys[k].key, d.rows, d.need, d.free_device, d.free_pinned);
+          continue;
+        }
+        page_entry& e = v.entries[keys[k].slot];
+        e.key = keys[k].key;
+        e.rows = d.rows;
+        e.device_pages = static_cast<std::uint32_t>(d.device_take);
+        e.pages = static_cast<std::uint32_t>(d.need);
+        e.state = entry_stashed;
+        device_taken += d.device_take;
+        pinned_taken += d.need - d.device_take;
+      }
+      v.control->ring[0].head += device_taken;
+      v.control->ring[1].head += pinned_taken;
+    });
+  }
+};
+
+struct restore_batch_body {
+  pool_view v;
+  std::uint32_t n;
+  batch_key keys[max_batch_keys];
+
+  OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
+    const page_entry& e = v.entries[keys[k].slot];
+    p.state = e.state;
+    p.d.rows = e.rows;
+    p.d.need = e.pages;
+    p.d.device_take = e.device_pages;
+  }
+
+  /// Places each held key's pages past the tails after the earlier keys' pages; an empty key
+  /// records the free pages a restore of its own would have seen.
+  OFFLOADKIT_HD void sequence(key_plan* plan) const {
+    std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
+    std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    std::uint64_t device_at = 0, pinned_at = 0, items = 0;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      key_plan& p = plan[k];
+      p.device_at = device_at;
+      p.pinned_at = pinned_at;
+      p.item_base = items;
+      p.d.free_device = free_device;
+      p.d.free_pinned = free_pinned;
+      if (p.state != entry_stashed) {
+        p.d.code = code_restore_empty;
+        continue;
+      }
+      p.d.code = code_ok;
+      const std::uint64_t pinned_back = p.d.need - p.d.device_take;
+      free_device += p.d.device_take;
+      free_pinned += pinned_back;
+      device_at += p.d.device_take;
+      pinned_at += pinned_back;
+      items += p.d.need * walk_of_unit(v, keys[k].unit).chunks_per_page;
+    }
+  }
+
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    with_plan(*this, [&](const key_plan* plan) {
+      const ring_state* ring = v.control->ring;
+      const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
+      const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const key_plan& p = plan[k];
+        if (p.d.code != code_ok) continue;
+        const unit_walk walk = walk_of_unit(v, keys[k].unit);
+        const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
+        copy_rows<false>(v, walk, i, p.d.rows * v.row_bytes / walk.unit, keys[k].linear,
+                         held_page{&v, row}, p.item_base);
+        for (std::uint64_t j = i; j < p.d.need; j += v.workers) {
+          const std::uint32_t id = row[j];
+          if (j < p.d.device_take) {
+            v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
+          } else {
+            v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
+                static_cast<std::uint32_t>(id - v.capacity[0]);
+          }
+        }
+      }
+      if (!last_to_finish(v)) return;
+      std::uint64_t device_back = 0, pinned_back = 0;
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const key_plan& p = plan[k];
+        std::uint64_t* rows_out = keys[k].rows;
+        if (p.d.code != code_ok) {
+          record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device,
+                        p.d.free_pinned);
+          if (rows_out != nullptr) *rows_out = 0;
+          continue;
+        }
+        if (rows_out != nullptr) *rows_out = p.d.rows;
+        v.entries[keys[k].slot].state = entry_empty;
+        device_back += p.d.device_take;
+        pinned_back += p.d.need - p.d.device_take;
+      }
+      v.control->ring[0].tail += device_back;
+      v.control->ring[1].tail += pinned_back;
+    });
   }
 };
 

@@ -33,18 +33,59 @@ struct paged_stash::impl {
   }
 
   // The widest copy unit that divides the row size and keeps both sides aligned.
-  [[nodiscard]] dk::unit_walk walk_for(const void* p) const {
-    std::uint64_t unit = 16;
+  [[nodiscard]] std::uint32_t unit_for(const void* p) const {
+    std::uint32_t unit = 16;
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     const auto pools = reinterpret_cast<std::uintptr_t>(view.pool[0]) |
                        reinterpret_cast<std::uintptr_t>(view.pool[1]);
     while (unit > 1 && (cfg.row_bytes % unit != 0 || addr % unit != 0 || pools % unit != 0)) {
       unit /= 2;
     }
-    const std::uint64_t page_units = view.page_bytes / unit;
-    // On a GPU an item is one load batch per lane; on host threads a whole page.
-    const std::uint64_t chunk = view.group == 1 ? page_units : std::min(page_units, 4 * view.group);
-    return dk::unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
+    return unit;
+  }
+  [[nodiscard]] dk::unit_walk walk_for(const void* p) const {
+    return dk::walk_of_unit(view, unit_for(p));
+  }
+
+  // How many of a batch's items a launch of their own each would accept (pointers present, key in
+  // range, a slot free for a new key); a batch issues those and then lets the first refused item
+  // throw as its own call would, so that a refused batch leaves what per-key calls would leave.
+  template <class Item, class PointersOk>
+  std::size_t accepted_prefix(const Item* items, std::size_t n, PointersOk pointers_ok) const {
+    std::size_t fresh = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const stash_key& k = items[i].key;
+      if (k.vp >= key_limits::vp || k.layer >= key_limits::layer ||
+          k.microbatch >= key_limits::microbatch || !pointers_ok(items[i])) {
+        return i;
+      }
+      if (slots.count(pack_key(k.vp, k.layer, k.microbatch)) == 0 &&
+          slots.size() + ++fresh > cfg.max_keys) {
+        return i;
+      }
+    }
+    return n;
+  }
+
+  template <class Body, class Item, class Linear, class Rows>
+  void launch_batches(const Item* items, std::size_t n, const Linear& linear, const Rows& rows,
+                      const char* name, stream_ref s) {
+    for (std::size_t first = 0; first < n; first += dk::max_batch_keys) {
+      Body body{};
+      body.v = view;
+      body.n = static_cast<std::uint32_t>(std::min<std::size_t>(n - first, dk::max_batch_keys));
+      for (std::uint32_t k = 0; k < body.n; ++k) {
+        const Item& it = items[first + k];
+        auto* p = const_cast<unsigned char*>(static_cast<const unsigned char*>(linear(it)));
+        body.keys[k] = dk::batch_key{p,
+                                     const_cast<std::uint64_t*>(rows(it)),
+                                     slot_of(it.key),
+                                     pack_key(it.key.vp, it.key.layer, it.key.microbatch),
+                                     unit_for(p),
+                                     0};
+      }
+      launch(*ex, view.workers, body, name, s);
+    }
   }
 };
 
@@ -137,6 +178,30 @@ void paged_stash::do_restore(const stash_key& key, void* dst, std::uint64_t* row
   launch(*m.ex, m.view.workers, body, "paged_restore", s);
 }
 
+void paged_stash::do_stash_batch(const stash_item* items, std::size_t n, stream_ref s) {
+  impl& m = *impl_;
+  const bool empty_rows = m.cfg.max_rows == 0;
+  const std::size_t ok = m.accepted_prefix(items, n, [empty_rows](const stash_item& it) {
+    return it.rows != nullptr && (it.src != nullptr || empty_rows);
+  });
+  m.launch_batches<dk::stash_batch_body>(
+      items, ok, [](const stash_item& it) { return it.src; },
+      [](const stash_item& it) { return it.rows; }, "paged_stash_batch", s);
+  if (ok < n) do_stash(items[ok].key, items[ok].src, items[ok].rows, s);  // throws as it would
+}
+
+void paged_stash::do_restore_batch(const restore_item* items, std::size_t n, stream_ref s) {
+  impl& m = *impl_;
+  const bool empty_rows = m.cfg.max_rows == 0;
+  const std::size_t ok = m.accepted_prefix(items, n, [empty_rows](const restore_item& it) {
+    return it.dst != nullptr || empty_rows;
+  });
+  m.launch_batches<dk::restore_batch_body>(
+      items, ok, [](const restore_item& it) { return it.dst; },
+      [](const restore_item& it) { return it.rows_out; }, "paged_restore_batch", s);
+  if (ok < n) do_restore(items[ok].key, items[ok].dst, items[ok].rows_out, s);  // throws as it would
+}
+
 void paged_stash::do_reset(stream_ref s) {
   impl& m = *impl_;
   const std::uint64_t n = std::max<std::uint64_t>(
@@ -163,6 +228,14 @@ stash_snapshot paged_stash::do_snapshot(stream_ref s) {
   if (!ids1.empty()) m.ex->copy(ids1.data(), v.ids[1], sizeof(std::uint32_t) * ids1.size(), s);
   m.ex->synchronize(s);
 
+  // A ring whose free count exceeds its tier (a broken kernel moved a head past its tail) is
+  // reported, not walked: the walk below would not end.
+  for (int t = 0; t < 2; ++t) {
+    const dk::ring_state& r = control.ring[t];
+    OFFLOADKIT_EXPECTS(r.tail - r.head <= v.capacity[t], runtime_error, "paged stash: the ",
+                       t == 0 ? "device" : "pinned", " freelist is corrupt: head ", r.head,
+                       ", tail ", r.tail, ", but the tier has ", v.capacity[t], " pages");
+  }
   stash_snapshot out;
   out.free.device = control.ring[0].tail - control.ring[0].head;
   out.free.pinned = control.ring[1].tail - control.ring[1].head;

@@ -33,6 +33,7 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
     out.push_back(make("injected_faults_countdown", &props::prop_injected_faults, 15));
   }
   out.push_back(make("model_based", &props::prop_model, 200));
+  out.push_back(make("batch_matches_per_key", &props::prop_batch_matches_per_key, 60));
   if (impl.caps.capturable) {
     out.push_back(make("graph_replay_row_counts", &props::prop_graph_replay, 40));
   }

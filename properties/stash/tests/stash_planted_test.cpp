@@ -254,6 +254,21 @@ offloadkit::testing::stash_implementation pool_on_device_zero() {
   });
 }
 
+/// Bug (batch_matches_per_key): the batch is issued from its last item to its first (a loop
+/// written for a stack), natively: keys take other pages, and when the pool runs out another key
+/// overflows than per-key calls in batch order would make overflow.
+class reversed_batch_stash final : public forwarding_stash {
+ public:
+  using forwarding_stash::forwarding_stash;
+
+ private:
+  void do_stash_batch(const stash_item* items, std::size_t n, stream_ref s) override {
+    std::vector<stash_item> reversed(items, items + n);
+    std::reverse(reversed.begin(), reversed.end());
+    inner_->stash_batch(reversed, s);
+  }
+};
+
 /// The properties of the whole battery that fail on the host executor (a fresh one each, each
 /// property's default case count).
 std::set<std::string> failing_properties(const std::vector<check_case>& battery) {
@@ -303,6 +318,9 @@ TEST(StashCatchesExactlyOne, WrongStreamOnlyByModel) {
 TEST(StashCatchesExactlyOne, FirstRowsPointerOnlyByGraphReplay) {
   EXPECT_EQ(failing_properties(planted<first_rows_pointer_stash>()),
             names{"graph_replay_row_counts"});
+}
+TEST(StashCatchesExactlyOne, ReversedBatchOnlyByBatchMatchesPerKey) {
+  EXPECT_EQ(failing_properties(planted<reversed_batch_stash>()), names{"batch_matches_per_key"});
 }
 TEST(StashCatchesExactlyOne, PoolOnDeviceZeroOnlyByMultiDevice) {
   EXPECT_EQ(failing_properties(pool_on_device_zero()), names{"multi_device"});

@@ -207,4 +207,186 @@ TEST(StashStatus, MessagesNameKeyNeedAndFreePages) {
   EXPECT_NE(m.find("2 device + 1 pinned"), std::string::npos) << m;
 }
 
+// ---- batches ------------------------------------------------------------------------------------
+
+namespace batch {
+
+using offloadkit::buffer;
+using offloadkit::memory_kind;
+using offloadkit::stream;
+using offloadkit::stash::testing::device_io;
+namespace props = offloadkit::stash::testing;
+
+stash_config small_config(std::size_t keys) {
+  stash_config c;
+  c.row_bytes = 48;
+  c.rows_per_page = 4;
+  c.max_rows = 20;
+  c.device_pages = 2 * keys;
+  c.pinned_pages = 3 * keys;
+  c.max_keys = keys;
+  return c;
+}
+
+/// Per-key source, row count and destination buffers, and the items that name them.
+struct keyed_buffers {
+  std::vector<stash_key> keys;
+  std::vector<buffer> src, rows, dst, rows_out;
+  keyed_buffers(offloadkit::executor& ex, device_io& io, std::size_t n, std::size_t bytes) {
+    for (std::size_t k = 0; k < n; ++k) {
+      keys.push_back(stash_key{0, static_cast<std::uint32_t>(k / 8),
+                               static_cast<std::uint32_t>(k % 8)});
+      src.emplace_back(ex, memory_kind::device, bytes);
+      rows.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
+      dst.emplace_back(ex, memory_kind::device, bytes);
+      rows_out.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
+      io.write_source(src[k].data(), encode_key(keys[k]), 3);
+    }
+  }
+  std::vector<stash_item> stash_items() {
+    std::vector<stash_item> out;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      out.push_back(stash_item{keys[k], src[k].data(), rows[k].as<std::uint64_t>()});
+    }
+    return out;
+  }
+  std::vector<restore_item> restore_items() {
+    std::vector<restore_item> out;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      out.push_back(restore_item{keys[k], dst[k].data(), rows_out[k].as<std::uint64_t>()});
+    }
+    return out;
+  }
+};
+
+std::string logic_what(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const offloadkit::logic_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class StashBatch : public ::testing::TestWithParam<int> {
+ protected:
+  offloadkit::testing::stash_implementation impl() const {
+    return GetParam() == 0 ? offloadkit::testing::reference_stash_implementation()
+                           : offloadkit::testing::optimized_stash_implementation();
+  }
+};
+
+TEST_P(StashBatch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued) {
+  offloadkit::host_executor ex;
+  stream s(ex);
+  const stash_config cfg = small_config(4);
+  auto st = impl().make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  keyed_buffers b(ex, io, 3, io.bytes);
+  std::vector<stash_item> items = b.stash_items();
+  items[2].key = items[0].key;
+  const std::string what = logic_what([&] { st->stash_batch(items, s); });
+  EXPECT_NE(what.find("items 0 and 2 both name key (vp 0, layer 0, microbatch 0)"),
+            std::string::npos)
+      << what;
+  EXPECT_TRUE(st->snapshot(s).entries.empty());
+  std::vector<restore_item> back = b.restore_items();
+  back[1].key = back[0].key;
+  EXPECT_NE(logic_what([&] { st->restore_batch(back, s); }).find("items 0 and 1"),
+            std::string::npos);
+  st->stash_batch(nullptr, 0, s);  // an empty batch is nothing
+  EXPECT_NE(logic_what([&] { st->stash_batch(nullptr, 2, s); }).find("the item array is null"),
+            std::string::npos);
+}
+
+TEST_P(StashBatch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
+  offloadkit::host_executor ex;
+  stream s(ex);
+  const stash_config cfg = small_config(4);
+  auto st = impl().make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  keyed_buffers b(ex, io, 3, io.bytes);
+  for (auto& r : b.rows) io.write_u64(r.data(), 9);
+  std::vector<stash_item> items = b.stash_items();
+  items[1].rows = nullptr;
+  EXPECT_NE(logic_what([&] { st->stash_batch(items, s); }).find("row count pointer is null"),
+            std::string::npos);
+  const stash_snapshot snap = st->snapshot(s);
+  ASSERT_EQ(snap.entries.size(), 1u);
+  EXPECT_EQ(snap.entries[0].key, b.keys[0]);
+  EXPECT_EQ(snap.entries[0].rows, 9u);
+}
+
+TEST_P(StashBatch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls) {
+  offloadkit::host_executor ex;
+  stream s(ex);
+  constexpr std::size_t n = 100;
+  const stash_config cfg = small_config(n);
+  auto st = impl().make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  keyed_buffers b(ex, io, n, io.bytes);
+  std::uint64_t pages = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    io.write_u64(b.rows[k].data(), (k * 7) % (cfg.max_rows + 1));
+    pages += pages_for((k * 7) % (cfg.max_rows + 1), cfg.rows_per_page);
+  }
+  st->stash_batch(b.stash_items(), s);
+  const stash_snapshot full = st->snapshot(s);
+  EXPECT_TRUE(full.status.ok()) << full.status.message();
+  EXPECT_EQ(full.entries.size(), n);
+  EXPECT_EQ(cfg.device_pages + cfg.pinned_pages - full.free.device - full.free.pinned, pages);
+  for (auto& d : b.dst) io.clear(d.data());
+  st->restore_batch(b.restore_items(), s);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint64_t rows = (k * 7) % (cfg.max_rows + 1);
+    EXPECT_EQ(props::first_mismatch(io.read(b.dst[k].data()), encode_key(b.keys[k]), 3,
+                                      rows * cfg.row_bytes),
+              -1)
+        << to_string(b.keys[k]);
+    EXPECT_EQ(io.read_u64(b.rows_out[k].data()), rows);
+  }
+  const stash_snapshot empty = st->snapshot(s);
+  EXPECT_TRUE(empty.entries.empty());
+  EXPECT_EQ(empty.free.device, cfg.device_pages);
+  EXPECT_EQ(empty.free.pinned, cfg.pinned_pages);
+}
+
+INSTANTIATE_TEST_SUITE_P(Implementations, StashBatch, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::string(i.param == 0 ? "reference" : "optimized");
+                         });
+
+TEST(StashBatchCapture, ACapturedLayerReplaysWithTheRowCountsOfEachReplay) {
+  offloadkit::host_executor ex;
+  stream s(ex);
+  constexpr std::size_t n = 5;
+  const stash_config cfg = small_config(n);
+  auto st = offloadkit::testing::optimized_stash_implementation().make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  keyed_buffers b(ex, io, n, io.bytes);
+  ex.synchronize(s);
+  ex.begin_capture(s);
+  st->stash_batch(b.stash_items(), s);
+  st->restore_batch(b.restore_items(), s);
+  offloadkit::graph g(ex, ex.end_capture(s));
+  for (std::uint64_t replay = 0; replay < 3; ++replay) {
+    for (std::size_t k = 0; k < n; ++k) {
+      io.write_u64(b.rows[k].data(), (k + 5 * replay) % (cfg.max_rows + 1));
+      io.clear(b.dst[k].data());
+    }
+    g.replay(s);
+    ex.synchronize(s);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint64_t rows = (k + 5 * replay) % (cfg.max_rows + 1);
+      EXPECT_EQ(props::first_mismatch(io.read(b.dst[k].data()), encode_key(b.keys[k]), 3,
+                                        rows * cfg.row_bytes),
+                -1)
+          << "replay " << replay << ", " << to_string(b.keys[k]);
+    }
+    EXPECT_TRUE(st->snapshot(s).status.ok());
+  }
+}
+
+}  // namespace batch
+
 }  // namespace

@@ -107,6 +107,23 @@ struct stash_snapshot {
 std::string check_conservation(const stash_snapshot& snap, const stash_config& cfg,
                                bool has_page_ids);
 
+/// One key of a batched stash: as the arguments of stash_interface::stash().
+struct stash_item {
+  stash_key key;
+  const void* src = nullptr;
+  const std::uint64_t* rows = nullptr;  ///< device memory, read in stream order
+};
+
+/// One key of a batched restore: as the arguments of stash_interface::restore().
+struct restore_item {
+  stash_key key;
+  void* dst = nullptr;
+  std::uint64_t* rows_out = nullptr;  ///< device memory, may be null
+};
+
+/// Throws logic_error naming both positions when two items of a batch name the same key.
+void check_distinct_keys(const stash_key* keys, std::size_t n, const char* what);
+
 class stash_interface {
  public:
   stash_interface() = default;
@@ -130,6 +147,19 @@ class stash_interface {
   void restore(const stash_key& key, void* dst, std::uint64_t* rows_out, stream_ref s) {
     do_restore(key, dst, rows_out, s);
   }
+  /// Stashes every item (a MoE layer's experts, say) with the result of stash() on each in order:
+  /// the same entries, pages, status word and bytes. The keys must be distinct (logic_error
+  /// naming both positions otherwise). An implementation may issue the whole batch at once (the
+  /// optimized stash: one launch per 64 keys); the default calls stash() per item.
+  void stash_batch(const stash_item* items, std::size_t n, stream_ref s);
+  void stash_batch(const std::vector<stash_item>& items, stream_ref s) {
+    stash_batch(items.data(), items.size(), s);
+  }
+  /// Restores every item with the result of restore() on each in order; keys distinct.
+  void restore_batch(const restore_item* items, std::size_t n, stream_ref s);
+  void restore_batch(const std::vector<restore_item>& items, stream_ref s) {
+    restore_batch(items.data(), items.size(), s);
+  }
   /// Drops every entry and returns every page; clears the status word.
   void reset(stream_ref s) { do_reset(s); }
   /// Clears the status word only.
@@ -150,6 +180,9 @@ class stash_interface {
                         stream_ref s) = 0;
   virtual void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out,
                           stream_ref s) = 0;
+  /// Called with n > 0 items of distinct keys. The default issues stash() per item.
+  virtual void do_stash_batch(const stash_item* items, std::size_t n, stream_ref s);
+  virtual void do_restore_batch(const restore_item* items, std::size_t n, stream_ref s);
   virtual void do_reset(stream_ref s) = 0;
   virtual void do_clear_status(stream_ref s) = 0;
   virtual stash_snapshot do_snapshot(stream_ref s) = 0;

@@ -1,6 +1,6 @@
 // The optimized paged stash: a pool of fixed-size pages in two tiers (device memory, then pinned
 // host memory), device-resident freelists, page table and status word, and one fused launch per
-// stash and per restore. The row count never leaves the device and no call synchronizes the
+// stash and per restore, or per batch of up to 64 keys. The row count never leaves the device and no call synchronizes the
 // host, so a graph captured for one step replays correctly with other row counts.
 #pragma once
 
@@ -33,6 +33,9 @@ class paged_stash final : public stash_interface {
   void do_stash(const stash_key& key, const void* src, const std::uint64_t* rows,
                 stream_ref s) override;
   void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out, stream_ref s) override;
+  /// One launch per 64 keys.
+  void do_stash_batch(const stash_item* items, std::size_t n, stream_ref s) override;
+  void do_restore_batch(const restore_item* items, std::size_t n, stream_ref s) override;
   void do_reset(stream_ref s) override;
   void do_clear_status(stream_ref s) override;
   stash_snapshot do_snapshot(stream_ref s) override;

@@ -839,6 +839,125 @@ inline void prop_graph_replay(const stash_implementation& impl, executor& ex) {
   }
 }
 
+// ---- batches ------------------------------------------------------------------------------------
+
+/// Everything a snapshot says, as text, for comparing two stashes that should agree exactly (page
+/// ids only where the implementation reports them).
+inline std::string describe(const stash_snapshot& snap, bool page_ids) {
+  const stash_status& st = snap.status;
+  std::string out =
+      detail::concat("free ", snap.free.device, "+", snap.free.pinned, "; status ",
+                     static_cast<std::uint32_t>(st.code), " ", to_string(st.key), " rows ", st.rows,
+                     " needed ", st.needed, " free ", st.free_device, "+", st.free_pinned);
+  if (page_ids) {
+    out += "; free ids";
+    for (std::uint32_t id : snap.free_ids) out += detail::concat(" ", id);
+  }
+  std::vector<entry_view> entries = snap.entries;
+  std::sort(entries.begin(), entries.end(),
+            [](const entry_view& a, const entry_view& b) { return a.key < b.key; });
+  for (const entry_view& e : entries) {
+    out += detail::concat("; ", to_string(e.key), " rows ", e.rows, " pages ", e.device_pages, "+",
+                          e.pinned_pages);
+    if (!page_ids) continue;
+    out += " ids";
+    for (std::uint32_t id : e.page_ids) out += detail::concat(" ", id);
+  }
+  return out;
+}
+
+/// Differential: stash_batch() and restore_batch() leave exactly what stash() and restore() of
+/// the same items in batch order leave: the same entries (page ids included where reported), free
+/// pages, sticky status word (which key failed first, with its need and the free pages it saw),
+/// restored bytes and row counts. Batches are random subsets of a layer's keys in random order
+/// over pools that often run out, with keys stashed twice, restored empty and rows past max_rows.
+inline void prop_batch_matches_per_key(const stash_implementation& impl, executor& ex) {
+  stash_config cfg;
+  cfg.row_bytes = *rc::gen::oneOf(rc::gen::inRange<std::size_t>(1, 40),
+                                  rc::gen::element<std::size_t>(32, 128, 192));
+  cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 9);
+  cfg.max_rows = *rc::gen::inRange<std::size_t>(0, 40);
+  const std::size_t n_keys = *rc::gen::inRange<std::size_t>(1, 13);
+  const std::uint64_t per_key = pages_for(cfg.max_rows, cfg.rows_per_page);
+  cfg.device_pages = *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2);
+  cfg.pinned_pages = *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2);
+  cfg.max_keys = n_keys;
+  stream s(ex);
+  auto per = impl.make(ex, cfg, s);
+  auto bat = impl.make(ex, cfg, s);
+  const std::size_t bytes = cfg.max_rows * cfg.row_bytes;
+  device_io io(ex, s, bytes);
+  std::vector<stash_key> keys;
+  std::vector<buffer> src, rows, dst_per, dst_bat, out_per, out_bat;
+  for (std::size_t k = 0; k < n_keys; ++k) {
+    keys.push_back(stash_key{0, static_cast<std::uint32_t>(k / 4), static_cast<std::uint32_t>(k % 4)});
+    src.emplace_back(ex, memory_kind::device, bytes);
+    rows.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
+    dst_per.emplace_back(ex, memory_kind::device, bytes);
+    dst_bat.emplace_back(ex, memory_kind::device, bytes);
+    out_per.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
+    out_bat.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
+    io.write_source(src[k].data(), encode_key(keys[k]), 7);
+  }
+  const int rounds = *rc::gen::inRange(1, 7);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::size_t> order(n_keys);
+    for (std::size_t k = 0; k < n_keys; ++k) order[k] = k;
+    std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(*rc::gen::inRange<std::size_t>(1, n_keys + 1));
+    const bool stashing = *rc::gen::arbitrary<bool>();
+    std::string what = stashing ? "stash_batch of" : "restore_batch of";
+    if (stashing) {
+      std::vector<stash_item> items;
+      for (std::size_t k : order) {
+        const std::uint64_t r = *rc::gen::weightedOneOf<std::uint64_t>(
+            {{1, rc::gen::just(std::uint64_t{cfg.max_rows + 1})},
+             {2, rc::gen::just(std::uint64_t{cfg.max_rows})},
+             {6, rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1)}});
+        io.write_u64(rows[k].data(), r);
+        items.push_back(stash_item{keys[k], src[k].data(), rows[k].as<std::uint64_t>()});
+        what += detail::concat(" ", to_string(keys[k]), ":", r);
+      }
+      for (const stash_item& it : items) per->stash(it.key, it.src, it.rows, s);
+      bat->stash_batch(items, s);
+    } else {
+      std::vector<restore_item> items;
+      for (std::size_t k : order) {
+        io.clear(dst_per[k].data());
+        io.clear(dst_bat[k].data());
+        io.write_u64(out_per[k].data(), 0xDEADBEEFull);
+        io.write_u64(out_bat[k].data(), 0xDEADBEEFull);
+        per->restore(keys[k], dst_per[k].data(), out_per[k].as<std::uint64_t>(), s);
+        items.push_back(
+            restore_item{keys[k], dst_bat[k].data(), out_bat[k].as<std::uint64_t>()});
+        what += detail::concat(" ", to_string(keys[k]));
+      }
+      bat->restore_batch(items, s);
+      for (std::size_t k : order) {
+        if (io.read(dst_per[k].data()) != io.read(dst_bat[k].data())) {
+          RC_FAIL(detail::concat("round ", round, ", ", what, ": ", to_string(keys[k]),
+                                 " restored other bytes than a restore() of its own"));
+        }
+        const std::uint64_t rp = io.read_u64(out_per[k].data()), rb = io.read_u64(out_bat[k].data());
+        if (rp != rb) {
+          RC_FAIL(detail::concat("round ", round, ", ", what, ": ", to_string(keys[k]),
+                                 " row count out ", rb, ", restore() writes ", rp));
+        }
+      }
+    }
+    const std::string want = describe(per->snapshot(s), impl.caps.page_ids);
+    const stash_snapshot got_snap = bat->snapshot(s);
+    const std::string got = describe(got_snap, impl.caps.page_ids);
+    if (got != want) {
+      RC_FAIL(detail::concat("round ", round, ", ", what, ":\n  batch:   ", got,
+                             "\n  per key: ", want));
+    }
+    const std::string err = check_conservation(got_snap, cfg, impl.caps.page_ids);
+    if (!err.empty()) RC_FAIL(detail::concat("round ", round, ", ", what, ": ", err));
+  }
+}
+
 // ---- devices ------------------------------------------------------------------------------------
 
 /// Bytes of the rows a snapshot's entries hold in the device tier: the least device memory a
