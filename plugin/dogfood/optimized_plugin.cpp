@@ -17,9 +17,26 @@ constexpr std::uint64_t common =
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace ok = offloadkit;
   namespace op = offloadkit::plugin;
+#if defined(OFFLOADKIT_STASH_TABLE_V1_0)
+  // Built as a plugin of ABI 1.0 is: the stash table ends before the batch entries. The entries
+  // past its struct_size are set to one that fails, so a host that reads past the size is seen.
+  static const okit_stash_vtable stash = [] {
+    okit_stash_vtable t = op::stash_vtable<&op::make_stash_as<ok::stash::paged_stash>>(
+        "optimized-abi-1.0", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
+    t.struct_size = OKIT_STASH_V1_SIZE;
+    t.stash_batch = [](void*, okit_error* err, const okit_stash_item*, size_t, okit_stream) {
+      return okit_set_error(err, OKIT_ERR_LOGIC, "stash_batch lies past struct_size");
+    };
+    t.restore_batch = [](void*, okit_error* err, const okit_restore_item*, size_t, okit_stream) {
+      return okit_set_error(err, OKIT_ERR_LOGIC, "restore_batch lies past struct_size");
+    };
+    return t;
+  }();
+#else
   static const okit_stash_vtable stash =
       op::stash_vtable<&op::make_stash_as<ok::stash::paged_stash>>(
           "optimized", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
+#endif
   static const okit_region_vtable region =
       op::region_vtable<&op::make_region_as<ok::region::vmm_region>>(
           "optimized", common | OKIT_REGION_CAP_ADDRESS_STABLE | OKIT_REGION_CAP_RELEASES_MEMORY |

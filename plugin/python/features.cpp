@@ -108,6 +108,10 @@ class python_stash final : public stash::stash_interface, python_object {
                                "device"_a = c.device),
           make_stream(s));
     });
+    call_python(decl_->owner, "__init__", [&] {
+      has_stash_batch_ = py::hasattr(impl_, "stash_batch");
+      has_restore_batch_ = py::hasattr(impl_, "restore_batch");
+    });
   }
 
  private:
@@ -135,6 +139,39 @@ class python_stash final : public stash::stash_interface, python_object {
                                            : py::none();
       impl_.attr("restore")(key_of(key), buffer(dst, buffer_bytes(), cfg_.device, s), out,
                             make_stream(s));
+    });
+  }
+  // A class without stash_batch / restore_batch gets per-key calls.
+  void do_stash_batch(const stash::stash_item* items, std::size_t n, stream_ref s) override {
+    if (!has_stash_batch_) {
+      stash_interface::do_stash_batch(items, n, s);
+      return;
+    }
+    call("stash_batch", [&] {
+      py::list batch;
+      for (std::size_t i = 0; i < n; ++i) {
+        batch.append(py::make_tuple(
+            key_of(items[i].key), buffer(items[i].src, buffer_bytes(), cfg_.device, s),
+            buffer(items[i].rows, sizeof(std::uint64_t), cfg_.device, s)));
+      }
+      impl_.attr("stash_batch")(batch, make_stream(s));
+    });
+  }
+  void do_restore_batch(const stash::restore_item* items, std::size_t n, stream_ref s) override {
+    if (!has_restore_batch_) {
+      stash_interface::do_restore_batch(items, n, s);
+      return;
+    }
+    call("restore_batch", [&] {
+      py::list batch;
+      for (std::size_t i = 0; i < n; ++i) {
+        py::object out = items[i].rows_out != nullptr
+                             ? buffer(items[i].rows_out, sizeof(std::uint64_t), cfg_.device, s)
+                             : py::none();
+        batch.append(py::make_tuple(key_of(items[i].key),
+                                    buffer(items[i].dst, buffer_bytes(), cfg_.device, s), out));
+      }
+      impl_.attr("restore_batch")(batch, make_stream(s));
     });
   }
   void do_reset(stream_ref s) override {
@@ -177,6 +214,8 @@ class python_stash final : public stash::stash_interface, python_object {
   }
 
   stash::stash_config cfg_;
+  bool has_stash_batch_ = false;
+  bool has_restore_batch_ = false;
 };
 
 // ---- region -----------------------------------------------------------------------------------

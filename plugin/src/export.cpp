@@ -113,6 +113,30 @@ okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabil
                  std::uint64_t* rows_out, okit_stream s) noexcept {
     return guard(err, [&] { impl_of<I>(self).restore(key_of(key), dst, rows_out, from_c(s)); });
   };
+  t.stash_batch = [](void* self, okit_error* err, const okit_stash_item* items, std::size_t count,
+                     okit_stream s) noexcept {
+    return guard(err, [&] {
+      OFFLOADKIT_EXPECTS(items != nullptr || count == 0, logic_error, "stash.stash_batch of ",
+                         count, " items: the item array is NULL");
+      std::vector<stash::stash_item> v(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        v[i] = stash::stash_item{key_of(items[i].key), items[i].src, items[i].rows};
+      }
+      impl_of<I>(self).stash_batch(v, from_c(s));
+    });
+  };
+  t.restore_batch = [](void* self, okit_error* err, const okit_restore_item* items,
+                       std::size_t count, okit_stream s) noexcept {
+    return guard(err, [&] {
+      OFFLOADKIT_EXPECTS(items != nullptr || count == 0, logic_error, "stash.restore_batch of ",
+                         count, " items: the item array is NULL");
+      std::vector<stash::restore_item> v(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        v[i] = stash::restore_item{key_of(items[i].key), items[i].dst, items[i].rows_out};
+      }
+      impl_of<I>(self).restore_batch(v, from_c(s));
+    });
+  };
   t.reset = [](void* self, okit_error* err, okit_stream s) noexcept {
     return guard(err, [&] { impl_of<I>(self).reset(from_c(s)); });
   };

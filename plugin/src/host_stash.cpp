@@ -44,6 +44,31 @@ class plugin_stash final : public stash::stash_interface {
     call_checked_self(obj_.context, "restore", t_->restore, obj_.self, key_to_c(key), dst, rows_out,
                       to_c(s));
   }
+  // A table without the batch entries (older, or a plugin that has none) gets per-key calls.
+  void do_stash_batch(const stash::stash_item* items, std::size_t n, stream_ref s) override {
+    if (!OKIT_STASH_HAS(t_, stash_batch)) {
+      stash_interface::do_stash_batch(items, n, s);
+      return;
+    }
+    std::vector<okit_stash_item> c(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      c[i] = okit_stash_item{key_to_c(items[i].key), items[i].src, items[i].rows};
+    }
+    call_checked_self(obj_.context, "stash_batch", t_->stash_batch, obj_.self, c.data(), n,
+                      to_c(s));
+  }
+  void do_restore_batch(const stash::restore_item* items, std::size_t n, stream_ref s) override {
+    if (!OKIT_STASH_HAS(t_, restore_batch)) {
+      stash_interface::do_restore_batch(items, n, s);
+      return;
+    }
+    std::vector<okit_restore_item> c(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      c[i] = okit_restore_item{key_to_c(items[i].key), items[i].dst, items[i].rows_out};
+    }
+    call_checked_self(obj_.context, "restore_batch", t_->restore_batch, obj_.self, c.data(), n,
+                      to_c(s));
+  }
   void do_reset(stream_ref s) override {
     call_checked_self(obj_.context, "reset", t_->reset, obj_.self, to_c(s));
   }

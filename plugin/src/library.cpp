@@ -24,10 +24,11 @@ void expect_entries(const std::string& context,
 }
 
 template <class Table>
-void expect_table_header(const std::string& context, const Table& t, const char* type) {
-  if (t.struct_size < sizeof(Table)) {
+void expect_table_header(const std::string& context, const Table& t, const char* type,
+                         std::size_t v1_size = sizeof(Table)) {
+  if (t.struct_size < v1_size) {
     throw plugin_error(context + ": " + type + ".struct_size is " + std::to_string(t.struct_size) +
-                       ", expected at least " + std::to_string(sizeof(Table)) +
+                       ", expected at least " + std::to_string(v1_size) +
                        " (the size of the ABI version " + std::to_string(OKIT_ABI_VERSION) +
                        " table)");
   }
@@ -112,7 +113,7 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   }
   if (const auto* t = desc->stash) {
     const std::string c = lib->context("stash");
-    expect_table_header(c, *t, "okit_stash_vtable");
+    expect_table_header(c, *t, "okit_stash_vtable", OKIT_STASH_V1_SIZE);
     expect_entries(c, {{"create", p(t->create)},
                        {"destroy", p(t->destroy)},
                        {"stash", p(t->stash)},

@@ -347,7 +347,73 @@ TYPED_TEST_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin);
+// A batch crosses the table when the plugin's stash table has the batch entries (ABI 1.1) and is
+// issued per key when it ends before them (a plugin built against 1.0, whose entries past its
+// struct_size fail if called); both restore what was stashed, and a batch's error names the entry.
+TYPED_TEST_P(PluginStash, BatchesCrossTheTableOrFallBackToPerKeyCalls) {
+  if (std::string(TypeParam::name) == "cuda") {
+    const std::string reason = ok::cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
+  }
+  auto ex = TypeParam::make();
+  for (const char* path : {OPTIMIZED_PLUGIN, OPTIMIZED_ABI_1_0_PLUGIN}) {
+    auto impl = op::stash_of(op::library::open(path));
+    ASSERT_TRUE(impl.has_value()) << path;
+    ok::stash::stash_config cfg;
+    cfg.row_bytes = 16;
+    cfg.rows_per_page = 4;
+    cfg.max_rows = 32;
+    cfg.device_pages = 8;
+    cfg.pinned_pages = 8;
+    cfg.max_keys = 3;
+    ok::stream s(*ex);
+    auto st = impl->make(*ex, cfg, s);
+    const std::size_t bytes = cfg.row_bytes * cfg.max_rows;
+    std::vector<ok::buffer> src, dst, rows;
+    std::vector<ok::stash::stash_item> in;
+    std::vector<ok::stash::restore_item> out;
+    std::vector<unsigned char> host(bytes);
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      src.emplace_back(*ex, ok::memory_kind::device, bytes);
+      dst.emplace_back(*ex, ok::memory_kind::device, bytes);
+      rows.emplace_back(*ex, ok::memory_kind::device, sizeof(std::uint64_t));
+      for (std::size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 7 + k + 1);
+      const std::uint64_t nrows = 5 + 9 * k;
+      ex->copy(src[k].data(), host.data(), bytes, s);
+      ex->copy(rows[k].data(), &nrows, sizeof nrows, s);
+      ex->fill(dst[k].data(), 0, bytes, s);
+      ex->synchronize(static_cast<ok::stream_ref>(s));
+      in.push_back({ok::stash::make_key(0, 0, k), src[k].data(), rows[k].as<std::uint64_t>()});
+      out.push_back({ok::stash::make_key(0, 0, k), dst[k].data(), nullptr});
+    }
+    st->stash_batch(in, s);
+    EXPECT_EQ(st->snapshot(s).entries.size(), 3u) << path;
+    st->restore_batch(out, s);
+    std::vector<unsigned char> back(bytes);
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      ex->copy(back.data(), dst[k].data(), bytes, s);
+      ex->synchronize(static_cast<ok::stream_ref>(s));
+      for (std::size_t i = 0; i < (5 + 9 * k) * cfg.row_bytes; ++i) {
+        ASSERT_EQ(back[i], static_cast<unsigned char>(i * 7 + k + 1)) << path << " key " << k;
+      }
+    }
+    EXPECT_TRUE(st->status(s).ok()) << path;
+    // A fourth key is past max_keys: the batch's error comes back named after its entry.
+    in.push_back({ok::stash::make_key(0, 1, 0), src[0].data(), rows[0].as<std::uint64_t>()});
+    try {
+      st->stash_batch(in, s);
+      ADD_FAILURE() << path << ": a key past max_keys was accepted";
+    } catch (const ok::out_of_range& e) {
+      const bool per_key = std::string(path) == OPTIMIZED_ABI_1_0_PLUGIN;
+      EXPECT_NE(std::string(e.what()).find(per_key ? "stash stash:" : "stash stash_batch"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin,
+                            BatchesCrossTheTableOrFallBackToPerKeyCalls);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, PluginStash, ok::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, PluginStash, ok::testing::cuda_backend);
 

@@ -116,6 +116,15 @@ class NumpyStash(ok.Stash):
             raise
         self.entries[code] = (ok.StashKey(*key), r, pages)
 
+    def stash_batch(self, items, stream):
+        """A layer's keys in one call from the bridge: (key, src, rows) each, keys distinct."""
+        for key, src, rows in items:
+            self.stash(key, src, rows, stream)
+
+    def restore_batch(self, items, stream):
+        for key, dst, rows_out in items:
+            self.restore(key, dst, rows_out, stream)
+
     def restore(self, key, dst, rows_out, stream):
         code = self._note(key)
         entry = self.entries.get(code)

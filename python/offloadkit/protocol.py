@@ -149,6 +149,12 @@ class Stash:
     0), ``double_stash`` (the key holds rows), ``overflow`` (not enough free pages in both tiers),
     ``restore_empty`` (restore of a key that holds nothing, rows 0, needed 0), each with the key,
     its rows, the pages it needed and the free pages of both tiers at that moment.
+
+    Optional: ``stash_batch(items, stream)`` with a list of ``(key, src, rows)`` and
+    ``restore_batch(items, stream)`` with a list of ``(key, dst, rows_out)``, the keys distinct
+    (the bridge checks), must leave what ``stash`` / ``restore`` of each item in order leave
+    (the battery's ``batch_matches_per_key`` compares the two). A class without them gets one call
+    per item.
     """
 
     implementation: Optional[str] = None

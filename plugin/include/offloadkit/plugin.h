@@ -1,4 +1,4 @@
-/* offloadkit plugin C ABI, version 1.
+/* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore entries).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -311,6 +311,24 @@ typedef struct okit_stash_snapshot {
   size_t entry_count;
 } okit_stash_snapshot;
 
+/* One key of a batch: the arguments of stash() / restore(). */
+typedef struct okit_stash_item {
+  okit_stash_key key;
+  const void* src;
+  const uint64_t* rows;
+} okit_stash_item;
+
+typedef struct okit_restore_item {
+  okit_stash_key key;
+  void* dst;
+  uint64_t* rows_out; /* may be NULL */
+} okit_restore_item;
+
+/* Whether a stash table has `entry` (set, and inside the table's struct_size). */
+#define OKIT_STASH_HAS(table, entry)                                                      \
+  ((table)->struct_size >= offsetof(okit_stash_vtable, entry) + sizeof((table)->entry) && \
+   (table)->entry != NULL)
+
 typedef struct okit_stash_vtable {
   uint32_t struct_size;
   uint64_t capabilities;
@@ -330,7 +348,20 @@ typedef struct okit_stash_vtable {
   okit_status (*clear_status)(void* self, okit_error* err, okit_stream s);
   /* Synchronizes s and describes free pages, live entries and the status word. */
   okit_status (*snapshot)(void* self, okit_error* err, okit_stash_snapshot* out, okit_stream s);
+
+  /* Appended in version 1.1; optional (NULL, or a table built before them: offloadkit calls
+   * stash() / restore() per item instead). The `count` items have distinct keys (offloadkit
+   * checks) and count > 0; the result must equal stash() / restore() of each item in order:
+   * entries, pages, status word, bytes. A batch is where a paged implementation issues a whole MoE
+   * layer at once. */
+  okit_status (*stash_batch)(void* self, okit_error* err, const okit_stash_item* items,
+                             size_t count, okit_stream s);
+  okit_status (*restore_batch)(void* self, okit_error* err, const okit_restore_item* items,
+                               size_t count, okit_stream s);
 } okit_stash_vtable;
+
+/* The size of a version-1.0 stash table (without the batch entries): the smallest accepted. */
+#define OKIT_STASH_V1_SIZE offsetof(okit_stash_vtable, stash_batch)
 
 /* ---- graph-stable offload region ---------------------------------------------------------- */
 

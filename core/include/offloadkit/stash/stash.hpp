@@ -172,6 +172,12 @@ class stash_interface {
   /// Synchronizes `s` and reads free pages, entries and status.
   [[nodiscard]] stash_snapshot snapshot(stream_ref s) { return do_snapshot(s); }
 
+ protected:
+  /// Called with n > 0 items of distinct keys. The default issues stash() / restore() per item
+  /// (an override may call it for the batches it does not issue itself).
+  virtual void do_stash_batch(const stash_item* items, std::size_t n, stream_ref s);
+  virtual void do_restore_batch(const restore_item* items, std::size_t n, stream_ref s);
+
  private:
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual const stash_config& do_config() const noexcept = 0;
@@ -180,9 +186,6 @@ class stash_interface {
                         stream_ref s) = 0;
   virtual void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out,
                           stream_ref s) = 0;
-  /// Called with n > 0 items of distinct keys. The default issues stash() per item.
-  virtual void do_stash_batch(const stash_item* items, std::size_t n, stream_ref s);
-  virtual void do_restore_batch(const restore_item* items, std::size_t n, stream_ref s);
   virtual void do_reset(stream_ref s) = 0;
   virtual void do_clear_status(stream_ref s) = 0;
   virtual stash_snapshot do_snapshot(stream_ref s) = 0;
