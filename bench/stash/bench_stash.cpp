@@ -4,6 +4,9 @@
 //   device tier:  stash + restore of `rows` bf16 rows of `hidden` (64-row pages, all device pages)
 //                 vs a plain device-to-device copy out and back of the same bytes;
 //   pinned tier:  the same with every page in pinned host memory vs plain pinned D2H + H2D;
+//   layer:        a MoE layer's keys (8-64 experts, log-normal row counts) stashed and restored
+//                 in one batch, and one call per key, vs one plain copy out and back of the
+//                 layer's total bytes, in each tier;
 //   memory:       peak stashed bytes (and peak page bytes) vs oversized static buffers for a 1F1B
 //                 schedule with skewed token counts, from the capacity planner (no GPU needed).
 //
@@ -119,6 +122,107 @@ row run_tier(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t hidden,
   return r;
 }
 
+struct layer_row {
+  std::string tier;
+  std::uint64_t keys = 0, hidden = 0, rows = 0, bytes = 0;
+  double batch_ms = 0, per_key_ms = 0, plain_ms = 0, batch_ratio = 0, per_key_ratio = 0;
+  std::uint64_t wrong = 0;
+};
+
+/// Row counts of a layer's `keys` experts: log-normal (sigma 0.8) scaled to `total` rows.
+std::vector<std::uint64_t> layer_rows(std::uint64_t keys, std::uint64_t total, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> dist(0.0, 0.8);
+  std::vector<double> w(keys);
+  double sum = 0;
+  for (auto& x : w) sum += (x = dist(rng));
+  std::vector<std::uint64_t> out(keys);
+  std::uint64_t given = 0;
+  for (std::uint64_t k = 0; k < keys; ++k) {
+    out[k] = static_cast<std::uint64_t>(static_cast<double>(total) * w[k] / sum);
+    given += out[k];
+  }
+  out[0] += total - given;
+  return out;
+}
+
+/// A layer of `keys` experts: stash_batch + restore_batch, then stash + restore per key, against
+/// one plain copy out and back of the layer's total bytes (device to device, or through pinned
+/// memory for the pinned tier).
+layer_row run_layer(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t keys,
+                    std::uint64_t hidden, std::uint64_t total_rows, int iters) {
+  layer_row r;
+  r.tier = pinned_tier ? "pinned" : "device";
+  r.keys = keys;
+  r.hidden = hidden;
+  r.rows = total_rows;
+  const std::uint64_t row_bytes = hidden * 2;  // bf16
+  r.bytes = total_rows * row_bytes;
+  const std::vector<std::uint64_t> counts = layer_rows(keys, total_rows, keys * 7919 + hidden);
+  stash_config cfg;
+  cfg.row_bytes = row_bytes;
+  cfg.rows_per_page = 64;
+  cfg.max_rows = *std::max_element(counts.begin(), counts.end());
+  std::uint64_t pages = 0;
+  for (auto c : counts) pages += pages_for(c, cfg.rows_per_page);
+  cfg.device_pages = pinned_tier ? 0 : pages;
+  cfg.pinned_pages = pinned_tier ? pages : 0;
+  cfg.max_keys = keys;
+  paged_stash st(ex, cfg, s);
+
+  const std::uint64_t slot_bytes = cfg.max_rows * row_bytes;  // each expert's oversized buffer
+  buffer src(ex, memory_kind::device, slot_bytes * keys), dst(ex, memory_kind::device, slot_bytes * keys);
+  buffer flat(ex, memory_kind::device, r.bytes), flat_back(ex, memory_kind::device, r.bytes);
+  buffer tmp(ex, pinned_tier ? memory_kind::pinned : memory_kind::device, r.bytes);
+  buffer count(ex, memory_kind::device, sizeof(std::uint64_t) * keys);
+  buffer host(ex, memory_kind::pinned, slot_bytes * keys);
+  std::mt19937_64 rng(keys * 31 + hidden);
+  auto* h = host.as<unsigned char>();
+  for (std::uint64_t o = 0; o + 8 <= slot_bytes * keys; o += 8) {
+    const std::uint64_t v = rng();
+    std::memcpy(h + o, &v, 8);
+  }
+  ex.copy(src.data(), h, slot_bytes * keys, s);
+  std::vector<std::uint64_t> c64(counts.begin(), counts.end());
+  ex.copy(count.data(), c64.data(), sizeof(std::uint64_t) * keys, s);
+  ex.synchronize(s);
+
+  std::vector<stash_item> in;
+  std::vector<restore_item> out;
+  for (std::uint64_t k = 0; k < keys; ++k) {
+    const stash_key key{0, 0, static_cast<std::uint32_t>(k)};
+    in.push_back({key, src.as<unsigned char>() + k * slot_bytes, count.as<std::uint64_t>() + k});
+    out.push_back({key, dst.as<unsigned char>() + k * slot_bytes, nullptr});
+  }
+  r.batch_ms = time_ms(ex, s, iters, [&] {
+    st.stash_batch(in, s);
+    st.restore_batch(out, s);
+  });
+  r.per_key_ms = time_ms(ex, s, iters, [&] {
+    for (const auto& it : in) st.stash(it.key, it.src, it.rows, s);
+    for (const auto& it : out) st.restore(it.key, it.dst, it.rows_out, s);
+  });
+  r.plain_ms = time_ms(ex, s, iters, [&] {
+    ex.copy(tmp.data(), flat.data(), r.bytes, s);
+    ex.copy(flat_back.data(), tmp.data(), r.bytes, s);
+  });
+  // Check the batch's result: every expert's rows back in its buffer.
+  ex.fill(dst.data(), 0, slot_bytes * keys, s);
+  st.stash_batch(in, s);
+  st.restore_batch(out, s);
+  std::vector<unsigned char> back(slot_bytes * keys);
+  ex.copy(back.data(), dst.data(), back.size(), s);
+  ex.synchronize(s);
+  for (std::uint64_t k = 0; k < keys; ++k) {
+    const std::uint64_t n = counts[k] * row_bytes, o = k * slot_bytes;
+    r.wrong += std::memcmp(back.data() + o, h + o, n) != 0;
+  }
+  if (!st.status(s).ok()) r.wrong += 1;
+  r.batch_ratio = r.plain_ms / r.batch_ms;
+  r.per_key_ratio = r.plain_ms / r.per_key_ms;
+  return r;
+}
+
 /// A skewed 1F1B workload: token counts per expert-layer microbatch drawn from a lognormal around
 /// the mean with a long tail, clamped to the oversized buffer's capacity.
 workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, std::uint32_t layers,
@@ -140,7 +244,8 @@ workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, s
 }
 
 void write_json(const std::string& path, const std::string& exec, const std::vector<row>& rows,
-                const std::vector<memory_row>& mem, const std::string& skipped) {
+                const std::vector<layer_row>& layers, const std::vector<memory_row>& mem,
+                const std::string& skipped) {
   std::ofstream out(path);
   out << "{\n  \"benchmark\": \"bench_stash\",\n  \"executor\": \"" << exec << "\",\n";
   if (!skipped.empty()) out << "  \"skipped\": \"" << skipped << "\",\n";
@@ -152,6 +257,15 @@ void write_json(const std::string& path, const std::string& exec, const std::vec
         << ", \"stash_ms\": " << r.stash_ms << ", \"plain_ms\": " << r.plain_ms
         << ", \"stash_gbs\": " << r.stash_gbs << ", \"plain_gbs\": " << r.plain_gbs
         << ", \"ratio\": " << r.ratio << ", \"wrong\": " << r.wrong << "}";
+  }
+  out << "\n  ],\n  \"layers\": [";
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const layer_row& r = layers[i];
+    out << (i ? "," : "") << "\n    {\"tier\": \"" << r.tier << "\", \"keys\": " << r.keys
+        << ", \"hidden\": " << r.hidden << ", \"rows\": " << r.rows << ", \"bytes\": " << r.bytes
+        << ", \"batch_ms\": " << r.batch_ms << ", \"per_key_ms\": " << r.per_key_ms
+        << ", \"plain_ms\": " << r.plain_ms << ", \"batch_ratio\": " << r.batch_ratio
+        << ", \"per_key_ratio\": " << r.per_key_ratio << ", \"wrong\": " << r.wrong << "}";
   }
   out << "\n  ],\n  \"memory\": [";
   for (std::size_t i = 0; i < mem.size(); ++i) {
@@ -229,7 +343,7 @@ int main(int argc, char** argv) {
   std::vector<row> rows;
   if (!ex) {
     std::printf("skipped: %s\n", skipped.c_str());
-    if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, mem, skipped);
+    if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, {}, mem, skipped);
     return 0;
   }
 
@@ -260,8 +374,38 @@ int main(int argc, char** argv) {
   std::printf(
       "ratio = plain time / stash time (1.0: the stash costs what the copy it replaces "
       "costs). Goals: device >= 0.85, pinned >= 0.90.\n");
-  if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, mem, "");
+
+  // A MoE layer: 8 to 64 experts, 8 to 128 MiB in all.
+  std::vector<layer_row> layers;
+  std::printf("\n# a layer's experts: stash_batch + restore_batch, and per-key calls, vs one plain "
+              "copy out and back of the layer's bytes; bf16, 64-row pages, log-normal rows\n");
+  std::printf("%7s %5s %7s %7s %8s %10s %10s %10s %8s %8s %7s\n", "tier", "keys", "hidden", "rows",
+              "MiB", "batch_ms", "perkey_ms", "plain_ms", "batch", "per_key", "#wrong");
+  const std::uint64_t layer_hidden = opt.quick ? 64 : 4096;
+  const std::vector<std::uint64_t> layer_mib =
+      opt.quick ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{8, 32, 128};
+  for (bool pinned : {false, true}) {
+    for (std::uint64_t keys : {8u, 32u, 64u}) {
+      for (std::uint64_t mib : layer_mib) {
+        const std::uint64_t total = mib * 1048576 / (layer_hidden * 2);
+        const layer_row r = run_layer(*ex, s, pinned, keys, layer_hidden, total, iters);
+        std::printf("%7s %5llu %7llu %7llu %8.1f %10.4f %10.4f %10.4f %8.3f %8.3f %7llu\n",
+                    r.tier.c_str(), static_cast<unsigned long long>(r.keys),
+                    static_cast<unsigned long long>(r.hidden),
+                    static_cast<unsigned long long>(r.rows),
+                    static_cast<double>(r.bytes) / 1048576.0, r.batch_ms, r.per_key_ms,
+                    r.plain_ms, r.batch_ratio, r.per_key_ratio,
+                    static_cast<unsigned long long>(r.wrong));
+        layers.push_back(r);
+      }
+    }
+  }
+  std::printf(
+      "batch / per_key = plain time / stash time of the layer. Goals (layers >= 8 MiB): device "
+      ">= 0.90, pinned >= 0.93.\n");
+  if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, layers, mem, "");
   std::uint64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
+  for (const auto& r : layers) wrong += r.wrong;
   return wrong == 0 ? 0 : 1;
 }
