@@ -144,25 +144,22 @@ OFFLOADKIT_HD inline void record_status(const pool_view& v, std::uint32_t code, 
 
 /// True for exactly one worker per launch: the last to finish. acq_rel makes every worker's
 /// reads and copies happen before the commit, and the commit's reset of the counter happen before
-/// the next launch (stream order). On the GPU the lanes of a warp that arrive together add their
-/// count with one atomic (after __syncwarp, which orders their memory accesses before the
-/// leader's release), so the counter sees one atomic per warp instead of one per thread.
+/// the next launch (stream order). On the GPU a thread block adds its count with one atomic, after
+/// a barrier that orders its threads' accesses before that thread's release, so the counter sees
+/// one atomic per block (a few hundred per launch) instead of one per warp. Every thread of every
+/// block must call it: the launch runs one index per thread in blocks of v.group threads.
 OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
   cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(v.control->done);
 #if defined(__CUDA_ARCH__)
-  const unsigned mask = __activemask();
-  __syncwarp(mask);
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned leader = static_cast<unsigned>(__ffs(mask)) - 1u;
-  const auto count = static_cast<std::uint32_t>(__popc(mask));
-  std::uint32_t prev = 0;
-  if (lane == leader) prev = done.fetch_add(count, cuda::memory_order_acq_rel);
-  prev = __shfl_sync(mask, prev, static_cast<int>(leader));
-  if (lane == leader && prev + count == v.workers) {
-    done.store(0u, cuda::memory_order_relaxed);
-    return true;
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const std::uint32_t prev = done.fetch_add(blockDim.x, cuda::memory_order_acq_rel);
+    last = prev + blockDim.x == v.workers;
+    if (last) done.store(0u, cuda::memory_order_relaxed);
   }
-  return false;
+  __syncthreads();
+  return last && threadIdx.x == 0;
 #else
   const std::uint32_t prev = done.fetch_add(1u, cuda::memory_order_acq_rel);
   if (prev + 1 == v.workers) {
@@ -239,40 +236,49 @@ struct unit_walk {
 /// Copies worker i's share of a key's `units` units between a linear buffer (the first rows of an
 /// oversized buffer) and its pages; `page_addr(j)` gives the key's j-th page. Each lane loads up
 /// to four units before it stores any, so that several loads are in flight.
-/// `item_base` numbers the key's first work item among a batch's: group g takes the items whose
-/// batch-wide number is g modulo the groups, so a batch of small keys spreads over every group.
+/// Copies work item `item` of a key's `units` units between a linear buffer (the first rows of an
+/// oversized buffer) and its pages, as lane `lane` of a group of `group` workers; `page_addr(j)`
+/// gives the key's j-th page. Each lane loads up to four units before it stores any, so that
+/// several loads are in flight.
+template <bool ToPages, class PageAddr>
+OFFLOADKIT_HD inline void copy_item(const unit_walk& w, std::uint64_t group, std::uint64_t lane,
+                                    std::uint64_t item, std::uint64_t units, unsigned char* linear,
+                                    const PageAddr& page_addr) {
+  constexpr std::uint64_t batch = 4;
+  const auto unit = static_cast<unsigned>(w.unit);
+  const std::uint64_t j = item / w.chunks_per_page;
+  const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
+  const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
+  std::uint64_t end = begin + w.chunk_units;
+  if (end > w.page_units) end = w.page_units;
+  if (end > units - first) end = units - first;
+  unsigned char* const paged = page_addr(j);
+  unsigned char* const lin = linear + first * w.unit;
+  for (std::uint64_t u0 = begin + lane; u0 < end; u0 += batch * group) {
+    uint4 tmp[batch];
+    std::uint64_t n = 0;
+    for (std::uint64_t u = u0; n < batch && u < end; ++n, u += group) {
+      tmp[n] = load_unit((ToPages ? lin : paged) + u * w.unit, unit);
+    }
+    std::uint64_t k = 0;
+    for (std::uint64_t u = u0; k < n; ++k, u += group) {
+      store_unit((ToPages ? paged : lin) + u * w.unit, tmp[k], unit);
+    }
+  }
+}
+
+/// Copies worker i's share of one key's `units` units: group g takes work items g, g + groups, ...
 template <bool ToPages, class PageAddr>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
                                     std::uint64_t units, unsigned char* linear,
-                                    const PageAddr& page_addr, std::uint64_t item_base = 0) {
-  constexpr std::uint64_t batch = 4;
+                                    const PageAddr& page_addr) {
   const std::uint64_t group = v.group;
   const std::uint64_t groups = v.workers / group;
   const std::uint64_t g = i / group, lane = i - g * group;
-  const auto unit = static_cast<unsigned>(w.unit);
   const std::uint64_t pages = (units + w.page_units - 1) / w.page_units;
   const std::uint64_t items = pages * w.chunks_per_page;
-  const std::uint64_t start = (g + groups - item_base % groups) % groups;
-  for (std::uint64_t item = start; item < items; item += groups) {
-    const std::uint64_t j = item / w.chunks_per_page;
-    const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
-    const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
-    std::uint64_t end = begin + w.chunk_units;
-    if (end > w.page_units) end = w.page_units;
-    if (end > units - first) end = units - first;
-    unsigned char* const paged = page_addr(j);
-    unsigned char* const lin = linear + first * w.unit;
-    for (std::uint64_t u0 = begin + lane; u0 < end; u0 += batch * group) {
-      uint4 tmp[batch];
-      std::uint64_t n = 0;
-      for (std::uint64_t u = u0; n < batch && u < end; ++n, u += group) {
-        tmp[n] = load_unit((ToPages ? lin : paged) + u * w.unit, unit);
-      }
-      std::uint64_t k = 0;
-      for (std::uint64_t u = u0; k < n; ++k, u += group) {
-        store_unit((ToPages ? paged : lin) + u * w.unit, tmp[k], unit);
-      }
-    }
+  for (std::uint64_t item = g; item < items; item += groups) {
+    copy_item<ToPages>(w, group, lane, item, units, linear, page_addr);
   }
 }
 
@@ -390,32 +396,39 @@ struct restore_body {
 // A batch issues many keys (a MoE layer's experts) in one launch with the result of one launch per
 // key in batch order. The keys are distinct (checked on the host), so a key's outcome depends on
 // the batch's earlier keys only through the free pages they take (stash) or the ring positions
-// their pages return to (restore). Every worker plans the whole batch from the same device state:
-// on a GPU one thread per block sequences the plan in shared memory after the block's lanes have
-// read the keys' row counts and entries in parallel; on host threads each worker plans alone. The
-// copies of all keys are spread over all groups, and the last worker commits the keys in order.
+// their pages return to (restore). Every worker plans the whole batch from the same device state;
+// the plan numbers the work items and pages of all keys one after the other, and group g copies
+// the batch's items g, g + groups, ... whichever keys they belong to, so that a batch of small keys
+// spreads over the whole launch. The last worker commits the keys in batch order.
+//
+// On a GPU the plan lives in the block's shared memory: lane k reads key k (its row count, its
+// entry) and decides what it can alone, warp 0 numbers the keys with prefix sums, and only when the
+// batch asks for more pages than are free (some key overflows, and which one depends on the order)
+// does one thread walk the keys in order. On host threads each worker plans alone, in order.
 
 /// Keys per batched launch: a batch's plan lives in one thread block's shared memory on a GPU,
-/// and its lanes read one key each.
+/// one key per lane of its first two warps.
 constexpr std::uint32_t max_batch_keys = 64;
 
 struct batch_key {
   unsigned char* linear;  ///< stash: the source; restore: the destination
   std::uint64_t* rows;    ///< stash: the device row count; restore: rows_out (may be null)
   std::uint32_t slot;
-  std::uint32_t key;  ///< pack_key() of the key
+  std::uint32_t key;   ///< pack_key() of the key
   std::uint32_t unit;  ///< copy unit of the linear buffer (see unit_walk)
   std::uint32_t pad;
 };
 
-/// One key of a batch: its decision (as a launch of its own would make it), where its pages start
-/// in each ring relative to the batch's first, and its first work item among the batch's.
+/// One key of a batch: its decision (as a launch of its own would make it), how it walks its
+/// bytes, where its pages start in each ring after the batch's earlier keys, and where its work
+/// items and pages start among the batch's.
 struct key_plan {
   stash_decision d;
-  std::uint32_t state;  ///< the key's entry state before the batch
+  unit_walk walk;
   std::uint64_t device_at;
   std::uint64_t pinned_at;
   std::uint64_t item_base;
+  std::uint64_t page_base;
 };
 
 OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t unit) {
@@ -426,16 +439,62 @@ OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t un
   return unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
 }
 
-/// Runs `load(k, plan[k])` for every key and then `sequence(plan)`, on a GPU in the block's shared
-/// memory (the launch's blocks have at least max_batch_keys threads and each thread runs one index),
-/// on host threads in the worker's own storage; then `work(plan)`.
+/// Work items and pages a planned key contributes (none unless it succeeds).
+OFFLOADKIT_HD inline std::uint64_t plan_pages(const key_plan& p) {
+  return p.d.code == code_ok ? p.d.need : 0;
+}
+OFFLOADKIT_HD inline std::uint64_t plan_items(const key_plan& p) {
+  return plan_pages(p) * p.walk.chunks_per_page;
+}
+
+/// The largest k < n whose `base` is at most t: the key whose range holds t, when t lies below
+/// the batch's total (keys of empty ranges share their base with the key after them).
+template <class Base>
+OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t n, std::uint64_t t,
+                                            const Base& base) {
+  std::uint32_t lo = 0, hi = n;  // plan[lo] <= t < plan[hi]
+  while (hi - lo > 1) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (base(plan[mid]) <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/// Inclusive prefix sums of three counts over the 32 lanes of warp 0 (GPU only).
+struct triple {
+  std::uint64_t a, b, c;
+};
+#if defined(__CUDA_ARCH__)
+__device__ inline triple warp_inclusive_scan(triple x) {
+  const unsigned lane = threadIdx.x & 31u;
+  for (unsigned d = 1; d < 32; d *= 2) {
+    const std::uint64_t a = __shfl_up_sync(0xffffffffu, x.a, d);
+    const std::uint64_t b = __shfl_up_sync(0xffffffffu, x.b, d);
+    const std::uint64_t c = __shfl_up_sync(0xffffffffu, x.c, d);
+    if (lane >= d) {
+      x.a += a;
+      x.b += b;
+      x.c += c;
+    }
+  }
+  return x;
+}
+#endif
+
+/// Runs `load(k, plan[k])` for every key, then numbers the keys: on a GPU in the block's shared
+/// memory (`scan` on warp 0, `sequence` by one thread when the scan cannot settle the batch), on
+/// host threads in the worker's own storage with `sequence`; then `work(plan)`.
 template <class Body, class Work>
 OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
 #if defined(__CUDA_ARCH__)
   __shared__ key_plan plan[max_batch_keys];
   if (threadIdx.x < b.n) b.load(threadIdx.x, plan[threadIdx.x]);
   __syncthreads();
-  if (threadIdx.x == 0) b.sequence(plan);
+  if (threadIdx.x < 32 && !b.scan(plan) && threadIdx.x == 0) b.sequence(plan);
   __syncthreads();
   work(static_cast<const key_plan*>(plan));
 #else
@@ -446,52 +505,131 @@ OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
 #endif
 }
 
+/// The lane's two keys (2 * lane, 2 * lane + 1) of a warp scan, as counts `of(plan[k])`, and
+/// their exclusive prefix sums over the batch; `total` is the sum over all keys.
+struct lane_scan {
+  triple first, second, total;
+};
+#if defined(__CUDA_ARCH__)
+template <class Of>
+__device__ inline lane_scan scan_pairs(const key_plan* plan, std::uint32_t n, const Of& of) {
+  const unsigned lane = threadIdx.x & 31u;
+  const std::uint32_t k0 = 2 * lane, k1 = k0 + 1;
+  const triple x0 = k0 < n ? of(plan[k0]) : triple{0, 0, 0};
+  const triple x1 = k1 < n ? of(plan[k1]) : triple{0, 0, 0};
+  const triple pair{x0.a + x1.a, x0.b + x1.b, x0.c + x1.c};
+  const triple incl = warp_inclusive_scan(pair);
+  lane_scan r;
+  r.first = triple{incl.a - pair.a, incl.b - pair.b, incl.c - pair.c};
+  r.second = triple{r.first.a + x0.a, r.first.b + x0.b, r.first.c + x0.c};
+  r.total = triple{__shfl_sync(0xffffffffu, incl.a, 31), __shfl_sync(0xffffffffu, incl.b, 31),
+                   __shfl_sync(0xffffffffu, incl.c, 31)};
+  return r;
+}
+#endif
+
 struct stash_batch_body {
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
 
+  /// What key k's own launch decides without looking at the free pages: rows past max_rows, a
+  /// key that still holds rows, or the pages it needs.
   OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
-    p.d.rows = *keys[k].rows;
-    p.state = v.entries[keys[k].slot].state;
+    constexpr std::uint64_t unlimited = ~std::uint64_t{0} / 4;
+    p.d = decide_stash_with(v, v.entries[keys[k].slot].state, *keys[k].rows, unlimited, unlimited);
+    p.walk = walk_of_unit(v, keys[k].unit);
   }
 
   /// Decides the keys in batch order against the free pages the earlier ones leave.
   OFFLOADKIT_HD void sequence(key_plan* plan) const {
     std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
     std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
-    std::uint64_t device_at = 0, pinned_at = 0, items = 0;
+    std::uint64_t device_at = 0, pinned_at = 0, items = 0, pages = 0;
     for (std::uint32_t k = 0; k < n; ++k) {
       key_plan& p = plan[k];
-      p.d = decide_stash_with(v, p.state, p.d.rows, free_device, free_pinned);
+      p.d.free_device = free_device;
+      p.d.free_pinned = free_pinned;
       p.device_at = device_at;
       p.pinned_at = pinned_at;
       p.item_base = items;
+      p.page_base = pages;
       if (p.d.code != code_ok) continue;
+      if (p.d.need > free_device + free_pinned) {
+        p.d.code = code_overflow;
+        continue;
+      }
+      p.d.device_take = p.d.need < free_device ? p.d.need : free_device;
       const std::uint64_t pinned_take = p.d.need - p.d.device_take;
       free_device -= p.d.device_take;
       free_pinned -= pinned_take;
       device_at += p.d.device_take;
       pinned_at += pinned_take;
-      items += p.d.need * walk_of_unit(v, keys[k].unit).chunks_per_page;
+      items += plan_items(p);
+      pages += p.d.need;
     }
   }
 
+#if defined(__CUDA_ARCH__)
+  /// Warp 0: when every key that can take pages fits in the free pages, none overflows and each
+  /// key's place follows from prefix sums of the pages and items before it: it takes device pages
+  /// while the device tier lasts, then pinned ones. Returns false (nothing written) otherwise.
+  __device__ bool scan(key_plan* plan) const {
+    const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
+      return triple{plan_pages(p), plan_items(p), 0};
+    });
+    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
+    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    if (s.total.a > free_device + free_pinned) return false;
+    const unsigned lane = threadIdx.x & 31u;
+    for (std::uint32_t half = 0; half < 2; ++half) {
+      const std::uint32_t k = 2 * lane + half;
+      if (k >= n) continue;
+      key_plan& p = plan[k];
+      const triple& before = half == 0 ? s.first : s.second;
+      const std::uint64_t on_device = before.a < free_device ? before.a : free_device;
+      p.device_at = on_device;
+      p.pinned_at = before.a - on_device;
+      p.d.free_device = free_device - on_device;
+      p.d.free_pinned = free_pinned - p.pinned_at;
+      p.item_base = before.b;
+      p.page_base = before.a;
+      if (p.d.code == code_ok) {
+        p.d.device_take = p.d.need < p.d.free_device ? p.d.need : p.d.free_device;
+      }
+    }
+    return true;
+  }
+#endif
+
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan) {
-      const std::uint64_t h0 = v.control->ring[0].head, h1 = v.control->ring[1].head;
-      const std::uint64_t h0m = v.capacity[0] ? h0 % v.capacity[0] : 0;
-      const std::uint64_t h1m = v.capacity[1] ? h1 % v.capacity[1] : 0;
-      for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint64_t group = v.group, groups = v.workers / group;
+      const std::uint64_t g = i / group, lane = i - g * group;
+      const std::uint64_t h0m = v.capacity[0] ? v.control->ring[0].head % v.capacity[0] : 0;
+      const std::uint64_t h1m = v.capacity[1] ? v.control->ring[1].head % v.capacity[1] : 0;
+      const key_plan& last = plan[n - 1];
+      const auto pages_of = [&](const key_plan& p) {
+        return fresh_page{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
+                          ring_pos(h1m, p.pinned_at, v.capacity[1])};
+      };
+      const std::uint64_t items = last.item_base + plan_items(last);
+      for (std::uint64_t t = g; t < items; t += groups) {
+        const std::uint32_t k =
+            find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
         const key_plan& p = plan[k];
-        if (p.d.code != code_ok) continue;
-        const unit_walk walk = walk_of_unit(v, keys[k].unit);
-        const fresh_page pages{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
-                               ring_pos(h1m, p.pinned_at, v.capacity[1])};
-        copy_rows<true>(v, walk, i, p.d.rows * v.row_bytes / walk.unit, keys[k].linear, pages,
-                        p.item_base);
-        std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-        for (std::uint64_t j = i; j < p.d.need; j += v.workers) row[j] = pages.id(j);
+        copy_item<true>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
+                        keys[k].linear, pages_of(p));
+      }
+      // Each key's page-table row, shared out among the workers; written only for keys that
+      // succeed, and valid from the commit on.
+      const std::uint64_t pages = last.page_base + plan_pages(last);
+      for (std::uint64_t q = i; q < pages; q += v.workers) {
+        const std::uint32_t k =
+            find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
+        const key_plan& p = plan[k];
+        const std::uint64_t j = q - p.page_base;
+        v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(p).id(j);
       }
       if (!last_to_finish(v)) return;
       std::uint64_t device_taken = 0, pinned_taken = 0;
@@ -521,61 +659,94 @@ struct restore_batch_body {
   std::uint32_t n;
   batch_key keys[max_batch_keys];
 
+  /// Key k's entry: a held key moves its pages back, an empty one fails as its own launch would.
   OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
     const page_entry& e = v.entries[keys[k].slot];
-    p.state = e.state;
-    p.d.rows = e.rows;
-    p.d.need = e.pages;
-    p.d.device_take = e.device_pages;
+    p.d = stash_decision{};
+    p.d.code = e.state == entry_stashed ? code_ok : code_restore_empty;
+    if (p.d.code == code_ok) {
+      p.d.rows = e.rows;
+      p.d.need = e.pages;
+      p.d.device_take = e.device_pages;
+    }
+    p.walk = walk_of_unit(v, keys[k].unit);
   }
 
   /// Places each held key's pages past the tails after the earlier keys' pages; an empty key
   /// records the free pages a restore of its own would have seen.
   OFFLOADKIT_HD void sequence(key_plan* plan) const {
-    std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
-    std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
+    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
     std::uint64_t device_at = 0, pinned_at = 0, items = 0;
     for (std::uint32_t k = 0; k < n; ++k) {
       key_plan& p = plan[k];
       p.device_at = device_at;
       p.pinned_at = pinned_at;
       p.item_base = items;
-      p.d.free_device = free_device;
-      p.d.free_pinned = free_pinned;
-      if (p.state != entry_stashed) {
-        p.d.code = code_restore_empty;
-        continue;
-      }
-      p.d.code = code_ok;
-      const std::uint64_t pinned_back = p.d.need - p.d.device_take;
-      free_device += p.d.device_take;
-      free_pinned += pinned_back;
+      p.page_base = device_at + pinned_at;
+      p.d.free_device = free_device + device_at;
+      p.d.free_pinned = free_pinned + pinned_at;
       device_at += p.d.device_take;
-      pinned_at += pinned_back;
-      items += p.d.need * walk_of_unit(v, keys[k].unit).chunks_per_page;
+      pinned_at += p.d.need - p.d.device_take;
+      items += plan_items(p);
     }
   }
 
+#if defined(__CUDA_ARCH__)
+  /// Warp 0: the same numbering from prefix sums (a restore never depends on free pages).
+  __device__ bool scan(key_plan* plan) const {
+    const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
+      return triple{p.d.device_take, p.d.need - p.d.device_take, plan_items(p)};
+    });
+    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
+    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    const unsigned lane = threadIdx.x & 31u;
+    for (std::uint32_t half = 0; half < 2; ++half) {
+      const std::uint32_t k = 2 * lane + half;
+      if (k >= n) continue;
+      key_plan& p = plan[k];
+      const triple& before = half == 0 ? s.first : s.second;
+      p.device_at = before.a;
+      p.pinned_at = before.b;
+      p.item_base = before.c;
+      p.page_base = before.a + before.b;
+      p.d.free_device = free_device + before.a;
+      p.d.free_pinned = free_pinned + before.b;
+    }
+    return true;
+  }
+#endif
+
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan) {
+      const std::uint64_t group = v.group, groups = v.workers / group;
+      const std::uint64_t g = i / group, lane = i - g * group;
       const ring_state* ring = v.control->ring;
       const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
       const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
-      for (std::uint32_t k = 0; k < n; ++k) {
+      const key_plan& last = plan[n - 1];
+      const std::uint64_t items = last.item_base + plan_items(last);
+      for (std::uint64_t t = g; t < items; t += groups) {
+        const std::uint32_t k =
+            find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
         const key_plan& p = plan[k];
-        if (p.d.code != code_ok) continue;
-        const unit_walk walk = walk_of_unit(v, keys[k].unit);
         const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-        copy_rows<false>(v, walk, i, p.d.rows * v.row_bytes / walk.unit, keys[k].linear,
-                         held_page{&v, row}, p.item_base);
-        for (std::uint64_t j = i; j < p.d.need; j += v.workers) {
-          const std::uint32_t id = row[j];
-          if (j < p.d.device_take) {
-            v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
-          } else {
-            v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
-                static_cast<std::uint32_t>(id - v.capacity[0]);
-          }
+        copy_item<false>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
+                         keys[k].linear, held_page{&v, row});
+      }
+      // The pages go back into the free slots past each ring's tail, after the earlier keys'.
+      const std::uint64_t pages = last.page_base + plan_pages(last);
+      for (std::uint64_t q = i; q < pages; q += v.workers) {
+        const std::uint32_t k =
+            find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
+        const key_plan& p = plan[k];
+        const std::uint64_t j = q - p.page_base;
+        const std::uint32_t id = v.table[std::uint64_t{keys[k].slot} * v.max_pages + j];
+        if (j < p.d.device_take) {
+          v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
+        } else {
+          v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
+              static_cast<std::uint32_t>(id - v.capacity[0]);
         }
       }
       if (!last_to_finish(v)) return;

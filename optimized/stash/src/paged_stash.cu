@@ -32,6 +32,17 @@ struct paged_stash::impl {
     return slot;
   }
 
+  // The index space of a launch that copies up to `keys` full buffers (a batch of that many keys;
+  // the launch shape depends on the batch's size, never on its row counts).
+  [[nodiscard]] std::uint64_t workers_for(std::uint64_t keys) const {
+    const bool gpu = view.group != 1;
+    const std::uint64_t item_bytes =
+        gpu ? 16 * 4 * view.group : std::max<std::uint64_t>(view.page_bytes, 1);
+    const std::uint64_t full_items = std::max<std::uint64_t>(
+        view.max_pages, keys * ((cfg.max_rows * cfg.row_bytes + item_bytes - 1) / item_bytes));
+    return std::clamp<std::uint64_t>(full_items, 1, gpu ? 1024 : 32) * view.group;
+  }
+
   // The widest copy unit that divides the row size and keeps both sides aligned.
   [[nodiscard]] std::uint32_t unit_for(const void* p) const {
     std::uint32_t unit = 16;
@@ -74,6 +85,7 @@ struct paged_stash::impl {
       Body body{};
       body.v = view;
       body.n = static_cast<std::uint32_t>(std::min<std::size_t>(n - first, dk::max_batch_keys));
+      body.v.workers = workers_for(body.n);
       for (std::uint32_t k = 0; k < body.n; ++k) {
         const Item& it = items[first + k];
         auto* p = const_cast<unsigned char*>(static_cast<const unsigned char*>(linear(it)));
@@ -84,7 +96,7 @@ struct paged_stash::impl {
                                      unit_for(p),
                                      0};
       }
-      launch(*ex, view.workers, body, name, s);
+      launch(*ex, body.v.workers, body, name, s);
     }
   }
 };
@@ -128,13 +140,8 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   // A fixed index space, whatever the row count: on a GPU groups of 256 (a block each), as many
   // as a full buffer has work items of 16-byte units, capped at a grid that fills the GPU; on host
   // single-worker groups, a few per host thread.
-  const bool gpu = ex.kind() == backend::cuda;
-  v.group = gpu ? 256 : 1;
-  const std::uint64_t item_bytes =
-      gpu ? 16 * 4 * v.group : std::max<std::uint64_t>(v.page_bytes, 1);
-  const std::uint64_t full_items = std::max<std::uint64_t>(
-      mp, (config.max_rows * config.row_bytes + item_bytes - 1) / item_bytes);
-  v.workers = std::clamp<std::uint64_t>(full_items, 1, gpu ? 1024 : 32) * v.group;
+  v.group = ex.kind() == backend::cuda ? 256 : 1;
+  v.workers = m.workers_for(1);
   do_reset(s);
 }
 
