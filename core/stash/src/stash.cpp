@@ -2,7 +2,8 @@
 #include "offloadkit/stash/stash.hpp"
 
 #include <cstdint>
-#include <map>
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace offloadkit::stash {
@@ -130,13 +131,21 @@ std::string check_conservation(const stash_snapshot& snap, const stash_config& c
 }
 
 void check_distinct_keys(const stash_key* keys, std::size_t n, const char* what) {
-  std::map<stash_key, std::size_t> seen;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto [it, fresh] = seen.emplace(keys[i], i);
-    OFFLOADKIT_EXPECTS(fresh, logic_error, what, ": items ", it->second, " and ", i,
-                       " both name key ", to_string(keys[i]),
-                       "; the keys of one batch must be distinct");
+  // Sorted (key, position) pairs: a repeated key sits next to its first occurrence. Cheap enough
+  // for a layer's keys on every call.
+  std::vector<std::pair<stash_key, std::size_t>> sorted(n);
+  for (std::size_t i = 0; i < n; ++i) sorted[i] = {keys[i], i};
+  std::sort(sorted.begin(), sorted.end());
+  std::size_t first = n, second = n;  // the repeat with the earliest second occurrence
+  for (std::size_t i = 1; i < n; ++i) {
+    if (sorted[i].first == sorted[i - 1].first && sorted[i].second < second) {
+      first = sorted[i - 1].second;
+      second = sorted[i].second;
+    }
   }
+  OFFLOADKIT_EXPECTS(second == n, logic_error, what, ": items ", first, " and ", second,
+                     " both name key ", to_string(keys[first]),
+                     "; the keys of one batch must be distinct");
 }
 
 namespace {
