@@ -8,7 +8,6 @@
 // the launch with a logic_error.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <type_traits>
@@ -29,39 +28,12 @@ __global__ void launch_kernel(Body body, std::size_t n) {
   }
 }
 
-/// The blocks of `block` threads that the current device keeps resident at once for this kernel
-/// (one wave), cached per device; 65535 where the query fails.
-template <class Body>
-std::size_t resident_blocks(unsigned block) {
-  constexpr int cached_devices = 64;
-  static std::atomic<std::size_t> cache[cached_devices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= cached_devices) {
-    return 65535;
-  }
-  std::size_t blocks = cache[device].load(std::memory_order_relaxed);
-  if (blocks != 0) return blocks;
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, launch_kernel<Body>,
-                                                    static_cast<int>(block), 0) != cudaSuccess ||
-      sms <= 0 || per_sm <= 0) {
-    return 65535;
-  }
-  blocks = static_cast<std::size_t>(sms) * static_cast<std::size_t>(per_sm);
-  cache[device].store(blocks, std::memory_order_relaxed);
-  return blocks;
-}
-
 template <class Body>
 void device_launch(const void* body, std::size_t n, unsigned block, void* cuda_stream) {
   if (n == 0) return;
-  // At most one wave of resident blocks: the grid-stride loop gives a thread more indices rather
-  // than queueing blocks behind a full GPU (every block of a launch runs the same number of
-  // rounds when n is a multiple of the block size, which bodies that synchronize a block need).
-  // The cap depends on the device and the kernel only, never on n beyond it.
+  // A fixed cap on the grid keeps the launch shape independent of n's exact value beyond the cap.
+  constexpr std::size_t max_blocks = 65535;
   std::size_t blocks = (n + block - 1) / block;
-  const std::size_t max_blocks = resident_blocks<Body>(block);
   if (blocks > max_blocks) blocks = max_blocks;
   launch_kernel<Body>
       <<<static_cast<unsigned>(blocks), block, 0, static_cast<cudaStream_t>(cuda_stream)>>>(

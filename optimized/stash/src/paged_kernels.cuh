@@ -146,9 +146,8 @@ OFFLOADKIT_HD inline void record_status(const pool_view& v, std::uint32_t code, 
 /// reads and copies happen before the commit, and the commit's reset of the counter happen before
 /// the next launch (stream order). On the GPU a thread block adds its count with one atomic, after
 /// a barrier that orders its threads' accesses before that thread's release, so the counter sees
-/// one atomic per block and round instead of one per warp. Every thread of a block calls it equally
-/// often: a launch's index space is a multiple of its blocks of v.group threads, so each block runs
-/// the same number of grid-stride rounds.
+/// one atomic per block (a few hundred per launch) instead of one per warp. Every thread of every
+/// block must call it: the launch runs one index per thread in blocks of v.group threads.
 OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
   cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(v.control->done);
 #if defined(__CUDA_ARCH__)
