@@ -212,6 +212,93 @@ void vmm_region::do_resume(stream_ref s) {
   }
 }
 
+void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
+  auto* in = dynamic_cast<vmm_region*>(&other);
+  if (in == nullptr || in->ex_ != ex_ || mode == pause_mode::discard ||
+      state() == region_state::paused || in->state() == region_state::active) {
+    offload_region::do_swap(other, mode, s);  // nothing to interleave
+    return;
+  }
+  if (!host_) host_ = buffer(*ex_, memory_kind::pinned, bytes_);
+  if (!in->side_) in->side_.emplace(*ex_, device_);
+  const stream_ref side = in->side_->ref();
+  // This region's host buffer may still feed its previous resume's copies; the other's chunks
+  // may still be filled by a resume of its own that stopped halfway.
+  if (resume_pending_) ex_->wait(resume_done_.ref(), s);
+  if (in->resume_pending_) ex_->wait(in->resume_done_.ref(), side);
+  char* host = host_.as<char>();
+  const char* in_host = in->host_.as<const char>();
+  chunk* prev = nullptr;
+  int prev_slot = 0;
+  int slot = 0;
+  auto finish = [&](chunk& c, int which) {
+    ex_->synchronize(chunk_done_[which].ref());
+    c.where = contents::host;
+    unmap_chunk(c);
+  };
+  // Step k queues the copy out of this region's chunk k on `s`, releases chunk k-1 once its copy
+  // has landed, and then maps the other's chunk k into the memory just given back and queues its
+  // copy in on the side stream: the two copy directions overlap, and the device holds about one
+  // chunk more than either region alone.
+  std::size_t k_out = 0, k_in = 0;
+  try {
+    while (k_out < chunks_.size() || k_in < in->chunks_.size()) {
+      if (k_out < chunks_.size()) {
+        chunk& c = chunks_[k_out++];
+        if (c.mapped) {
+          if (c.where == contents::device) ex_->copy(host + c.offset, at(c), c.used, s);
+          ex_->record(chunk_done_[slot].ref(), s);
+          if (prev != nullptr) finish(*prev, prev_slot);
+          prev = &c;
+          prev_slot = slot;
+          slot ^= 1;
+        }
+      }
+      if (k_in < in->chunks_.size()) {
+        chunk& c = in->chunks_[k_in++];
+        if (c.mapped && c.where == contents::device) continue;
+        in->map_chunk(c);
+        if (c.where == contents::host) {
+          try {
+            ex_->copy(in->at(c), in_host + c.offset, c.used, side);
+          } catch (...) {
+            try {
+              in->unmap_chunk(c);
+            } catch (const std::exception&) {
+              // The caller gets the copy's error; the chunk stays recorded as mapped with its
+              // contents on the host, which is true, so a retry copies it in.
+            }
+            throw;
+          }
+        }
+        c.where = contents::device;
+      }
+    }
+    if (prev != nullptr) finish(*prev, prev_slot);
+  } catch (...) {
+    // Drain both streams so that no copy is in flight on a chunk whose record says otherwise.
+    try {
+      ex_->synchronize(s);
+      ex_->synchronize(side);
+    } catch (const std::exception&) {
+      // The caller gets the error that stopped the swap; a failed drain is a stream's failure
+      // seen again.
+    }
+    throw;
+  }
+  resume_pending_ = false;
+  // Work issued to `s` from here on must see the other region's contents.
+  try {
+    ex_->record(in->resume_done_.ref(), side);
+    in->resume_pending_ = true;
+    ex_->wait(in->resume_done_.ref(), s);
+  } catch (...) {
+    // Without the event, finish the copies in now: `s` is ordered after them all the same.
+    ex_->synchronize(side);
+    in->resume_pending_ = false;
+  }
+}
+
 graph_id vmm_region::do_register_graph(capture_fn fn, stream_ref s) {
   return graphs_.add(std::move(fn), base_, s);
 }

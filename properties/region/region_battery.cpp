@@ -448,6 +448,64 @@ void graph_replay_after_resume(executor& ex, const region_implementation& impl) 
   assert_contents(ex, *r, sh.words, seed, before + after + later, s);
 }
 
+/// Swap: two regions trade places back and forth (one active, one paused, each with its own
+/// pattern and a graph registered before the first swap), preserving. After every swap the resumed
+/// region is active at its address, the paused one paused, the device holds what it holds with
+/// that region resumed and the other paused by plain resume and pause (where pause releases
+/// memory), and work issued to the stream right after the swap (a graph
+/// replay, then a read, with no host wait between) sees the resumed region's contents with every
+/// replay it has had, across any number of swaps.
+void swap_keeps_both(executor& ex, const region_implementation& impl) {
+  const shape sa = gen_shape(ex, 0, 3), sb = gen_shape(ex, 0, 3);
+  const std::uint32_t seeds[2] = {*rc::gen::arbitrary<std::uint32_t>(),
+                                  *rc::gen::arbitrary<std::uint32_t>()};
+  const int swaps = *rc::gen::inRange(1, 6);
+  const std::size_t slack = memory_slack(ex, 0);
+  stream s(ex, 0);
+  std::unique_ptr<offload_region> r[2] = {
+      make_region(impl, ex, region_config{sa.words * word, 0, sa.chunk_bytes}),
+      make_region(impl, ex, region_config{sb.words * word, 0, sb.chunk_bytes})};
+  const std::size_t words[2] = {sa.words, sb.words};
+  void* const address[2] = {r[0]->data(), r[1]->data()};
+  graph_id g[2];
+  int replays[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    write_pattern(ex, r[i]->data(), words[i], seeds[i], s);
+    g[i] = r[i]->register_graph(affine_graph(ex, words[i]), s);
+  }
+  // The device memory held with each region active and the other paused, by plain pause and
+  // resume: what a swap must leave.
+  std::size_t free_with[2];
+  r[1]->pause(s);
+  s.synchronize();
+  free_with[0] = ex.device_memory(0).free;
+  r[0]->pause(s);
+  r[1]->resume(s);
+  s.synchronize();
+  free_with[1] = ex.device_memory(0).free;
+  r[1]->pause(s);
+  r[0]->resume(s);
+  int active = 0;
+  for (int k = 0; k < swaps; ++k) {
+    const int out = active, in = 1 - active;
+    RC_LOG() << "swap " << k << ": region " << out << " out, region " << in << " in\n";
+    r[out]->swap(*r[in], pause_mode::preserve, s);
+    RC_ASSERT(r[out]->state() == region_state::paused);
+    RC_ASSERT(r[in]->state() == region_state::active);
+    if (impl.caps.address_stable) RC_ASSERT(same_address(r[in]->data(), address[in]));
+    r[in]->replay(g[in], s);
+    ++replays[in];
+    assert_contents(ex, *r[in], words[in], seeds[in], replays[in], s);
+    if (impl.caps.releases_memory) RC_ASSERT(free_memory_settles_near(ex, 0, free_with[in], slack));
+    active = in;
+  }
+  // The region swapped out last comes back with what it held.
+  const int last_out = 1 - active;
+  r[active]->swap(*r[last_out], pause_mode::preserve, s);
+  assert_contents(ex, *r[last_out], words[last_out], seeds[last_out], replays[last_out], s);
+  s.synchronize();
+}
+
 void many_cycles(executor& ex, const region_implementation& impl) {
   const int cycles = 200;
   counting_adaptor cx(ex);
@@ -835,6 +893,84 @@ class managed_ledger final : public executor_adaptor {
   std::size_t live_ = 0;
 };
 
+/// Fault injection in a swap: for N = 0, 1, 2, ... the Nth allocation, mapping or copy of a swap
+/// fails. The swap throws exactly when a fault fired and leaves
+/// the region going out active, partial or paused and the region coming in paused, partial or
+/// active, both at their addresses, within the memory of the two ends; a retry of the swap
+/// succeeds, the resumed region holds its contents and replays its graph, and once both are gone
+/// nothing is left allocated.
+void fault_countdown_swap(executor& ex, const region_implementation& impl) {
+  const std::size_t gran = ex.granularity(0);
+  const int granules = *rc::gen::inRange(2, 5);
+  const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
+  const std::size_t chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
+  const std::uint32_t seed_out = *rc::gen::arbitrary<std::uint32_t>();
+  const std::uint32_t seed_in = *rc::gen::arbitrary<std::uint32_t>();
+  const std::size_t slack = memory_slack(ex, 0);
+  managed_ledger ledger(ex);
+  fault_injection_adaptor fx(ledger);
+  stream s(fx, 0);
+  const std::vector<op_kind> kinds{op_kind::allocate_device, op_kind::allocate_pinned,
+                                   op_kind::allocate_pageable, op_kind::create_physical,
+                                   op_kind::map,            op_kind::set_access,
+                                   op_kind::copy,           op_kind::allocate_managed,
+                                   op_kind::prefetch};
+  const std::size_t free0 = fx.device_memory(0).free;
+  for (std::size_t n = 0;; ++n) {
+    RC_ASSERT(n < 10000u);
+    auto out = make_region(impl, fx, region_config{words * word, 0, chunk});
+    auto in = make_region(impl, fx, region_config{words * word, 0, chunk});
+    void* const address_out = out->data();
+    void* const address_in = in->data();
+    write_pattern(fx, out->data(), words, seed_out, s);
+    write_pattern(fx, in->data(), words, seed_in, s);
+    const graph_id g = in->register_graph(affine_graph(fx, words), s);
+    in->pause(s);
+    s.synchronize();
+    const std::size_t free_one = fx.device_memory(0).free;
+
+    fx.arm(kinds, n);
+    bool threw = false;
+    try {
+      out->swap(*in, pause_mode::preserve, s);
+    } catch (const injected_fault&) {
+      threw = true;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = fx.fired();
+    fx.disarm();
+    RC_ASSERT(threw == fired);
+    if (fired) {
+      const region_state so = out->state(), si = in->state();
+      RC_LOG() << "fault at call " << n << " left the regions " << to_string(so) << " and "
+               << to_string(si) << "\n";
+      if (impl.caps.address_stable) {
+        RC_ASSERT(same_address(out->data(), address_out));
+        RC_ASSERT(same_address(in->data(), address_in));
+      }
+      // Both ends held one region's memory; a failed swap holds no more than both regions.
+      const std::size_t f = fx.device_memory(0).free;
+      RC_ASSERT(f + slack >= free_one - out->footprint() - in->footprint());
+      if (so != region_state::paused || si != region_state::active) {
+        out->swap(*in, pause_mode::preserve, s);  // the retry finishes the job
+      }
+    }
+    RC_ASSERT(out->state() == region_state::paused);
+    RC_ASSERT(in->state() == region_state::active);
+    in->replay(g, s);
+    assert_contents(fx, *in, words, seed_in, 1, s);
+    if (impl.caps.releases_memory) RC_ASSERT(free_memory_settles_near(fx, 0, free_one, slack));
+    in.reset();
+    out.reset();
+    RC_ASSERT(ledger.live_bytes() == 0u);
+    if (impl.caps.releases_memory || ex.kind() == backend::host) {
+      RC_ASSERT(free_memory_settles_near(fx, 0, free0, slack));
+    }
+    if (!fired) break;  // the swap ran to its end without reaching call n
+  }
+}
+
 void fault_countdown(executor& ex, const region_implementation& impl, phase which) {
   const std::size_t gran = ex.granularity(0);
   const int granules = *rc::gen::inRange(2, 5);
@@ -953,10 +1089,16 @@ std::vector<check_case> region_battery(const region_implementation& impl) {
   out.push_back(c("model_based", &region::model_based, 30));
   if (caps.releases_memory) out.push_back(c("release_is_real", &region::release_is_real, 10));
   out.push_back(c("graph_replay_after_resume", &region::graph_replay_after_resume, 15));
+  out.push_back(c("swap_keeps_both", &region::swap_keeps_both, 15));
   // The fault adaptor fails only what passes through the executor.
   if (impl.support.executor_allocations) {
     out.push_back(countdown("fault_countdown_pause", region::phase::pause));
     out.push_back(countdown("fault_countdown_resume", region::phase::resume));
+    out.push_back(c("fault_countdown_swap",
+                    [](executor& ex, const region_implementation& i) {
+                      region::fault_countdown_swap(ex, i);
+                    },
+                    3));
   }
   if (caps.releases_memory) out.push_back(c("many_cycles", &region::many_cycles, 1));
   out.push_back(c("state_errors", &region::state_errors, 10));

@@ -47,6 +47,27 @@ void offload_region::resume(stream_ref s) {
   do_resume(s);
 }
 
+void offload_region::swap(offload_region& in, pause_mode mode, stream_ref s) {
+  OFFLOADKIT_EXPECTS(&in != this, logic_error, "offload_region::swap(", to_string(mode),
+                     "): the region to resume is this region; swap pauses one region and "
+                     "resumes another");
+  OFFLOADKIT_EXPECTS(in.device() == device(), out_of_range, "offload_region::swap(",
+                     to_string(mode), "): the region to resume is on device ", in.device(),
+                     ", this one on device ", device(), "; both must be on one device");
+  OFFLOADKIT_EXPECTS(state() != region_state::paused || in.state() != region_state::active,
+                     state_error, "offload_region::swap(", to_string(mode),
+                     "): this region is already paused and the other already active; "
+                     "nothing is left to swap");
+  expect_stream(s, "swap");
+  do_swap(in, mode, s);
+}
+
+void offload_region::do_swap(offload_region& in, pause_mode mode, stream_ref s) {
+  // Pause first: the memory it gives back is what the resume may need.
+  if (state() != region_state::paused) pause(mode, s);
+  if (in.state() != region_state::active) in.resume(s);
+}
+
 graph_id offload_region::register_graph(capture_fn fn, stream_ref s) {
   OFFLOADKIT_EXPECTS(fn != nullptr, logic_error,
                      "offload_region::register_graph: empty capture function");

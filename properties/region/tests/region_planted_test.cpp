@@ -35,6 +35,15 @@ class forwarding_region : public offload_region {
   offload_region& inner() const { return *inner_; }
   void do_pause(pause_mode m, stream_ref s) override { inner_->pause(m, s); }
   void do_resume(stream_ref s) override { inner_->resume(s); }
+  /// A swap with another forwarding region goes to the correct regions themselves, so that a
+  /// variant's pause or resume bug stays with the properties of pause and resume.
+  void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
+    if (auto* f = dynamic_cast<forwarding_region*>(&in)) {
+      inner_->swap(*f->inner_, m, s);
+    } else {
+      offload_region::do_swap(in, m, s);
+    }
+  }
 
  private:
   void* do_data() const noexcept override { return inner_->data(); }
@@ -216,6 +225,11 @@ class staged_region : public forwarding_region {
     if (m == pause_mode::discard) discarded_once_ = true;
     saved_ = m == pause_mode::preserve && staging_.size() == chunks_.size();
   }
+  /// Its contents live in its own staging buffers: a swap is its own pause, then the other's
+  /// resume.
+  void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
+    offload_region::do_swap(in, m, s);
+  }
   void do_resume(stream_ref s) override {
     inner().resume(s);
     if (saved_) {
@@ -349,6 +363,10 @@ class current_device_word_region final : public forwarding_region {
     inner().pause(m, s);
     word_.reset();
   }
+  // The word comes and goes with pause and resume, swaps included.
+  void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
+    offload_region::do_swap(in, m, s);
+  }
   void do_resume(stream_ref s) override {
     // Taken first, so that a failed allocation leaves the region paused.
     buffer word(ex(), memory_kind::device, word_bytes, made_current);
@@ -404,6 +422,37 @@ class clearing_unified_region final : public forwarding_region {
     if (m == pause_mode::discard) ex().fill(inner().data(), 0, inner().size(), s);
     inner().pause(m, s);
   }
+};
+
+/// Bug (swap_keeps_both): a swap discards the contents of the region it pauses, whatever the
+/// mode says (a phase switch written for a KV cache that is rebuilt anyway).
+class discarding_swap_region final : public forwarding_region {
+ public:
+  discarding_swap_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  void do_swap(offload_region& in, pause_mode, stream_ref s) override {
+    forwarding_region::do_swap(in, pause_mode::discard, s);
+  }
+};
+
+/// Bug (fault_countdown_swap): a swap that fails midway reports success; the caller goes on with
+/// a region that is not resumed.
+class swallowing_swap_region final : public forwarding_region {
+ public:
+  swallowing_swap_region(executor& ex, region_config c)
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)) {}
+
+ private:
+  void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
+    try {
+      forwarding_region::do_swap(in, m, s);
+    } catch (const injected_fault& e) {
+      last_failure_ = e.what();  // kept for a log nobody reads
+    }
+  }
+  std::string last_failure_;
 };
 
 /// A planted variant's descriptor: the capabilities of the region it forwards to (`base`), its
@@ -511,6 +560,14 @@ const auto optimized = offloadkit::testing::optimized_region_implementation;
 
 TEST(RegionCatchesExactlyOne, StagedRegionWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<staged_region>(optimized())), names{});
+}
+TEST(RegionCatchesExactlyOne, DiscardingSwapOnlyBySwapKeepsBoth) {
+  EXPECT_EQ(failing_properties(planted<discarding_swap_region>(optimized())),
+            names{"swap_keeps_both"});
+}
+TEST(RegionCatchesExactlyOne, SwallowedSwapFaultOnlyBySwapCountdown) {
+  EXPECT_EQ(failing_properties(planted<swallowing_swap_region>(optimized())),
+            names{"fault_countdown_swap"});
 }
 TEST(RegionCatchesExactlyOne, StickyDiscardOnlyByModel) {
   EXPECT_EQ(failing_properties(planted<sticky_discard_region>(optimized())), names{"model_based"});

@@ -217,4 +217,35 @@ TEST(VmmRegion, ResumeOnItsDeviceWhateverStreamsOtherDevicesUse) {
   EXPECT_TRUE(holds_pattern(ex, r, 14, s1));
 }
 
+TEST(RegionSwap, RefusesItselfAnotherDeviceAndAPairWithNothingLeftNamingWhy) {
+  host_executor ex;  // two devices
+  stream s(ex, 0);
+  const std::size_t gran = ex.granularity(0);
+  vmm_region a(ex, region_config{gran, 0, 0}), b(ex, region_config{gran, 0, 0});
+  vmm_region other_device(ex, region_config{gran, 1, 0});
+  const auto what = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const logic_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(what([&] { a.swap(a, pause_mode::preserve, s); }).find("is this region"),
+            std::string::npos);
+  stream s1(ex, 1);
+  other_device.pause(s1);
+  EXPECT_NE(what([&] { a.swap(other_device, pause_mode::preserve, s); }).find("on device 1"),
+            std::string::npos);
+  // Both active: the pause is left, so the swap pauses `a` and finds `b` already active.
+  a.swap(b, pause_mode::preserve, s);
+  EXPECT_EQ(a.state(), region_state::paused);
+  EXPECT_EQ(b.state(), region_state::active);
+  EXPECT_NE(what([&] { a.swap(b, pause_mode::preserve, s); }).find("nothing is left to swap"),
+            std::string::npos);
+  b.swap(a, pause_mode::preserve, s);
+  EXPECT_EQ(a.state(), region_state::active);
+  EXPECT_EQ(b.state(), region_state::paused);
+}
+
 }  // namespace

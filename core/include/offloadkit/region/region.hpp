@@ -74,6 +74,17 @@ class offload_region {
   /// partial, the host copy is intact and a later resume() can succeed.
   void resume(stream_ref s);
 
+  /// Pauses this region (as pause(mode, s)) while resuming `in` (as in.resume(s)): an RL phase
+  /// switch, where one region's copy out and the other's copy in can share the link, one copy
+  /// direction each. Work issued to `s` afterwards sees in's contents. Parts already done are
+  /// skipped (this region paused, or `in` active), so a swap that failed can be retried; valid
+  /// when at least one part is left. `in` must be another region of the same device. On failure
+  /// this region is active, partial or paused and `in` paused, partial or active, no byte of
+  /// either is lost, and swap(), pause() or resume() finishes the job. The default pauses, then
+  /// resumes; an implementation may interleave the two (the optimized region does, chunk by chunk
+  /// on two streams, when `in` is one of its own).
+  void swap(offload_region& in, pause_mode mode, stream_ref s);
+
   /// Captures `fn` on `s` into a graph kept with the region (valid when active). Implementations
   /// whose address is not stable re-capture it on every resume.
   graph_id register_graph(capture_fn fn, stream_ref s);
@@ -81,6 +92,12 @@ class offload_region {
   void replay(graph_id g, stream_ref s);
   /// Destroys a registered graph; unknown ids are ignored.
   void unregister_graph(graph_id g) noexcept { do_unregister_graph(g); }
+
+ protected:
+  /// Called with `in` distinct, of the same device, and at least one part left. The default
+  /// pauses this region, then resumes `in` (an override may call it for the pairs it does not
+  /// interleave itself).
+  virtual void do_swap(offload_region& in, pause_mode mode, stream_ref s);
 
  private:
   void expect_stream(stream_ref s, const char* call) const;

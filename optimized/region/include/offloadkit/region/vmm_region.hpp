@@ -2,9 +2,13 @@
 // in chunks. Pause copies the contents out through a cached pinned buffer, chunk by chunk, and
 // unmaps and releases each chunk as soon as its copy has landed (the copy of chunk k overlaps the
 // unmap of chunk k-1); resume creates physical memory again, maps it at the same address and
-// copies the contents back. Graphs captured on the region stay valid across pause and resume.
+// copies the contents back. Graphs captured on the region stay valid across pause and resume. A
+// swap with another vmm_region interleaves one's pause with the other's resume chunk by chunk, the
+// copies out on the caller's stream and the copies in on a second one, so that both copy
+// directions of the link work at once.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "offloadkit/executor.hpp"
@@ -34,6 +38,7 @@ class vmm_region final : public offload_region {
   [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
   void do_pause(pause_mode mode, stream_ref s) override;
   void do_resume(stream_ref s) override;
+  void do_swap(offload_region& in, pause_mode mode, stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
   void do_replay(graph_id g, stream_ref s) override;
   void do_unregister_graph(graph_id g) noexcept override;
@@ -67,6 +72,7 @@ class vmm_region final : public offload_region {
   event chunk_done_[2];  // alternate between consecutive chunks of a pause
   event resume_done_;    // the last resume's copies; a later pause or destruction waits on it
   bool resume_pending_ = false;
+  std::optional<stream> side_;  // where a swap that resumes this region issues its copies in
   detail::graph_registry graphs_{*ex_, "vmm_region"};
 };
 
