@@ -17,7 +17,7 @@ constexpr std::uint64_t common =
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace ok = offloadkit;
   namespace op = offloadkit::plugin;
-#if defined(OFFLOADKIT_STASH_TABLE_V1_0)
+#if defined(OFFLOADKIT_TABLES_V1_0)
   // Built as a plugin of ABI 1.0 is: the stash table ends before the batch entries. The entries
   // past its struct_size are set to one that fails, so a host that reads past the size is seen.
   static const okit_stash_vtable stash = [] {
@@ -37,10 +37,24 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       op::stash_vtable<&op::make_stash_as<ok::stash::paged_stash>>(
           "optimized", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
 #endif
+  constexpr std::uint64_t region_caps = common | OKIT_REGION_CAP_ADDRESS_STABLE |
+                                         OKIT_REGION_CAP_RELEASES_MEMORY |
+                                         OKIT_REGION_CAP_MULTI_DEVICE;
+#if defined(OFFLOADKIT_TABLES_V1_0)
+  // Likewise the region table ends before swap.
+  static const okit_region_vtable region = [] {
+    okit_region_vtable t = op::region_vtable<&op::make_region_as<ok::region::vmm_region>>(
+        "optimized-abi-1.0", region_caps);
+    t.struct_size = OKIT_REGION_V1_SIZE;
+    t.swap = [](void*, okit_error* err, void*, int32_t, okit_stream) {
+      return okit_set_error(err, OKIT_ERR_LOGIC, "swap lies past struct_size");
+    };
+    return t;
+  }();
+#else
   static const okit_region_vtable region =
-      op::region_vtable<&op::make_region_as<ok::region::vmm_region>>(
-          "optimized", common | OKIT_REGION_CAP_ADDRESS_STABLE | OKIT_REGION_CAP_RELEASES_MEMORY |
-                           OKIT_REGION_CAP_MULTI_DEVICE);
+      op::region_vtable<&op::make_region_as<ok::region::vmm_region>>("optimized", region_caps);
+#endif
   static const okit_arena_vtable arena =
       op::arena_vtable<&op::make_arena_as<ok::arena::coalesced_offloader>>(
           "optimized", common | OKIT_ARENA_CAP_ASYNCHRONOUS | OKIT_ARENA_CAP_PINNED_STEADY_STATE |

@@ -193,6 +193,14 @@ okit_status create_region(region_maker make, okit_error* err, const okit_executo
   });
 }
 
+namespace {
+region::pause_mode pause_mode_of(std::int32_t mode) {
+  OFFLOADKIT_EXPECTS(mode == OKIT_PAUSE_PRESERVE || mode == OKIT_PAUSE_DISCARD, out_of_range,
+                     "pause mode ", mode, " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
+  return mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard : region::pause_mode::preserve;
+}
+}  // namespace
+
 okit_region_vtable region_vtable(const char* implementation, std::uint64_t capabilities,
                                  okit_status (*create)(okit_error*, const okit_executor*,
                                                        const okit_region_config*, void**)) {
@@ -215,17 +223,16 @@ okit_region_vtable region_vtable(const char* implementation, std::uint64_t capab
     out->captures = r.captures();
   };
   t.pause = [](void* self, okit_error* err, std::int32_t mode, okit_stream s) noexcept {
-    return guard(err, [&] {
-      OFFLOADKIT_EXPECTS(mode == OKIT_PAUSE_PRESERVE || mode == OKIT_PAUSE_DISCARD, out_of_range,
-                         "pause mode ", mode,
-                         " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
-      impl_of<I>(self).pause(
-          mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard : region::pause_mode::preserve,
-          from_c(s));
-    });
+    return guard(err, [&] { impl_of<I>(self).pause(pause_mode_of(mode), from_c(s)); });
   };
   t.resume = [](void* self, okit_error* err, okit_stream s) noexcept {
     return guard(err, [&] { impl_of<I>(self).resume(from_c(s)); });
+  };
+  t.swap = [](void* self, okit_error* err, void* in, std::int32_t mode, okit_stream s) noexcept {
+    return guard(err, [&] {
+      OFFLOADKIT_EXPECTS(in != nullptr, logic_error, "region.swap: the region to resume is NULL");
+      impl_of<I>(self).swap(impl_of<I>(in), pause_mode_of(mode), from_c(s));
+    });
   };
   t.register_graph = [](void* self, okit_error* err, okit_capture fn, std::uint64_t* id,
                         okit_stream s) noexcept {

@@ -50,6 +50,17 @@ class plugin_region final : public region::offload_region {
   void do_resume(stream_ref s) override {
     call_checked_self(obj_.context, "resume", t_->resume, obj_.self, to_c(s));
   }
+  // A swap crosses the table when both regions are this table's objects and it has swap.
+  void do_swap(region::offload_region& in, region::pause_mode mode, stream_ref s) override {
+    auto* other = dynamic_cast<plugin_region*>(&in);
+    if (other == nullptr || other->t_ != t_ || !OKIT_REGION_HAS(t_, swap)) {
+      offload_region::do_swap(in, mode, s);
+      return;
+    }
+    const std::int32_t m =
+        mode == region::pause_mode::discard ? OKIT_PAUSE_DISCARD : OKIT_PAUSE_PRESERVE;
+    call_checked_self(obj_.context, "swap", t_->swap, obj_.self, other->obj_.self, m, to_c(s));
+  }
   region::graph_id do_register_graph(region::capture_fn fn, stream_ref s) override {
     okit_capture c{};
     c.ctx = new region::capture_fn(std::move(fn));

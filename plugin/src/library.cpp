@@ -124,7 +124,7 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   }
   if (const auto* t = desc->region) {
     const std::string c = lib->context("region");
-    expect_table_header(c, *t, "okit_region_vtable");
+    expect_table_header(c, *t, "okit_region_vtable", OKIT_REGION_V1_SIZE);
     expect_entries(c, {{"create", p(t->create)},
                        {"destroy", p(t->destroy)},
                        {"info", p(t->info)},

@@ -289,13 +289,13 @@ TEST(PluginExecutor, AVersionOneTableStillWorksAndLacksOnlyTheNewEntries) {
   EXPECT_THROW({ op::abi_executor bad(old); }, ok::logic_error);
 }
 
-// The suite name is part of the test names (PluginStash/...).
+// The suite name is part of the test names (PluginDogfood/...).
 template <class Backend>
 // NOLINTNEXTLINE(readability-identifier-naming)
-class PluginStash : public ::testing::Test {};
-TYPED_TEST_SUITE_P(PluginStash);
+class PluginDogfood : public ::testing::Test {};
+TYPED_TEST_SUITE_P(PluginDogfood);
 
-TYPED_TEST_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
+TYPED_TEST_P(PluginDogfood, DogfoodRoundTripAndErrorsNameThePlugin) {
   if (std::string(TypeParam::name) == "cuda") {
     const std::string reason = ok::cuda_unavailable_reason();
     if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
@@ -350,7 +350,7 @@ TYPED_TEST_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin) {
 // A batch crosses the table when the plugin's stash table has the batch entries (ABI 1.1) and is
 // issued per key when it ends before them (a plugin built against 1.0, whose entries past its
 // struct_size fail if called); both restore what was stashed, and a batch's error names the entry.
-TYPED_TEST_P(PluginStash, BatchesCrossTheTableOrFallBackToPerKeyCalls) {
+TYPED_TEST_P(PluginDogfood, BatchesCrossTheTableOrFallBackToPerKeyCalls) {
   if (std::string(TypeParam::name) == "cuda") {
     const std::string reason = ok::cuda_unavailable_reason();
     if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
@@ -412,9 +412,41 @@ TYPED_TEST_P(PluginStash, BatchesCrossTheTableOrFallBackToPerKeyCalls) {
   }
 }
 
-REGISTER_TYPED_TEST_SUITE_P(PluginStash, DogfoodRoundTripAndErrorsNameThePlugin,
+// A swap crosses the table when the region table has swap (ABI 1.1) and is a pause and a resume
+// when it ends before it (a plugin built against 1.0, whose swap past its struct_size fails if
+// called); either way the resumed region holds its bytes at its address.
+TYPED_TEST_P(PluginDogfood, RegionSwapCrossesTheTableOrFallsBackToPauseAndResume) {
+  if (std::string(TypeParam::name) == "cuda") {
+    const std::string reason = ok::cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no usable GPU: " << reason;
+  }
+  auto ex = TypeParam::make();
+  for (const char* path : {OPTIMIZED_PLUGIN, OPTIMIZED_ABI_1_0_PLUGIN}) {
+    auto impl = op::region_of(op::library::open(path));
+    ASSERT_TRUE(impl.has_value()) << path;
+    const std::size_t bytes = 3 * ex->granularity(0) + 5;
+    auto a = impl->make(*ex, ok::region::region_config{bytes, 0, 0});
+    auto b = impl->make(*ex, ok::region::region_config{bytes, 0, 0});
+    ok::stream s(*ex);
+    std::vector<unsigned char> host(bytes), back(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 13 + 7);
+    ex->copy(b->data(), host.data(), bytes, s);
+    b->pause(s);
+    void* const address = b->data();
+    a->swap(*b, ok::region::pause_mode::preserve, s);
+    EXPECT_EQ(a->state(), ok::region::region_state::paused) << path;
+    EXPECT_EQ(b->state(), ok::region::region_state::active) << path;
+    EXPECT_EQ(b->data(), address) << path;
+    ex->copy(back.data(), b->data(), bytes, s);
+    ex->synchronize(static_cast<ok::stream_ref>(s));
+    EXPECT_EQ(back, host) << path;
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(PluginDogfood, DogfoodRoundTripAndErrorsNameThePlugin,
+                            RegionSwapCrossesTheTableOrFallsBackToPauseAndResume,
                             BatchesCrossTheTableOrFallBackToPerKeyCalls);
-INSTANTIATE_TYPED_TEST_SUITE_P(Host, PluginStash, ok::testing::host_backend);
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, PluginStash, ok::testing::cuda_backend);
+INSTANTIATE_TYPED_TEST_SUITE_P(Host, PluginDogfood, ok::testing::host_backend);
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, PluginDogfood, ok::testing::cuda_backend);
 
 }  // namespace

@@ -1,4 +1,4 @@
-/* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore entries).
+/* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -407,7 +407,21 @@ typedef struct okit_region_vtable {
                                 okit_stream s);
   okit_status (*replay)(void* self, okit_error* err, uint64_t id, okit_stream s);
   void (*unregister_graph)(void* self, uint64_t id);
+
+  /* Appended in version 1.1; optional (NULL, or a table built before it: offloadkit pauses, then
+   * resumes). Pauses self with `mode` while resuming `in`, another object created by this same
+   * table on the same device; work issued to s afterwards sees in's contents. Parts already done
+   * are skipped (self paused, or `in` active), so a failed swap can be retried. */
+  okit_status (*swap)(void* self, okit_error* err, void* in, int32_t mode, okit_stream s);
 } okit_region_vtable;
+
+/* The size of a version-1.0 region table (without swap): the smallest accepted. */
+#define OKIT_REGION_V1_SIZE offsetof(okit_region_vtable, swap)
+
+/* Whether a region table has `entry` (set, and inside the table's struct_size). */
+#define OKIT_REGION_HAS(table, entry)                                                      \
+  ((table)->struct_size >= offsetof(okit_region_vtable, entry) + sizeof((table)->entry) && \
+   (table)->entry != NULL)
 
 /* ---- coalesced arena ---------------------------------------------------------------------- */
 
