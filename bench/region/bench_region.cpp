@@ -1,9 +1,12 @@
 // bench_region: pause and resume throughput of the graph-stable region against the plain pinned
 // copies measured in the same run (the limit), and against a per-allocation synchronous backup
-// (16 allocations, a fresh pinned buffer per pause, synchronous copies), side by side.
+// (16 allocations, a fresh pinned buffer per pause, synchronous copies), side by side; and swap
+// (one region paused while another of the same size resumes, an RL phase switch) against a pause
+// then a resume of the same regions and against the link's both-directions limit measured in the
+// same run (a plain pinned D2H and H2D of the same size at once, on two streams).
 //
 //   bench_region [--executor cuda|host] [--quick] [--min-mib N] [--max-mib N] [--chunk-mib N]
-//                [--reps N] [--baseline-max-mib N] [--json FILE]
+//                [--reps N] [--baseline-max-mib N] [--no-swap] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -32,6 +35,7 @@ struct options {
   bool quick = false;
   std::size_t min_mib = 256, max_mib = 8192, chunk_mib = 64, baseline_max_mib = 2048;
   int reps = 3;
+  bool no_swap = false;
   std::string json;
 };
 
@@ -39,7 +43,7 @@ struct options {
   std::fprintf(
       stderr,
       "bench_region: %s\nusage: bench_region [--executor cuda|host] [--quick] [--min-mib N] "
-      "[--max-mib N] [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--json FILE]\n",
+      "[--max-mib N] [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--no-swap] [--json FILE]\n",
       why.c_str());
   std::exit(2);
 }
@@ -76,6 +80,8 @@ options parse(int argc, char** argv) {
       o.reps = static_cast<int>(number());
     } else if (a == "--baseline-max-mib") {
       o.baseline_max_mib = number();
+    } else if (a == "--no-swap") {
+      o.no_swap = true;
     } else if (a == "--json") {
       o.json = value();
     } else {
@@ -111,7 +117,57 @@ struct row {
   double base_pause_s = 0, base_resume_s = 0;  // 0: not measured
   std::size_t free_drop = 0;
   unsigned long long wrong = 0;
+  double both_s = 0, swap_s = 0, pause_resume_s = 0;  // swap: 0 when not measured
 };
+
+/// The swap figures of `r`: the both-directions limit, then two regions of `bytes` traded back
+/// and forth by swap() and by pause() + resume(), best of o.reps each way.
+void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
+  stream s(ex, 0), s2(ex, 0);
+  const double big = 1e30;
+  {
+    buffer d1(ex, memory_kind::device, bytes, 0), d2(ex, memory_kind::device, bytes, 0);
+    buffer p1(ex, memory_kind::pinned, bytes), p2(ex, memory_kind::pinned, bytes);
+    ex.fill(d1.data(), 1, bytes, s);
+    ex.copy(p2.data(), d1.data(), bytes, s);
+    s.synchronize();
+    r.both_s = big;
+    for (int i = 0; i < o.reps; ++i) {
+      r.both_s = std::min(r.both_s, seconds([&] {
+                            ex.copy(p1.data(), d1.data(), bytes, s);
+                            ex.copy(d2.data(), p2.data(), bytes, s2);
+                            s.synchronize();
+                            s2.synchronize();
+                          }));
+    }
+  }
+  region::vmm_region a(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
+  region::vmm_region b(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
+  const auto seed_a = static_cast<std::uint32_t>(bytes / mib), seed_b = seed_a + 1;
+  region::write_pattern(ex, a.data(), bytes / 4, seed_a, s);
+  region::write_pattern(ex, b.data(), bytes / 4, seed_b, s);
+  // Warm-up: both cached pinned buffers exist and each region has been swapped in once.
+  b.pause(s);
+  a.swap(b, region::pause_mode::preserve, s);
+  b.swap(a, region::pause_mode::preserve, s);
+  s.synchronize();
+  r.swap_s = r.pause_resume_s = big;
+  for (int i = 0; i < o.reps; ++i) {
+    // a active, b paused
+    r.swap_s = std::min(r.swap_s, seconds([&] {
+                          a.swap(b, region::pause_mode::preserve, s);
+                          s.synchronize();
+                        }));
+    r.pause_resume_s = std::min(r.pause_resume_s, seconds([&] {
+                                  b.pause(s);
+                                  a.resume(s);
+                                  s.synchronize();
+                                }));
+  }
+  r.wrong += wrong_words(ex, a.data(), bytes, seed_a, s);
+  a.swap(b, region::pause_mode::preserve, s);
+  r.wrong += wrong_words(ex, b.data(), bytes, seed_b, s);
+}
 
 row measure(executor& ex, const options& o, std::size_t bytes) {
   row r;
@@ -236,6 +292,15 @@ int main(int argc, char** argv) {
       status = 1;
       break;
     }
+    if (!o.no_swap) {
+      try {
+        measure_swap(*ex, o, bytes, r);
+      } catch (const std::exception& e) {
+        std::printf("%8zu MiB  swap failed: %s\n", m, e.what());
+        status = 1;
+        break;
+      }
+    }
     const double ours = r.pause_s + r.resume_s;
     const double base = r.base_pause_s + r.base_resume_s;
     char base_text[32] = "-", speed_text[32] = "-";
@@ -249,6 +314,21 @@ int main(int argc, char** argv) {
                 speed_text, r.wrong);
     if (r.wrong != 0) status = 1;
     rows.push_back(r);
+  }
+  if (!o.no_swap) {
+    std::printf(
+        "\nswap: one region paused while another of the same size resumes, vs pause then resume "
+        "of the same regions; ratio = both-directions limit (plain pinned D2H + H2D at once) / "
+        "swap time\n");
+    std::printf("%10s %12s %10s %14s %8s %9s\n", "size", "limit ms", "swap ms", "pause+resume ms",
+                "ratio", "speedup");
+    for (const row& r : rows) {
+      if (r.swap_s <= 0) continue;
+      std::printf("%6zu MiB %12.2f %10.2f %14.2f %8.3f %8.2fx\n", r.bytes / mib, r.both_s * 1e3,
+                  r.swap_s * 1e3, r.pause_resume_s * 1e3, r.both_s / r.swap_s,
+                  r.pause_resume_s / r.swap_s);
+    }
+    std::printf("goal: ratio >= 0.90 for 1-8 GiB (about 1.6x faster than pause then resume)\n");
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json);
@@ -266,7 +346,9 @@ int main(int argc, char** argv) {
           << ((r.base_pause_s + r.base_resume_s) > 0
                   ? (r.base_pause_s + r.base_resume_s) / (r.pause_s + r.resume_s)
                   : 0)
-          << ", \"wrong\": " << r.wrong << "}";
+          << ", \"both_directions_s\": " << r.both_s << ", \"swap_s\": " << r.swap_s
+          << ", \"pause_then_resume_s\": " << r.pause_resume_s << ", \"swap_ratio\": "
+          << (r.swap_s > 0 ? r.both_s / r.swap_s : 0) << ", \"wrong\": " << r.wrong << "}";
     }
     out << "\n  ]\n}\n";
     if (!out) {
