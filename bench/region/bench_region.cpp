@@ -347,8 +347,9 @@ int main(int argc, char** argv) {
                   ? (r.base_pause_s + r.base_resume_s) / (r.pause_s + r.resume_s)
                   : 0)
           << ", \"both_directions_s\": " << r.both_s << ", \"swap_s\": " << r.swap_s
-          << ", \"pause_then_resume_s\": " << r.pause_resume_s << ", \"swap_ratio\": "
-          << (r.swap_s > 0 ? r.both_s / r.swap_s : 0) << ", \"wrong\": " << r.wrong << "}";
+          << ", \"pause_then_resume_s\": " << r.pause_resume_s
+          << ", \"swap_ratio\": " << (r.swap_s > 0 ? r.both_s / r.swap_s : 0)
+          << ", \"wrong\": " << r.wrong << "}";
     }
     out << "\n  ]\n}\n";
     if (!out) {

@@ -172,7 +172,8 @@ layer_row run_layer(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t 
   paged_stash st(ex, cfg, s);
 
   const std::uint64_t slot_bytes = cfg.max_rows * row_bytes;  // each expert's oversized buffer
-  buffer src(ex, memory_kind::device, slot_bytes * keys), dst(ex, memory_kind::device, slot_bytes * keys);
+  buffer src(ex, memory_kind::device, slot_bytes * keys),
+      dst(ex, memory_kind::device, slot_bytes * keys);
   buffer flat(ex, memory_kind::device, r.bytes), flat_back(ex, memory_kind::device, r.bytes);
   buffer tmp(ex, pinned_tier ? memory_kind::pinned : memory_kind::device, r.bytes);
   buffer count(ex, memory_kind::device, sizeof(std::uint64_t) * keys);
@@ -398,10 +399,11 @@ int main(int argc, char** argv) {
 
   // A MoE layer: 8 to 64 experts, 8 to 128 MiB in all.
   std::vector<layer_row> layers;
-  std::printf("\n# a layer's experts: stash_batch + restore_batch, and per-key calls, vs one plain "
-              "copy out and back of the layer's bytes; bf16, 64-row pages, log-normal rows\n");
-  std::printf("%7s %5s %7s %8s %10s %10s %10s %8s %8s %10s %10s %8s %7s\n", "tier", "keys", "hidden",
-              "MiB", "batch_ms", "perkey_ms", "plain_ms", "batch", "per_key", "graph_ms",
+  std::printf(
+      "\n# a layer's experts: stash_batch + restore_batch, and per-key calls, vs one plain "
+      "copy out and back of the layer's bytes; bf16, 64-row pages, log-normal rows\n");
+  std::printf("%7s %5s %7s %8s %10s %10s %10s %8s %8s %10s %10s %8s %7s\n", "tier", "keys",
+              "hidden", "MiB", "batch_ms", "perkey_ms", "plain_ms", "batch", "per_key", "graph_ms",
               "pgraph_ms", "graph", "#wrong");
   const std::uint64_t layer_hidden = opt.quick ? 64 : 4096;
   const std::vector<std::uint64_t> layer_mib =

@@ -38,8 +38,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
           "optimized", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
 #endif
   constexpr std::uint64_t region_caps = common | OKIT_REGION_CAP_ADDRESS_STABLE |
-                                         OKIT_REGION_CAP_RELEASES_MEMORY |
-                                         OKIT_REGION_CAP_MULTI_DEVICE;
+                                        OKIT_REGION_CAP_RELEASES_MEMORY |
+                                        OKIT_REGION_CAP_MULTI_DEVICE;
 #if defined(OFFLOADKIT_TABLES_V1_0)
   // Likewise the region table ends before swap.
   static const okit_region_vtable region = [] {

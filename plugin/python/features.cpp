@@ -150,9 +150,9 @@ class python_stash final : public stash::stash_interface, python_object {
     call("stash_batch", [&] {
       py::list batch;
       for (std::size_t i = 0; i < n; ++i) {
-        batch.append(py::make_tuple(
-            key_of(items[i].key), buffer(items[i].src, buffer_bytes(), cfg_.device, s),
-            buffer(items[i].rows, sizeof(std::uint64_t), cfg_.device, s)));
+        batch.append(py::make_tuple(key_of(items[i].key),
+                                    buffer(items[i].src, buffer_bytes(), cfg_.device, s),
+                                    buffer(items[i].rows, sizeof(std::uint64_t), cfg_.device, s)));
       }
       impl_.attr("stash_batch")(batch, make_stream(s));
     });

@@ -196,7 +196,8 @@ okit_status create_region(region_maker make, okit_error* err, const okit_executo
 namespace {
 region::pause_mode pause_mode_of(std::int32_t mode) {
   OFFLOADKIT_EXPECTS(mode == OKIT_PAUSE_PRESERVE || mode == OKIT_PAUSE_DISCARD, out_of_range,
-                     "pause mode ", mode, " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
+                     "pause mode ", mode,
+                     " is not OKIT_PAUSE_PRESERVE (0) or OKIT_PAUSE_DISCARD (1)");
   return mode == OKIT_PAUSE_DISCARD ? region::pause_mode::discard : region::pause_mode::preserve;
 }
 }  // namespace

@@ -910,10 +910,14 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
   managed_ledger ledger(ex);
   fault_injection_adaptor fx(ledger);
   stream s(fx, 0);
-  const std::vector<op_kind> kinds{op_kind::allocate_device, op_kind::allocate_pinned,
-                                   op_kind::allocate_pageable, op_kind::create_physical,
-                                   op_kind::map,            op_kind::set_access,
-                                   op_kind::copy,           op_kind::allocate_managed,
+  const std::vector<op_kind> kinds{op_kind::allocate_device,
+                                   op_kind::allocate_pinned,
+                                   op_kind::allocate_pageable,
+                                   op_kind::create_physical,
+                                   op_kind::map,
+                                   op_kind::set_access,
+                                   op_kind::copy,
+                                   op_kind::allocate_managed,
                                    op_kind::prefetch};
   const std::size_t free0 = fx.device_memory(0).free;
   for (std::size_t n = 0;; ++n) {
@@ -1094,11 +1098,10 @@ std::vector<check_case> region_battery(const region_implementation& impl) {
   if (impl.support.executor_allocations) {
     out.push_back(countdown("fault_countdown_pause", region::phase::pause));
     out.push_back(countdown("fault_countdown_resume", region::phase::resume));
-    out.push_back(c("fault_countdown_swap",
-                    [](executor& ex, const region_implementation& i) {
-                      region::fault_countdown_swap(ex, i);
-                    },
-                    3));
+    out.push_back(c(
+        "fault_countdown_swap",
+        [](executor& ex, const region_implementation& i) { region::fault_countdown_swap(ex, i); },
+        3));
   }
   if (caps.releases_memory) out.push_back(c("many_cycles", &region::many_cycles, 1));
   out.push_back(c("state_errors", &region::state_errors, 10));

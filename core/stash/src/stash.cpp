@@ -1,8 +1,8 @@
 // Interface helpers shared by every implementation: config checks and status messages.
 #include "offloadkit/stash/stash.hpp"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 

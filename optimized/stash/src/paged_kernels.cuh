@@ -182,8 +182,7 @@ struct stash_decision {
 
 /// The decision for a key in `state` with `rows` rows when the tiers have the given free pages.
 OFFLOADKIT_HD inline stash_decision decide_stash_with(const pool_view& v, std::uint32_t state,
-                                                      std::uint64_t rows,
-                                                      std::uint64_t free_device,
+                                                      std::uint64_t rows, std::uint64_t free_device,
                                                       std::uint64_t free_pinned) {
   stash_decision d{};
   d.rows = rows;
@@ -615,8 +614,7 @@ struct stash_batch_body {
       };
       const std::uint64_t items = last.item_base + plan_items(last);
       for (std::uint64_t t = g; t < items; t += groups) {
-        const std::uint32_t k =
-            find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
+        const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
         const key_plan& p = plan[k];
         copy_item<true>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
                         keys[k].linear, pages_of(p));
@@ -625,8 +623,7 @@ struct stash_batch_body {
       // succeed, and valid from the commit on.
       const std::uint64_t pages = last.page_base + plan_pages(last);
       for (std::uint64_t q = i; q < pages; q += v.workers) {
-        const std::uint32_t k =
-            find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
+        const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
         const key_plan& p = plan[k];
         const std::uint64_t j = q - p.page_base;
         v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(p).id(j);
@@ -727,8 +724,7 @@ struct restore_batch_body {
       const key_plan& last = plan[n - 1];
       const std::uint64_t items = last.item_base + plan_items(last);
       for (std::uint64_t t = g; t < items; t += groups) {
-        const std::uint32_t k =
-            find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
+        const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
         const key_plan& p = plan[k];
         const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
         copy_item<false>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
@@ -737,8 +733,7 @@ struct restore_batch_body {
       // The pages go back into the free slots past each ring's tail, after the earlier keys'.
       const std::uint64_t pages = last.page_base + plan_pages(last);
       for (std::uint64_t q = i; q < pages; q += v.workers) {
-        const std::uint32_t k =
-            find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
+        const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
         const key_plan& p = plan[k];
         const std::uint64_t j = q - p.page_base;
         const std::uint32_t id = v.table[std::uint64_t{keys[k].slot} * v.max_pages + j];
@@ -755,8 +750,7 @@ struct restore_batch_body {
         const key_plan& p = plan[k];
         std::uint64_t* rows_out = keys[k].rows;
         if (p.d.code != code_ok) {
-          record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device,
-                        p.d.free_pinned);
+          record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device, p.d.free_pinned);
           if (rows_out != nullptr) *rows_out = 0;
           continue;
         }

@@ -200,13 +200,13 @@ void paged_stash::do_stash_batch(const stash_item* items, std::size_t n, stream_
 void paged_stash::do_restore_batch(const restore_item* items, std::size_t n, stream_ref s) {
   impl& m = *impl_;
   const bool empty_rows = m.cfg.max_rows == 0;
-  const std::size_t ok = m.accepted_prefix(items, n, [empty_rows](const restore_item& it) {
-    return it.dst != nullptr || empty_rows;
-  });
+  const std::size_t ok = m.accepted_prefix(
+      items, n, [empty_rows](const restore_item& it) { return it.dst != nullptr || empty_rows; });
   m.launch_batches<dk::restore_batch_body>(
       items, ok, [](const restore_item& it) { return it.dst; },
       [](const restore_item& it) { return it.rows_out; }, "paged_restore_batch", s);
-  if (ok < n) do_restore(items[ok].key, items[ok].dst, items[ok].rows_out, s);  // throws as it would
+  if (ok < n)
+    do_restore(items[ok].key, items[ok].dst, items[ok].rows_out, s);  // throws as it would
 }
 
 void paged_stash::do_reset(stream_ref s) {

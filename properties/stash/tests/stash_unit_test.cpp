@@ -234,8 +234,8 @@ struct keyed_buffers {
   std::vector<buffer> src, rows, dst, rows_out;
   keyed_buffers(offloadkit::executor& ex, device_io& io, std::size_t n, std::size_t bytes) {
     for (std::size_t k = 0; k < n; ++k) {
-      keys.push_back(stash_key{0, static_cast<std::uint32_t>(k / 8),
-                               static_cast<std::uint32_t>(k % 8)});
+      keys.push_back(
+          stash_key{0, static_cast<std::uint32_t>(k / 8), static_cast<std::uint32_t>(k % 8)});
       src.emplace_back(ex, memory_kind::device, bytes);
       rows.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
       dst.emplace_back(ex, memory_kind::device, bytes);
@@ -340,7 +340,7 @@ TEST_P(StashBatch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls)
   for (std::size_t k = 0; k < n; ++k) {
     const std::uint64_t rows = (k * 7) % (cfg.max_rows + 1);
     EXPECT_EQ(props::first_mismatch(io.read(b.dst[k].data()), encode_key(b.keys[k]), 3,
-                                      rows * cfg.row_bytes),
+                                    rows * cfg.row_bytes),
               -1)
         << to_string(b.keys[k]);
     EXPECT_EQ(io.read_u64(b.rows_out[k].data()), rows);
@@ -379,7 +379,7 @@ TEST(StashBatchCapture, ACapturedLayerReplaysWithTheRowCountsOfEachReplay) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::uint64_t rows = (k + 5 * replay) % (cfg.max_rows + 1);
       EXPECT_EQ(props::first_mismatch(io.read(b.dst[k].data()), encode_key(b.keys[k]), 3,
-                                        rows * cfg.row_bytes),
+                                      rows * cfg.row_bytes),
                 -1)
           << "replay " << replay << ", " << to_string(b.keys[k]);
     }

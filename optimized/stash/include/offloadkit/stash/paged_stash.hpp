@@ -1,7 +1,8 @@
 // The optimized paged stash: a pool of fixed-size pages in two tiers (device memory, then pinned
 // host memory), device-resident freelists, page table and status word, and one fused launch per
-// stash and per restore, or per batch of up to 64 keys. The row count never leaves the device and no call synchronizes the
-// host, so a graph captured for one step replays correctly with other row counts.
+// stash and per restore, or per batch of up to 64 keys. The row count never leaves the device and
+// no call synchronizes the host, so a graph captured for one step replays correctly with other row
+// counts.
 #pragma once
 
 #include <cstdint>

@@ -890,7 +890,8 @@ inline void prop_batch_matches_per_key(const stash_implementation& impl, executo
   std::vector<stash_key> keys;
   std::vector<buffer> src, rows, dst_per, dst_bat, out_per, out_bat;
   for (std::size_t k = 0; k < n_keys; ++k) {
-    keys.push_back(stash_key{0, static_cast<std::uint32_t>(k / 4), static_cast<std::uint32_t>(k % 4)});
+    keys.push_back(
+        stash_key{0, static_cast<std::uint32_t>(k / 4), static_cast<std::uint32_t>(k % 4)});
     src.emplace_back(ex, memory_kind::device, bytes);
     rows.emplace_back(ex, memory_kind::device, sizeof(std::uint64_t));
     dst_per.emplace_back(ex, memory_kind::device, bytes);
@@ -929,8 +930,7 @@ inline void prop_batch_matches_per_key(const stash_implementation& impl, executo
         io.write_u64(out_per[k].data(), 0xDEADBEEFull);
         io.write_u64(out_bat[k].data(), 0xDEADBEEFull);
         per->restore(keys[k], dst_per[k].data(), out_per[k].as<std::uint64_t>(), s);
-        items.push_back(
-            restore_item{keys[k], dst_bat[k].data(), out_bat[k].as<std::uint64_t>()});
+        items.push_back(restore_item{keys[k], dst_bat[k].data(), out_bat[k].as<std::uint64_t>()});
         what += detail::concat(" ", to_string(keys[k]));
       }
       bat->restore_batch(items, s);
@@ -939,7 +939,8 @@ inline void prop_batch_matches_per_key(const stash_implementation& impl, executo
           RC_FAIL(detail::concat("round ", round, ", ", what, ": ", to_string(keys[k]),
                                  " restored other bytes than a restore() of its own"));
         }
-        const std::uint64_t rp = io.read_u64(out_per[k].data()), rb = io.read_u64(out_bat[k].data());
+        const std::uint64_t rp = io.read_u64(out_per[k].data()),
+                            rb = io.read_u64(out_bat[k].data());
         if (rp != rb) {
           RC_FAIL(detail::concat("round ", round, ", ", what, ": ", to_string(keys[k]),
                                  " row count out ", rb, ", restore() writes ", rp));
