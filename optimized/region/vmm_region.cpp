@@ -121,6 +121,44 @@ void vmm_region::unmap_chunk(chunk& c) {
   c.mapped = false;
 }
 
+/// A preserving pause's copies out, chunk after chunk on `s` through the cached pinned buffer:
+/// the copy of chunk k is queued before chunk k-1 is unmapped, so the copy engine works while the
+/// host unmaps and releases. A chunk is recorded on the host and unmapped only once its copy has
+/// landed.
+struct vmm_region::copy_out_pipeline {
+  vmm_region& r;
+  stream_ref s;
+  char* host;
+  chunk* prev = nullptr;
+  int prev_slot = 0;
+  int slot = 0;
+
+  copy_out_pipeline(vmm_region& region, stream_ref st) : r(region), s(st), host(nullptr) {
+    if (!r.host_) r.host_ = buffer(*r.ex_, memory_kind::pinned, r.bytes_);
+    // The host buffer may still feed the previous resume's copies (issued on another stream).
+    if (r.resume_pending_) r.ex_->wait(r.resume_done_.ref(), s);
+    host = r.host_.as<char>();
+  }
+  void step(chunk& c) {
+    if (!c.mapped) return;
+    if (c.where == contents::device) r.ex_->copy(host + c.offset, r.at(c), c.used, s);
+    r.ex_->record(r.chunk_done_[slot].ref(), s);
+    if (prev != nullptr) release(*prev, prev_slot);
+    prev = &c;
+    prev_slot = slot;
+    slot ^= 1;
+  }
+  void finish() {
+    if (prev != nullptr) release(*prev, prev_slot);
+    prev = nullptr;
+  }
+  void release(chunk& c, int which) {
+    r.ex_->synchronize(r.chunk_done_[which].ref());
+    c.where = contents::host;
+    r.unmap_chunk(c);
+  }
+};
+
 void vmm_region::do_pause(pause_mode mode, stream_ref s) {
   if (mode == pause_mode::discard) {
     // Nothing to copy: wait for the work that uses the region, then give the memory back.
@@ -133,31 +171,10 @@ void vmm_region::do_pause(pause_mode mode, stream_ref s) {
     }
     return;
   }
-  if (!host_) host_ = buffer(*ex_, memory_kind::pinned, bytes_);
-  // The host buffer may still feed the previous resume's copies (issued on another stream).
-  if (resume_pending_) ex_->wait(resume_done_.ref(), s);
-  char* host = host_.as<char>();
-  chunk* prev = nullptr;
-  int prev_slot = 0;
-  int slot = 0;
-  // The copy of chunk k is queued before chunk k-1 is unmapped, so the copy engine works while
-  // the host unmaps and releases.
-  auto finish = [&](chunk& c, int which) {
-    ex_->synchronize(chunk_done_[which].ref());
-    c.where = contents::host;
-    unmap_chunk(c);
-  };
+  copy_out_pipeline out(*this, s);
   try {
-    for (auto& c : chunks_) {
-      if (!c.mapped) continue;
-      if (c.where == contents::device) ex_->copy(host + c.offset, at(c), c.used, s);
-      ex_->record(chunk_done_[slot].ref(), s);
-      if (prev != nullptr) finish(*prev, prev_slot);
-      prev = &c;
-      prev_slot = slot;
-      slot ^= 1;
-    }
-    if (prev != nullptr) finish(*prev, prev_slot);
+    for (auto& c : chunks_) out.step(c);
+    out.finish();
   } catch (...) {
     // Drain what was queued so that no copy is in flight on a chunk the record calls resident.
     try {
@@ -219,23 +236,12 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
     offload_region::do_swap(other, mode, s);  // nothing to interleave
     return;
   }
-  if (!host_) host_ = buffer(*ex_, memory_kind::pinned, bytes_);
   if (!in->side_) in->side_.emplace(*ex_, device_);
   const stream_ref side = in->side_->ref();
-  // This region's host buffer may still feed its previous resume's copies; the other's chunks
-  // may still be filled by a resume of its own that stopped halfway.
-  if (resume_pending_) ex_->wait(resume_done_.ref(), s);
+  // The other's chunks may still be filled by a resume of its own that stopped halfway.
   if (in->resume_pending_) ex_->wait(in->resume_done_.ref(), side);
-  char* host = host_.as<char>();
+  copy_out_pipeline out(*this, s);
   const char* in_host = in->host_.as<const char>();
-  chunk* prev = nullptr;
-  int prev_slot = 0;
-  int slot = 0;
-  auto finish = [&](chunk& c, int which) {
-    ex_->synchronize(chunk_done_[which].ref());
-    c.where = contents::host;
-    unmap_chunk(c);
-  };
   // Step k queues the copy out of this region's chunk k on `s`, releases chunk k-1 once its copy
   // has landed, and then maps the other's chunk k into the memory just given back and queues its
   // copy in on the side stream: the two copy directions overlap, and the device holds about one
@@ -243,17 +249,7 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
   std::size_t k_out = 0, k_in = 0;
   try {
     while (k_out < chunks_.size() || k_in < in->chunks_.size()) {
-      if (k_out < chunks_.size()) {
-        chunk& c = chunks_[k_out++];
-        if (c.mapped) {
-          if (c.where == contents::device) ex_->copy(host + c.offset, at(c), c.used, s);
-          ex_->record(chunk_done_[slot].ref(), s);
-          if (prev != nullptr) finish(*prev, prev_slot);
-          prev = &c;
-          prev_slot = slot;
-          slot ^= 1;
-        }
-      }
+      if (k_out < chunks_.size()) out.step(chunks_[k_out++]);
       if (k_in < in->chunks_.size()) {
         chunk& c = in->chunks_[k_in++];
         if (c.mapped && c.where == contents::device) continue;
@@ -274,7 +270,7 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
         c.where = contents::device;
       }
     }
-    if (prev != nullptr) finish(*prev, prev_slot);
+    out.finish();
   } catch (...) {
     // Drain both streams so that no copy is in flight on a chunk whose record says otherwise.
     try {

@@ -295,6 +295,18 @@ template <class Backend>
 class PluginDogfood : public ::testing::Test {};
 TYPED_TEST_SUITE_P(PluginDogfood);
 
+/// A small stash of 16-byte rows, 4 to a page, 32 rows a key.
+ok::stash::stash_config small_stash(std::size_t pages_per_tier, std::size_t max_keys) {
+  ok::stash::stash_config cfg;
+  cfg.row_bytes = 16;
+  cfg.rows_per_page = 4;
+  cfg.max_rows = 32;
+  cfg.device_pages = pages_per_tier;
+  cfg.pinned_pages = pages_per_tier;
+  cfg.max_keys = max_keys;
+  return cfg;
+}
+
 TYPED_TEST_P(PluginDogfood, DogfoodRoundTripAndErrorsNameThePlugin) {
   if (std::string(TypeParam::name) == "cuda") {
     const std::string reason = ok::cuda_unavailable_reason();
@@ -305,13 +317,7 @@ TYPED_TEST_P(PluginDogfood, DogfoodRoundTripAndErrorsNameThePlugin) {
     auto lib = op::library::open(path);
     auto impl = op::stash_of(lib);
     ASSERT_TRUE(impl.has_value()) << path;
-    ok::stash::stash_config cfg;
-    cfg.row_bytes = 16;
-    cfg.rows_per_page = 4;
-    cfg.max_rows = 32;
-    cfg.device_pages = 16;
-    cfg.pinned_pages = 16;
-    cfg.max_keys = 4;
+    const ok::stash::stash_config cfg = small_stash(16, 4);
     ok::stream s(*ex);
     auto st = impl->make(*ex, cfg, s);
     const std::size_t bytes = cfg.row_bytes * cfg.max_rows;
@@ -359,13 +365,7 @@ TYPED_TEST_P(PluginDogfood, BatchesCrossTheTableOrFallBackToPerKeyCalls) {
   for (const char* path : {OPTIMIZED_PLUGIN, OPTIMIZED_ABI_1_0_PLUGIN}) {
     auto impl = op::stash_of(op::library::open(path));
     ASSERT_TRUE(impl.has_value()) << path;
-    ok::stash::stash_config cfg;
-    cfg.row_bytes = 16;
-    cfg.rows_per_page = 4;
-    cfg.max_rows = 32;
-    cfg.device_pages = 8;
-    cfg.pinned_pages = 8;
-    cfg.max_keys = 3;
+    const ok::stash::stash_config cfg = small_stash(8, 3);
     ok::stream s(*ex);
     auto st = impl->make(*ex, cfg, s);
     const std::size_t bytes = cfg.row_bytes * cfg.max_rows;

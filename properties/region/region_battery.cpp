@@ -893,6 +893,39 @@ class managed_ledger final : public executor_adaptor {
   std::size_t live_ = 0;
 };
 
+/// What a countdown runs in: a region of 2-4 granules less up to 100 words, in chunks of one
+/// granule or of two (a partial last chunk in an odd region), on a fault adaptor over a ledger of
+/// managed memory, with the calls it may fail (graph capture among them where asked).
+struct countdown_rig {
+  std::size_t words = 0, chunk = 0, slack;
+  managed_ledger ledger;
+  fault_injection_adaptor fx;
+  stream s;
+  std::vector<op_kind> kinds{op_kind::allocate_device,
+                             op_kind::allocate_pinned,
+                             op_kind::allocate_pageable,
+                             op_kind::create_physical,
+                             op_kind::map,
+                             op_kind::set_access,
+                             op_kind::copy,
+                             op_kind::allocate_managed,
+                             op_kind::prefetch};
+  std::size_t free0;
+
+  countdown_rig(executor& ex, bool capture)
+      : slack(memory_slack(ex, 0)),
+        ledger(ex),
+        fx(ledger),
+        s(fx, 0),
+        free0(fx.device_memory(0).free) {
+    const std::size_t gran = ex.granularity(0);
+    const auto granules = static_cast<std::size_t>(*rc::gen::inRange(2, 5));
+    words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
+    chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
+    if (capture) kinds.insert(kinds.end(), {op_kind::begin_capture, op_kind::end_capture});
+  }
+};
+
 /// Fault injection in a swap: for N = 0, 1, 2, ... the Nth allocation, mapping or copy of a swap
 /// fails. The swap throws exactly when a fault fired and leaves
 /// the region going out active, partial or paused and the region coming in paused, partial or
@@ -900,26 +933,14 @@ class managed_ledger final : public executor_adaptor {
 /// succeeds, the resumed region holds its contents and replays its graph, and once both are gone
 /// nothing is left allocated.
 void fault_countdown_swap(executor& ex, const region_implementation& impl) {
-  const std::size_t gran = ex.granularity(0);
-  const int granules = *rc::gen::inRange(2, 5);
-  const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
-  const std::size_t chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
+  countdown_rig rig(ex, false);
+  const std::size_t words = rig.words, chunk = rig.chunk, slack = rig.slack, free0 = rig.free0;
   const std::uint32_t seed_out = *rc::gen::arbitrary<std::uint32_t>();
   const std::uint32_t seed_in = *rc::gen::arbitrary<std::uint32_t>();
-  const std::size_t slack = memory_slack(ex, 0);
-  managed_ledger ledger(ex);
-  fault_injection_adaptor fx(ledger);
-  stream s(fx, 0);
-  const std::vector<op_kind> kinds{op_kind::allocate_device,
-                                   op_kind::allocate_pinned,
-                                   op_kind::allocate_pageable,
-                                   op_kind::create_physical,
-                                   op_kind::map,
-                                   op_kind::set_access,
-                                   op_kind::copy,
-                                   op_kind::allocate_managed,
-                                   op_kind::prefetch};
-  const std::size_t free0 = fx.device_memory(0).free;
+  managed_ledger& ledger = rig.ledger;
+  fault_injection_adaptor& fx = rig.fx;
+  stream& s = rig.s;
+  const std::vector<op_kind>& kinds = rig.kinds;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
     auto out = make_region(impl, fx, region_config{words * word, 0, chunk});
@@ -976,28 +997,13 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
 }
 
 void fault_countdown(executor& ex, const region_implementation& impl, phase which) {
-  const std::size_t gran = ex.granularity(0);
-  const int granules = *rc::gen::inRange(2, 5);
-  const std::size_t words = granules * gran / word - *rc::gen::inRange<std::size_t>(0, 100);
-  // Chunks of one granule, or of two, which leaves a partial last chunk in an odd region.
-  const std::size_t chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
+  countdown_rig rig(ex, true);
+  const std::size_t words = rig.words, chunk = rig.chunk, slack = rig.slack, free0 = rig.free0;
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
-  const std::size_t slack = memory_slack(ex, 0);
-  managed_ledger ledger(ex);
-  fault_injection_adaptor fx(ledger);
-  stream s(fx, 0);
-  const std::vector<op_kind> kinds{op_kind::allocate_device,
-                                   op_kind::allocate_pinned,
-                                   op_kind::allocate_pageable,
-                                   op_kind::create_physical,
-                                   op_kind::map,
-                                   op_kind::set_access,
-                                   op_kind::copy,
-                                   op_kind::begin_capture,
-                                   op_kind::end_capture,
-                                   op_kind::allocate_managed,
-                                   op_kind::prefetch};
-  const std::size_t free0 = fx.device_memory(0).free;
+  managed_ledger& ledger = rig.ledger;
+  fault_injection_adaptor& fx = rig.fx;
+  stream& s = rig.s;
+  const std::vector<op_kind>& kinds = rig.kinds;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
     auto r = make_region(impl, fx, region_config{words * word, 0, chunk});

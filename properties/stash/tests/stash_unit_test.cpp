@@ -20,10 +20,12 @@ namespace {
 
 using namespace offloadkit::stash;
 
+/// The message of the `Exception` that f throws, or "" when it throws none.
+template <class Exception = offloadkit::out_of_range>
 std::string what_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const offloadkit::out_of_range& e) {
+  } catch (const Exception& e) {
     return e.what();
   }
   return "";
@@ -259,15 +261,6 @@ struct keyed_buffers {
   }
 };
 
-std::string logic_what(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const offloadkit::logic_error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 class StashBatch : public ::testing::TestWithParam<int> {
  protected:
   offloadkit::testing::stash_implementation impl() const {
@@ -285,17 +278,20 @@ TEST_P(StashBatch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued)
   keyed_buffers b(ex, io, 3, io.bytes);
   std::vector<stash_item> items = b.stash_items();
   items[2].key = items[0].key;
-  const std::string what = logic_what([&] { st->stash_batch(items, s); });
+  const std::string what = what_of<offloadkit::logic_error>([&] { st->stash_batch(items, s); });
   EXPECT_NE(what.find("items 0 and 2 both name key (vp 0, layer 0, microbatch 0)"),
             std::string::npos)
       << what;
   EXPECT_TRUE(st->snapshot(s).entries.empty());
   std::vector<restore_item> back = b.restore_items();
   back[1].key = back[0].key;
-  EXPECT_NE(logic_what([&] { st->restore_batch(back, s); }).find("items 0 and 1"),
-            std::string::npos);
+  EXPECT_NE(
+      what_of<offloadkit::logic_error>([&] { st->restore_batch(back, s); }).find("items 0 and 1"),
+      std::string::npos);
   st->stash_batch(nullptr, 0, s);  // an empty batch is nothing
-  EXPECT_NE(logic_what([&] { st->stash_batch(nullptr, 2, s); }).find("the item array is null"),
+  EXPECT_NE(what_of<offloadkit::logic_error>([&] {
+              st->stash_batch(nullptr, 2, s);
+            }).find("the item array is null"),
             std::string::npos);
 }
 
@@ -309,7 +305,9 @@ TEST_P(StashBatch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
   for (auto& r : b.rows) io.write_u64(r.data(), 9);
   std::vector<stash_item> items = b.stash_items();
   items[1].rows = nullptr;
-  EXPECT_NE(logic_what([&] { st->stash_batch(items, s); }).find("row count pointer is null"),
+  EXPECT_NE(what_of<offloadkit::logic_error>([&] {
+              st->stash_batch(items, s);
+            }).find("row count pointer is null"),
             std::string::npos);
   const stash_snapshot snap = st->snapshot(s);
   ASSERT_EQ(snap.entries.size(), 1u);

@@ -54,6 +54,7 @@ class vmm_region final : public offload_region {
     contents where = contents::device;
   };
 
+  struct copy_out_pipeline;
   void map_chunk(chunk& c);
   void unmap_chunk(chunk& c);
   void release_all() noexcept;
