@@ -121,7 +121,7 @@ struct row {
 };
 
 /// The swap figures of `r`: the both-directions limit, then two regions of `bytes` traded back
-/// and forth by swap() and by pause() + resume(), best of o.reps each way.
+/// and forth by swap_with() and by pause() + resume(), best of o.reps each way.
 void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
   stream s(ex, 0), s2(ex, 0);
   const double big = 1e30;
@@ -148,14 +148,14 @@ void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
   region::write_pattern(ex, b.data(), bytes / 4, seed_b, s);
   // Warm-up: both cached pinned buffers exist and each region has been swapped in once.
   b.pause(s);
-  a.swap(b, region::pause_mode::preserve, s);
-  b.swap(a, region::pause_mode::preserve, s);
+  a.swap_with(b, region::pause_mode::preserve, s);
+  b.swap_with(a, region::pause_mode::preserve, s);
   s.synchronize();
   r.swap_s = r.pause_resume_s = big;
   for (int i = 0; i < o.reps; ++i) {
     // a active, b paused
     r.swap_s = std::min(r.swap_s, seconds([&] {
-                          a.swap(b, region::pause_mode::preserve, s);
+                          a.swap_with(b, region::pause_mode::preserve, s);
                           s.synchronize();
                         }));
     r.pause_resume_s = std::min(r.pause_resume_s, seconds([&] {
@@ -165,7 +165,7 @@ void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
                                 }));
   }
   r.wrong += wrong_words(ex, a.data(), bytes, seed_a, s);
-  a.swap(b, region::pause_mode::preserve, s);
+  a.swap_with(b, region::pause_mode::preserve, s);
   r.wrong += wrong_words(ex, b.data(), bytes, seed_b, s);
 }
 

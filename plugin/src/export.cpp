@@ -232,7 +232,7 @@ okit_region_vtable region_vtable(const char* implementation, std::uint64_t capab
   t.swap = [](void* self, okit_error* err, void* in, std::int32_t mode, okit_stream s) noexcept {
     return guard(err, [&] {
       OFFLOADKIT_EXPECTS(in != nullptr, logic_error, "region.swap: the region to resume is NULL");
-      impl_of<I>(self).swap(impl_of<I>(in), pause_mode_of(mode), from_c(s));
+      impl_of<I>(self).swap_with(impl_of<I>(in), pause_mode_of(mode), from_c(s));
     });
   };
   t.register_graph = [](void* self, okit_error* err, okit_capture fn, std::uint64_t* id,

@@ -433,7 +433,7 @@ TYPED_TEST_P(PluginDogfood, RegionSwapCrossesTheTableOrFallsBackToPauseAndResume
     ex->copy(b->data(), host.data(), bytes, s);
     b->pause(s);
     void* const address = b->data();
-    a->swap(*b, ok::region::pause_mode::preserve, s);
+    a->swap_with(*b, ok::region::pause_mode::preserve, s);
     EXPECT_EQ(a->state(), ok::region::region_state::paused) << path;
     EXPECT_EQ(b->state(), ok::region::region_state::active) << path;
     EXPECT_EQ(b->data(), address) << path;

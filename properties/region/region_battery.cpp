@@ -489,7 +489,7 @@ void swap_keeps_both(executor& ex, const region_implementation& impl) {
   for (int k = 0; k < swaps; ++k) {
     const int out = active, in = 1 - active;
     RC_LOG() << "swap " << k << ": region " << out << " out, region " << in << " in\n";
-    r[out]->swap(*r[in], pause_mode::preserve, s);
+    r[out]->swap_with(*r[in], pause_mode::preserve, s);
     RC_ASSERT(r[out]->state() == region_state::paused);
     RC_ASSERT(r[in]->state() == region_state::active);
     if (impl.caps.address_stable) RC_ASSERT(same_address(r[in]->data(), address[in]));
@@ -501,7 +501,7 @@ void swap_keeps_both(executor& ex, const region_implementation& impl) {
   }
   // The region swapped out last comes back with what it held.
   const int last_out = 1 - active;
-  r[active]->swap(*r[last_out], pause_mode::preserve, s);
+  r[active]->swap_with(*r[last_out], pause_mode::preserve, s);
   assert_contents(ex, *r[last_out], words[last_out], seeds[last_out], replays[last_out], s);
   s.synchronize();
 }
@@ -957,7 +957,7 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
     fx.arm(kinds, n);
     bool threw = false;
     try {
-      out->swap(*in, pause_mode::preserve, s);
+      out->swap_with(*in, pause_mode::preserve, s);
     } catch (const injected_fault&) {
       threw = true;
     } catch (const std::bad_alloc&) {
@@ -978,7 +978,7 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
       const std::size_t f = fx.device_memory(0).free;
       RC_ASSERT(f + slack >= free_one - out->footprint() - in->footprint());
       if (so != region_state::paused || si != region_state::active) {
-        out->swap(*in, pause_mode::preserve, s);  // the retry finishes the job
+        out->swap_with(*in, pause_mode::preserve, s);  // the retry finishes the job
       }
     }
     RC_ASSERT(out->state() == region_state::paused);

@@ -47,18 +47,18 @@ void offload_region::resume(stream_ref s) {
   do_resume(s);
 }
 
-void offload_region::swap(offload_region& in, pause_mode mode, stream_ref s) {
-  OFFLOADKIT_EXPECTS(&in != this, logic_error, "offload_region::swap(", to_string(mode),
+void offload_region::swap_with(offload_region& in, pause_mode mode, stream_ref s) {
+  OFFLOADKIT_EXPECTS(&in != this, logic_error, "offload_region::swap_with(", to_string(mode),
                      "): the region to resume is this region; swap pauses one region and "
                      "resumes another");
-  OFFLOADKIT_EXPECTS(in.device() == device(), out_of_range, "offload_region::swap(",
+  OFFLOADKIT_EXPECTS(in.device() == device(), out_of_range, "offload_region::swap_with(",
                      to_string(mode), "): the region to resume is on device ", in.device(),
                      ", this one on device ", device(), "; both must be on one device");
   OFFLOADKIT_EXPECTS(state() != region_state::paused || in.state() != region_state::active,
-                     state_error, "offload_region::swap(", to_string(mode),
+                     state_error, "offload_region::swap_with(", to_string(mode),
                      "): this region is already paused and the other already active; "
                      "nothing is left to swap");
-  expect_stream(s, "swap");
+  expect_stream(s, "swap_with");
   do_swap(in, mode, s);
 }
 

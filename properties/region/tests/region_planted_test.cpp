@@ -39,7 +39,7 @@ class forwarding_region : public offload_region {
   /// variant's pause or resume bug stays with the properties of pause and resume.
   void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
     if (auto* f = dynamic_cast<forwarding_region*>(&in)) {
-      inner_->swap(*f->inner_, m, s);
+      inner_->swap_with(*f->inner_, m, s);
     } else {
       offload_region::do_swap(in, m, s);
     }
@@ -228,7 +228,9 @@ class staged_region : public forwarding_region {
   /// Its contents live in its own staging buffers: a swap is its own pause, then the other's
   /// resume.
   void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
-    offload_region::do_swap(in, m, s);
+    // Past forwarding_region's swap, which would go to the inner region and skip this class's own
+    // pause and resume.
+    offload_region::do_swap(in, m, s);  // NOLINT(bugprone-parent-virtual-call)
   }
   void do_resume(stream_ref s) override {
     inner().resume(s);
@@ -365,7 +367,9 @@ class current_device_word_region final : public forwarding_region {
   }
   // The word comes and goes with pause and resume, swaps included.
   void do_swap(offload_region& in, pause_mode m, stream_ref s) override {
-    offload_region::do_swap(in, m, s);
+    // Past forwarding_region's swap, which would go to the inner region and skip this class's own
+    // pause and resume.
+    offload_region::do_swap(in, m, s);  // NOLINT(bugprone-parent-virtual-call)
   }
   void do_resume(stream_ref s) override {
     // Taken first, so that a failed allocation leaves the region paused.

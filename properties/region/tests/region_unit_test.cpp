@@ -231,19 +231,19 @@ TEST(RegionSwap, RefusesItselfAnotherDeviceAndAPairWithNothingLeftNamingWhy) {
     }
     return "";
   };
-  EXPECT_NE(what([&] { a.swap(a, pause_mode::preserve, s); }).find("is this region"),
+  EXPECT_NE(what([&] { a.swap_with(a, pause_mode::preserve, s); }).find("is this region"),
             std::string::npos);
   stream s1(ex, 1);
   other_device.pause(s1);
-  EXPECT_NE(what([&] { a.swap(other_device, pause_mode::preserve, s); }).find("on device 1"),
+  EXPECT_NE(what([&] { a.swap_with(other_device, pause_mode::preserve, s); }).find("on device 1"),
             std::string::npos);
   // Both active: the pause is left, so the swap pauses `a` and finds `b` already active.
-  a.swap(b, pause_mode::preserve, s);
+  a.swap_with(b, pause_mode::preserve, s);
   EXPECT_EQ(a.state(), region_state::paused);
   EXPECT_EQ(b.state(), region_state::active);
-  EXPECT_NE(what([&] { a.swap(b, pause_mode::preserve, s); }).find("nothing is left to swap"),
+  EXPECT_NE(what([&] { a.swap_with(b, pause_mode::preserve, s); }).find("nothing is left to swap"),
             std::string::npos);
-  b.swap(a, pause_mode::preserve, s);
+  b.swap_with(a, pause_mode::preserve, s);
   EXPECT_EQ(a.state(), region_state::active);
   EXPECT_EQ(b.state(), region_state::paused);
 }

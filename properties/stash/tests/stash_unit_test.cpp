@@ -261,7 +261,7 @@ struct keyed_buffers {
   }
 };
 
-class StashBatch : public ::testing::TestWithParam<int> {
+class stash_batch : public ::testing::TestWithParam<int> {
  protected:
   offloadkit::testing::stash_implementation impl() const {
     return GetParam() == 0 ? offloadkit::testing::reference_stash_implementation()
@@ -269,7 +269,7 @@ class StashBatch : public ::testing::TestWithParam<int> {
   }
 };
 
-TEST_P(StashBatch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued) {
+TEST_P(stash_batch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued) {
   offloadkit::host_executor ex;
   stream s(ex);
   const stash_config cfg = small_config(4);
@@ -295,7 +295,7 @@ TEST_P(StashBatch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued)
             std::string::npos);
 }
 
-TEST_P(StashBatch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
+TEST_P(stash_batch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
   offloadkit::host_executor ex;
   stream s(ex);
   const stash_config cfg = small_config(4);
@@ -315,7 +315,7 @@ TEST_P(StashBatch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
   EXPECT_EQ(snap.entries[0].rows, 9u);
 }
 
-TEST_P(StashBatch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls) {
+TEST_P(stash_batch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls) {
   offloadkit::host_executor ex;
   stream s(ex);
   constexpr std::size_t n = 100;
@@ -349,7 +349,7 @@ TEST_P(StashBatch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls)
   EXPECT_EQ(empty.free.pinned, cfg.pinned_pages);
 }
 
-INSTANTIATE_TEST_SUITE_P(Implementations, StashBatch, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Implementations, stash_batch, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::string(i.param == 0 ? "reference" : "optimized");
                          });

@@ -80,10 +80,10 @@ class offload_region {
   /// skipped (this region paused, or `in` active), so a swap that failed can be retried; valid
   /// when at least one part is left. `in` must be another region of the same device. On failure
   /// this region is active, partial or paused and `in` paused, partial or active, no byte of
-  /// either is lost, and swap(), pause() or resume() finishes the job. The default pauses, then
-  /// resumes; an implementation may interleave the two (the optimized region does, chunk by chunk
-  /// on two streams, when `in` is one of its own).
-  void swap(offload_region& in, pause_mode mode, stream_ref s);
+  /// either is lost, and swap_with(), pause() or resume() finishes the job. The default pauses,
+  /// then resumes; an implementation may interleave the two (the optimized region does, chunk by
+  /// chunk on two streams, when `in` is one of its own).
+  void swap_with(offload_region& in, pause_mode mode, stream_ref s);
 
   /// Captures `fn` on `s` into a graph kept with the region (valid when active). Implementations
   /// whose address is not stable re-capture it on every resume.
