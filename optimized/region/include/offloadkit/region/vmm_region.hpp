@@ -38,7 +38,7 @@ class vmm_region final : public offload_region {
   [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
   void do_pause(pause_mode mode, stream_ref s) override;
   void do_resume(stream_ref s) override;
-  void do_swap(offload_region& in, pause_mode mode, stream_ref s) override;
+  void do_swap(offload_region& other, pause_mode mode, stream_ref s) override;
   graph_id do_register_graph(capture_fn fn, stream_ref s) override;
   void do_replay(graph_id g, stream_ref s) override;
   void do_unregister_graph(graph_id g) noexcept override;
