@@ -272,13 +272,15 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
     }
     out.finish();
   } catch (...) {
-    // Drain both streams so that no copy is in flight on a chunk whose record says otherwise.
-    try {
-      ex_->synchronize(s);
-      ex_->synchronize(side);
-    } catch (const std::exception&) {
-      // The caller gets the error that stopped the swap; a failed drain is a stream's failure
-      // seen again.
+    // Drain both streams so that no copy is in flight on a chunk whose record says otherwise; a
+    // failed drain of one still drains the other.
+    for (const stream_ref st : {s, side}) {
+      try {
+        ex_->synchronize(st);
+      } catch (const std::exception&) {
+        // The caller gets the error that stopped the swap; a failed drain is a stream's failure
+        // seen again.
+      }
     }
     throw;
   }

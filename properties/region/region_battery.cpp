@@ -924,6 +924,25 @@ struct countdown_rig {
     chunk = gran * *rc::gen::inRange<std::size_t>(1, 3);
     if (capture) kinds.insert(kinds.end(), {op_kind::begin_capture, op_kind::end_capture});
   }
+
+  /// Runs `op` with the Nth call of `kinds` armed to fail; asserts that it threw exactly when the
+  /// fault fired, and returns whether it did.
+  template <class Op>
+  bool armed(std::size_t n, Op&& op) {
+    fx.arm(kinds, n);
+    bool threw = false;
+    try {
+      op();
+    } catch (const injected_fault&) {
+      threw = true;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = fx.fired();
+    fx.disarm();
+    RC_ASSERT(threw == fired);
+    return fired;
+  }
 };
 
 /// Fault injection in a swap: for N = 0, 1, 2, ... the Nth allocation, mapping or copy of a swap
@@ -940,7 +959,6 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
   managed_ledger& ledger = rig.ledger;
   fault_injection_adaptor& fx = rig.fx;
   stream& s = rig.s;
-  const std::vector<op_kind>& kinds = rig.kinds;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
     auto out = make_region(impl, fx, region_config{words * word, 0, chunk});
@@ -954,18 +972,7 @@ void fault_countdown_swap(executor& ex, const region_implementation& impl) {
     s.synchronize();
     const std::size_t free_one = fx.device_memory(0).free;
 
-    fx.arm(kinds, n);
-    bool threw = false;
-    try {
-      out->swap_with(*in, pause_mode::preserve, s);
-    } catch (const injected_fault&) {
-      threw = true;
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    const bool fired = fx.fired();
-    fx.disarm();
-    RC_ASSERT(threw == fired);
+    const bool fired = rig.armed(n, [&] { out->swap_with(*in, pause_mode::preserve, s); });
     if (fired) {
       const region_state so = out->state(), si = in->state();
       RC_LOG() << "fault at call " << n << " left the regions " << to_string(so) << " and "
@@ -1003,7 +1010,6 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
   managed_ledger& ledger = rig.ledger;
   fault_injection_adaptor& fx = rig.fx;
   stream& s = rig.s;
-  const std::vector<op_kind>& kinds = rig.kinds;
   for (std::size_t n = 0;; ++n) {
     RC_ASSERT(n < 10000u);
     auto r = make_region(impl, fx, region_config{words * word, 0, chunk});
@@ -1014,22 +1020,13 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
     const std::size_t free_active = fx.device_memory(0).free;
     if (which == phase::resume) r->pause(s);
 
-    fx.arm(kinds, n);
-    bool threw = false;
-    try {
+    const bool fired = rig.armed(n, [&] {
       if (which == phase::pause) {
         r->pause(s);
       } else {
         r->resume(s);
       }
-    } catch (const injected_fault&) {
-      threw = true;
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    const bool fired = fx.fired();
-    fx.disarm();
-    RC_ASSERT(threw == fired);
+    });
 
     if (fired) {
       // A defined state, on the same address, within the memory the two ends of the transition
