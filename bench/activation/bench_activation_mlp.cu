@@ -2,9 +2,10 @@
 // Linear 4h->h, bf16, the GEMMs by cuBLAS) trained for one step with every saved activation (each
 // block's input, pre-GELU and post-GELU tensors, as autograd saves them) offloaded by the
 // optimized activation offloader, against the same step without offload. Reports each phase
-// against max(phase without offload, phase copy floor), the pinned bandwidth being measured in the
-// same run, and the step time against PyTorch's save_on_cpu(pin_memory=True) on the same shapes
-// (measured by traces/pytorch_save_on_cpu.py, read with --pytorch). The offloader holds at most
+// against max(phase without offload, phase copy floor), both measured in the same repetition
+// (the floor: the phase's tensors copied plainly, right before it), and the step time against
+// PyTorch's save_on_cpu(pin_memory=True) on the same shapes (measured by
+// traces/pytorch_save_on_cpu.py, read with --pytorch). The offloader holds at most
 // one block's sources while their copies are in flight (max_pending_bytes). A second table gives
 // the peak device memory of activation buffers in use without offload, with that offloader, and
 // with the same offloader without the bound. Offload must not change the result: the
@@ -423,6 +424,50 @@ double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
   return static_cast<double>(bytes) / best;
 }
 
+/// The copy floor of a phase, measured next to it: the phase's saved tensors (per block its input,
+/// pre-GELU and post-GELU tensors) copied back to back between one device buffer and one pinned
+/// buffer on one stream, as the offloader copies them but with nothing else running. It is taken
+/// in every repetition right before the phase it bounds, so that both meet the link in the same
+/// state: the link's throughput can dip for tens of milliseconds at a time (to 25-35 GB/s, either
+/// direction, seen in CUPTI timelines of every kind of step), and a floor measured once at the
+/// start would charge such a dip to the offloader.
+class phase_floor {
+ public:
+  phase_floor(executor& ex, int blocks, std::int64_t h, std::int64_t tokens) : ex_(ex), s_(ex) {
+    const std::size_t x = static_cast<std::size_t>(tokens * h) * 2;
+    for (int b = 0; b < blocks; ++b) sizes_.insert(sizes_.end(), {x, 4 * x, 4 * x});
+    dev_ = buffer(ex, memory_kind::device, 4 * x);
+    host_ = buffer(ex, memory_kind::pinned, 4 * x);
+    ex.fill(dev_.data(), 1, 4 * x, s_);
+    s_.synchronize();
+  }
+  /// Seconds for the phase's copies, device to host (forward) or host to device (backward).
+  double seconds(bool to_host) {
+    const double t0 = now_s();
+    for (const std::size_t n : sizes_) {
+      if (to_host) {
+        ex_.copy(host_.data(), dev_.data(), n, s_);
+      } else {
+        ex_.copy(dev_.data(), host_.data(), n, s_);
+      }
+    }
+    s_.synchronize();
+    return now_s() - t0;
+  }
+
+ private:
+  executor& ex_;
+  stream s_;
+  std::vector<std::size_t> sizes_;
+  buffer dev_, host_;
+};
+
+/// One repetition of a phase: without offload, its copy floor, with offload.
+struct phase_run {
+  double none_s = 0, floor_s = 0, offload_s = 0;
+  [[nodiscard]] double ratio() const { return offload_s / std::max(none_s, floor_s); }
+};
+
 /// Peak activation memory of one shape's steps, by offload mode.
 struct memory_row {
   std::int64_t h = 0, tokens = 0;
@@ -433,6 +478,37 @@ struct memory_row {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+/// A phase's medians over the repetitions; the ratio is the median of each repetition's ratio to
+/// its own limit.
+struct phase_summary {
+  double none_s = 0, floor_s = 0, offload_s = 0, ratio = 0;
+};
+
+phase_summary summarize(const std::vector<phase_run>& runs) {
+  std::vector<double> none, floor, offload, ratio;
+  for (const phase_run& r : runs) {
+    none.push_back(r.none_s);
+    floor.push_back(r.floor_s);
+    offload.push_back(r.offload_s);
+    ratio.push_back(r.ratio());
+  }
+  return {median(none), median(floor), median(offload), median(ratio)};
+}
+
+std::string phase_json(const std::vector<phase_run>& runs) {
+  const phase_summary m = summarize(runs);
+  std::string out = "{\"none_s\":" + std::to_string(m.none_s) +
+                    ",\"floor_s\":" + std::to_string(m.floor_s) +
+                    ",\"offload_s\":" + std::to_string(m.offload_s) +
+                    ",\"ratio\":" + std::to_string(m.ratio) + ",\"runs\":[";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    out += (i ? ",{" : "{") + std::string("\"none_s\":") + std::to_string(runs[i].none_s) +
+           ",\"floor_s\":" + std::to_string(runs[i].floor_s) +
+           ",\"offload_s\":" + std::to_string(runs[i].offload_s) + "}";
+  }
+  return out + "]}";
 }
 
 }  // namespace
@@ -505,7 +581,7 @@ int main(int argc, char** argv) {
               : std::vector<shape_case>{{4096, 4096}, {4096, 16384}, {8192, 8192}};
     if (only_h != 0) shapes = {{only_h, only_tokens}};
     if (!pytorch.empty()) read_pytorch_times(pytorch, blocks, shapes);
-    const int reps = quick ? 2 : 3;
+    const int reps = quick ? 2 : 5;
     const std::size_t probe = std::size_t{256} << 20;
     const double bw_d2h = pinned_bandwidth(ex, probe, true);
     const double bw_h2d = pinned_bandwidth(ex, probe, false);
@@ -513,12 +589,14 @@ int main(int argc, char** argv) {
         "# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
         "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
         "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
-        "between them; limit = max(no offload, copy floor) per phase\n",
-        blocks, bw_d2h / 1e9, bw_h2d / 1e9);
-    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s\n", "h",
-                "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster",
+        "between them; limit = max(no offload, copy floor) per phase and repetition, the copy "
+        "floor being the phase's tensors copied plainly right before it; x/limit: median over "
+        "%d repetitions\n",
+        blocks, bw_d2h / 1e9, bw_h2d / 1e9, reps);
+    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s %7s %6s\n",
+                "h", "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster",
                 "fw ms", "fw/limit", "bw ms", "bw/limit", "on-dev", "demand", "d-allc", "p-allc",
-                "#wrong");
+                "pt-dem", "pt-allc", "#wrong");
     std::ofstream js;
     if (!json.empty()) {
       js.open(json);
@@ -550,10 +628,13 @@ int main(int argc, char** argv) {
       (void)model.step(nullptr, false);
       (void)model.step(&off_unbounded, false, "unbounded offload step");
       (void)model.step(&off, false);
-      std::vector<double> none, opt, fwn, bwn, fwo, bwo, unbounded;
+      std::vector<double> none, opt, unbounded;
+      std::vector<phase_run> fw_runs, bw_runs;
+      phase_floor floor(ex, blocks, sc.h, sc.tokens);
       memory_row mem{sc.h, sc.tokens};
       int wrong = 0;
       std::size_t from_source = 0, demand = 0, dev_allocs = 0, pin_allocs = 0;
+      std::size_t pt_demand = 0, pt_dev_allocs = 0;  // the same in one phase-timed step
       for (int r = 0; r < reps; ++r) {
         const auto rn = model.step(nullptr, false);
         const auto before = off.stats();
@@ -573,38 +654,44 @@ int main(int argc, char** argv) {
         mem.offload = std::max(mem.offload, ro.peak_activation_bytes);
         mem.unbounded = std::max(mem.unbounded, ru.peak_activation_bytes);
         const auto pn = model.step(nullptr, true);
+        const double floor_d2h = floor.seconds(true);
+        const double floor_h2d = floor.seconds(false);
+        const auto pt_before = off.stats();
         const auto po = model.step(&off, true);
-        fwn.push_back(pn.fw);
-        bwn.push_back(pn.bw);
-        fwo.push_back(po.fw);
-        bwo.push_back(po.bw);
+        const auto pt_after = off.stats();
+        pt_demand = pt_after.demand_uploads - pt_before.demand_uploads;
+        pt_dev_allocs = pt_after.device_allocations - pt_before.device_allocations;
+        fw_runs.push_back({pn.fw, floor_d2h, po.fw});
+        bw_runs.push_back({pn.bw, floor_h2d, po.bw});
         if (pn.hash[0] != po.hash[0] || pn.hash[1] != po.hash[1]) ++wrong;
       }
       wrong_total += wrong;
       const double saved = static_cast<double>(model.saved_bytes());
-      const double fw_limit = std::max(median(fwn), saved / bw_d2h);
-      const double bw_limit = std::max(median(bwn), saved / bw_h2d);
+      const phase_summary fw = summarize(fw_runs), bw = summarize(bw_runs);
       const double t_none = median(none), t_opt = median(opt);
       mem.unbounded_s = median(unbounded);
       mem.none_s = t_none;
       mems.push_back(mem);
       std::printf(
           "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
-          "%6zu %6d\n",
+          "%6zu %6zu %7zu %6d\n",
           static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
           t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
           sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
-          median(fwo) * 1e3, median(fwo) / fw_limit, median(bwo) * 1e3, median(bwo) / bw_limit,
-          from_source, demand, dev_allocs, pin_allocs, wrong);
+          fw.offload_s * 1e3, fw.ratio, bw.offload_s * 1e3, bw.ratio, from_source, demand,
+          dev_allocs, pin_allocs, pt_demand, pt_dev_allocs, wrong);
       std::fflush(stdout);
       if (js.is_open()) {
         js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
            << ",\"saved_bytes\":" << saved << ",\"none_s\":" << t_none << ",\"offload_s\":" << t_opt
+           << ",\"offload_runs_s\":[";
+        for (std::size_t i = 0; i < opt.size(); ++i) js << (i ? "," : "") << opt[i];
+        js << "]"
            << ",\"pytorch_save_on_cpu_ms\":" << sc.pytorch_offload_ms
            << ",\"pytorch_no_offload_ms\":" << sc.pytorch_none_ms
-           << ",\"forward\":{\"none_s\":" << median(fwn) << ",\"offload_s\":" << median(fwo)
-           << ",\"floor_s\":" << saved / bw_d2h << "},\"backward\":{\"none_s\":" << median(bwn)
-           << ",\"offload_s\":" << median(bwo) << ",\"floor_s\":" << saved / bw_h2d
+           << ",\"forward\":" << phase_json(fw_runs) << ",\"backward\":" << phase_json(bw_runs)
+           << ",\"phase_timed\":{\"demand_uploads\":" << pt_demand
+           << ",\"device_allocations\":" << pt_dev_allocs
            << "},\"served_from_source\":" << from_source
            << ",\"peak_activation_bytes\":{\"none\":" << mem.none << ",\"offload\":" << mem.offload
            << ",\"offload_unbounded\":" << mem.unbounded
@@ -617,7 +704,8 @@ int main(int argc, char** argv) {
         "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last "
         "block served from their resident source;\n"
         "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
-        "unpack() (not prefetched), device and pinned allocations\n");
+        "unpack() (not prefetched), device and pinned allocations; pt-dem / pt-allc: demand "
+        "uploads and device allocations in one phase-timed step\n");
     std::printf(
         "\n# peak device memory of activation buffers in use during a back-to-back step (GB): "
         "no offload; offload as above (max_pending_bytes = one block's saved bytes); offload "

@@ -242,33 +242,42 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
   if (in->resume_pending_) ex_->wait(in->resume_done_.ref(), side);
   copy_out_pipeline out(*this, s);
   const char* in_host = in->host_.as<const char>();
+  // Maps the other's next chunk that is not yet resident and queues its copy in on the side
+  // stream.
+  std::size_t k_in = 0;
+  auto bring_in_next = [&] {
+    while (k_in < in->chunks_.size()) {
+      chunk& c = in->chunks_[k_in++];
+      if (c.mapped && c.where == contents::device) continue;
+      in->map_chunk(c);
+      if (c.where == contents::host) {
+        try {
+          ex_->copy(in->at(c), in_host + c.offset, c.used, side);
+        } catch (...) {
+          try {
+            in->unmap_chunk(c);
+          } catch (const std::exception&) {
+            // The caller gets the copy's error; the chunk stays recorded as mapped with its
+            // contents on the host, which is true, so a retry copies it in.
+          }
+          throw;
+        }
+      }
+      c.where = contents::device;
+      return;
+    }
+  };
   // Step k queues the copy out of this region's chunk k on `s`, releases chunk k-1 once its copy
-  // has landed, and then maps the other's chunk k into the memory just given back and queues its
-  // copy in on the side stream: the two copy directions overlap, and the device holds about one
-  // chunk more than either region alone.
-  std::size_t k_out = 0, k_in = 0;
+  // has landed, and then maps the other's chunk k+1 into the memory just given back and queues its
+  // copy in on the side stream. The copies in run one chunk ahead of the releases, so that the
+  // side stream has the next copy queued while the host waits and maps: the two copy directions
+  // overlap without gaps, and the device holds about two chunks more than either region alone.
+  std::size_t k_out = 0;
   try {
+    bring_in_next();
     while (k_out < chunks_.size() || k_in < in->chunks_.size()) {
       if (k_out < chunks_.size()) out.step(chunks_[k_out++]);
-      if (k_in < in->chunks_.size()) {
-        chunk& c = in->chunks_[k_in++];
-        if (c.mapped && c.where == contents::device) continue;
-        in->map_chunk(c);
-        if (c.where == contents::host) {
-          try {
-            ex_->copy(in->at(c), in_host + c.offset, c.used, side);
-          } catch (...) {
-            try {
-              in->unmap_chunk(c);
-            } catch (const std::exception&) {
-              // The caller gets the copy's error; the chunk stays recorded as mapped with its
-              // contents on the host, which is true, so a retry copies it in.
-            }
-            throw;
-          }
-        }
-        c.where = contents::device;
-      }
+      bring_in_next();
     }
     out.finish();
   } catch (...) {
