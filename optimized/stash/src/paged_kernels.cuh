@@ -232,9 +232,6 @@ struct unit_walk {
   std::uint64_t chunks_per_page;  ///< work items per page
 };
 
-/// Copies worker i's share of a key's `units` units between a linear buffer (the first rows of an
-/// oversized buffer) and its pages; `page_addr(j)` gives the key's j-th page. Each lane loads up
-/// to four units before it stores any, so that several loads are in flight.
 /// Copies work item `item` of a key's `units` units between a linear buffer (the first rows of an
 /// oversized buffer) and its pages, as lane `lane` of a group of `group` workers; `page_addr(j)`
 /// gives the key's j-th page. Each lane loads up to four units before it stores any, so that
@@ -463,6 +460,26 @@ OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t 
   return lo;
 }
 
+/// Worker i's share of a planned batch: `copy(k, item)` for each work item of the batch that its
+/// group takes (group g: items g, g + groups, ...), then `page(k, j)` for each page of the batch
+/// that the worker takes (i, i + workers, ...); k is the key and item / j count within the key.
+template <class Copy, class Page>
+OFFLOADKIT_HD inline void for_each_share(const pool_view& v, const key_plan* plan, std::uint32_t n,
+                                         std::uint64_t i, const Copy& copy, const Page& page) {
+  const std::uint64_t groups = v.workers / v.group;
+  const key_plan& last = plan[n - 1];
+  const std::uint64_t items = last.item_base + plan_items(last);
+  for (std::uint64_t t = i / v.group; t < items; t += groups) {
+    const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
+    copy(k, t - plan[k].item_base);
+  }
+  const std::uint64_t pages = last.page_base + plan_pages(last);
+  for (std::uint64_t q = i; q < pages; q += v.workers) {
+    const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
+    page(k, q - plan[k].page_base);
+  }
+}
+
 /// Inclusive prefix sums of three counts over the 32 lanes of warp 0 (GPU only).
 struct triple {
   std::uint64_t a, b, c;
@@ -603,31 +620,25 @@ struct stash_batch_body {
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan) {
-      const std::uint64_t group = v.group, groups = v.workers / group;
-      const std::uint64_t g = i / group, lane = i - g * group;
+      const std::uint64_t lane = i % v.group;
       const std::uint64_t h0m = v.capacity[0] ? v.control->ring[0].head % v.capacity[0] : 0;
       const std::uint64_t h1m = v.capacity[1] ? v.control->ring[1].head % v.capacity[1] : 0;
-      const key_plan& last = plan[n - 1];
       const auto pages_of = [&](const key_plan& p) {
         return fresh_page{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
                           ring_pos(h1m, p.pinned_at, v.capacity[1])};
       };
-      const std::uint64_t items = last.item_base + plan_items(last);
-      for (std::uint64_t t = g; t < items; t += groups) {
-        const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
-        const key_plan& p = plan[k];
-        copy_item<true>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
-                        keys[k].linear, pages_of(p));
-      }
-      // Each key's page-table row, shared out among the workers; written only for keys that
-      // succeed, and valid from the commit on.
-      const std::uint64_t pages = last.page_base + plan_pages(last);
-      for (std::uint64_t q = i; q < pages; q += v.workers) {
-        const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
-        const key_plan& p = plan[k];
-        const std::uint64_t j = q - p.page_base;
-        v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(p).id(j);
-      }
+      // The copies, then each key's page-table row, written only for keys that succeed and valid
+      // from the commit on.
+      for_each_share(
+          v, plan, n, i,
+          [&](std::uint32_t k, std::uint64_t item) {
+            const key_plan& p = plan[k];
+            copy_item<true>(p.walk, v.group, lane, item, p.d.rows * v.row_bytes / p.walk.unit,
+                            keys[k].linear, pages_of(p));
+          },
+          [&](std::uint32_t k, std::uint64_t j) {
+            v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(plan[k]).id(j);
+          });
       if (!last_to_finish(v)) return;
       std::uint64_t device_taken = 0, pinned_taken = 0;
       for (std::uint32_t k = 0; k < n; ++k) {
@@ -716,34 +727,32 @@ struct restore_batch_body {
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan) {
-      const std::uint64_t group = v.group, groups = v.workers / group;
-      const std::uint64_t g = i / group, lane = i - g * group;
+      const std::uint64_t lane = i % v.group;
       const ring_state* ring = v.control->ring;
       const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
       const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
-      const key_plan& last = plan[n - 1];
-      const std::uint64_t items = last.item_base + plan_items(last);
-      for (std::uint64_t t = g; t < items; t += groups) {
-        const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
-        const key_plan& p = plan[k];
-        const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-        copy_item<false>(p.walk, group, lane, t - p.item_base, p.d.rows * v.row_bytes / p.walk.unit,
-                         keys[k].linear, held_page{&v, row});
-      }
-      // The pages go back into the free slots past each ring's tail, after the earlier keys'.
-      const std::uint64_t pages = last.page_base + plan_pages(last);
-      for (std::uint64_t q = i; q < pages; q += v.workers) {
-        const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
-        const key_plan& p = plan[k];
-        const std::uint64_t j = q - p.page_base;
-        const std::uint32_t id = v.table[std::uint64_t{keys[k].slot} * v.max_pages + j];
-        if (j < p.d.device_take) {
-          v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
-        } else {
-          v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
-              static_cast<std::uint32_t>(id - v.capacity[0]);
-        }
-      }
+      const auto row_of = [&](std::uint32_t k) {
+        return v.table + std::uint64_t{keys[k].slot} * v.max_pages;
+      };
+      // The copies, then the pages back into the free slots past each ring's tail, after the
+      // earlier keys'.
+      for_each_share(
+          v, plan, n, i,
+          [&](std::uint32_t k, std::uint64_t item) {
+            const key_plan& p = plan[k];
+            copy_item<false>(p.walk, v.group, lane, item, p.d.rows * v.row_bytes / p.walk.unit,
+                             keys[k].linear, held_page{&v, row_of(k)});
+          },
+          [&](std::uint32_t k, std::uint64_t j) {
+            const key_plan& p = plan[k];
+            const std::uint32_t id = row_of(k)[j];
+            if (j < p.d.device_take) {
+              v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
+            } else {
+              v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
+                  static_cast<std::uint32_t>(id - v.capacity[0]);
+            }
+          });
       if (!last_to_finish(v)) return;
       std::uint64_t device_back = 0, pinned_back = 0;
       for (std::uint32_t k = 0; k < n; ++k) {
