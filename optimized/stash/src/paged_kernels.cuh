@@ -242,7 +242,11 @@ OFFLOADKIT_HD inline void copy_item(const unit_walk& w, std::uint64_t group, std
                                     const PageAddr& page_addr) {
   constexpr std::uint64_t batch = 4;
   const auto unit = static_cast<unsigned>(w.unit);
-  const std::uint64_t j = item / w.chunks_per_page;
+  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
+  const std::uint64_t j =
+      item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
+          ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
+          : item / w.chunks_per_page;
   const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
   const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
   std::uint64_t end = begin + w.chunk_units;
@@ -425,6 +429,7 @@ struct key_plan {
   std::uint64_t pinned_at;
   std::uint64_t item_base;
   std::uint64_t page_base;
+  std::uint64_t units;  ///< copy units of the key's rows, computed once for all its work items
 };
 
 OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t unit) {
@@ -555,6 +560,7 @@ struct stash_batch_body {
     constexpr std::uint64_t unlimited = ~std::uint64_t{0} / 4;
     p.d = decide_stash_with(v, v.entries[keys[k].slot].state, *keys[k].rows, unlimited, unlimited);
     p.walk = walk_of_unit(v, keys[k].unit);
+    p.units = p.d.code == code_ok ? p.d.rows * v.row_bytes / p.walk.unit : 0;
   }
 
   /// Decides the keys in batch order against the free pages the earlier ones leave.
@@ -633,8 +639,7 @@ struct stash_batch_body {
           v, plan, n, i,
           [&](std::uint32_t k, std::uint64_t item) {
             const key_plan& p = plan[k];
-            copy_item<true>(p.walk, v.group, lane, item, p.d.rows * v.row_bytes / p.walk.unit,
-                            keys[k].linear, pages_of(p));
+            copy_item<true>(p.walk, v.group, lane, item, p.units, keys[k].linear, pages_of(p));
           },
           [&](std::uint32_t k, std::uint64_t j) {
             v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(plan[k]).id(j);
@@ -678,6 +683,7 @@ struct restore_batch_body {
       p.d.device_take = e.device_pages;
     }
     p.walk = walk_of_unit(v, keys[k].unit);
+    p.units = p.d.code == code_ok ? p.d.rows * v.row_bytes / p.walk.unit : 0;
   }
 
   /// Places each held key's pages past the tails after the earlier keys' pages; an empty key
@@ -740,8 +746,8 @@ struct restore_batch_body {
           v, plan, n, i,
           [&](std::uint32_t k, std::uint64_t item) {
             const key_plan& p = plan[k];
-            copy_item<false>(p.walk, v.group, lane, item, p.d.rows * v.row_bytes / p.walk.unit,
-                             keys[k].linear, held_page{&v, row_of(k)});
+            copy_item<false>(p.walk, v.group, lane, item, p.units, keys[k].linear,
+                             held_page{&v, row_of(k)});
           },
           [&](std::uint32_t k, std::uint64_t j) {
             const key_plan& p = plan[k];
