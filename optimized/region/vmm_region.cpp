@@ -268,13 +268,17 @@ void vmm_region::do_swap(offload_region& other, pause_mode mode, stream_ref s) {
     }
   };
   // Step k queues the copy out of this region's chunk k on `s`, releases chunk k-1 once its copy
-  // has landed, and then maps the other's chunk k+1 into the memory just given back and queues its
-  // copy in on the side stream. The copies in run one chunk ahead of the releases, so that the
-  // side stream has the next copy queued while the host waits and maps: the two copy directions
-  // overlap without gaps, and the device holds about two chunks more than either region alone.
+  // has landed, and then maps the other's next chunk into the memory just given back and queues
+  // its copy in on the side stream. Where the device has room for one chunk more, the copies in
+  // run one chunk ahead of the releases, so that the side stream still has a copy queued while the
+  // host waits and maps: the two copy directions overlap without gaps, and the device holds about
+  // two chunks more than either region alone. Otherwise they follow the releases, one chunk more.
+  std::size_t in_chunk = 0;
+  for (const chunk& c : in->chunks_) in_chunk = std::max(in_chunk, c.bytes);
+  const bool lead = ex_->device_memory(device_).free >= 2 * in_chunk;
   std::size_t k_out = 0;
   try {
-    bring_in_next();
+    if (lead) bring_in_next();
     while (k_out < chunks_.size() || k_in < in->chunks_.size()) {
       if (k_out < chunks_.size()) out.step(chunks_[k_out++]);
       bring_in_next();

@@ -44,6 +44,36 @@ class order_log final : public executor_adaptor {
   const char* base_;
 };
 
+/// Records a swap's copies out of `out`, copies into `in` and unmaps of `out`, with the chunk
+/// (of 2 MiB) they touch.
+class swap_log final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+  void watch(const void* out, const void* in) {
+    out_ = reinterpret_cast<std::uintptr_t>(out);
+    in_ = reinterpret_cast<std::uintptr_t>(in);
+    events.clear();
+  }
+  std::vector<std::string> events;
+
+ private:
+  void note(const char* what, std::uintptr_t base, const void* p) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    if (base != 0 && at >= base && at < base + 6 * mib)
+      events.push_back(what + std::to_string((at - base) / (2 * mib)));
+  }
+  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override {
+    note("out@", out_, src);
+    note("in@", in_, dst);
+    executor_adaptor::do_copy(dst, src, bytes, s);
+  }
+  void do_unmap(void* va, std::size_t bytes) override {
+    note("unmap@", out_, va);
+    executor_adaptor::do_unmap(va, bytes);
+  }
+  std::uintptr_t out_ = 0, in_ = 0;
+};
+
 bool holds_pattern(executor& ex, const offload_region& r, std::uint32_t seed, stream_ref s) {
   const std::size_t words = r.size() / 4;
   buffer pinned(ex, memory_kind::pinned, words * 4);
@@ -246,6 +276,44 @@ TEST(RegionSwap, RefusesItselfAnotherDeviceAndAPairWithNothingLeftNamingWhy) {
   b.swap_with(a, pause_mode::preserve, s);
   EXPECT_EQ(a.state(), region_state::active);
   EXPECT_EQ(b.state(), region_state::paused);
+}
+
+/// Swaps a 6 MiB region `a` out while `b` (paused, 6 MiB) comes in, in chunks of 2 MiB, on a
+/// device of `capacity` bytes; returns the order of the swap's copies and unmaps.
+std::vector<std::string> swap_order(std::size_t capacity) {
+  host_executor_options o;
+  o.device_capacity = capacity;
+  host_executor host(o);
+  swap_log log(host);
+  stream s(log, 0);
+  vmm_region b(log, region_config{6 * mib, 0, 2 * mib});
+  write_pattern(log, b.data(), b.size() / 4, 21, s);
+  b.pause(s);
+  vmm_region a(log, region_config{6 * mib, 0, 2 * mib});
+  write_pattern(log, a.data(), a.size() / 4, 22, s);
+  log.synchronize(s);
+  log.watch(a.data(), b.data());
+  a.swap_with(b, pause_mode::preserve, s);
+  EXPECT_EQ(a.state(), region_state::paused);
+  EXPECT_EQ(b.state(), region_state::active);
+  EXPECT_TRUE(holds_pattern(log, b, 21, s));
+  auto order = log.events;
+  b.swap_with(a, pause_mode::preserve, s);
+  EXPECT_TRUE(holds_pattern(log, a, 22, s));
+  return order;
+}
+
+TEST(RegionSwap, CopiesInRunAChunkAheadOfTheReleasesWhereTheDeviceHasRoom) {
+  const std::vector<std::string> ahead{"in@0", "out@0", "in@1",    "out@1",  "unmap@0",
+                                       "in@2", "out@2", "unmap@1", "unmap@2"};
+  EXPECT_EQ(swap_order(std::size_t{64} << 20), ahead);
+}
+
+TEST(RegionSwap, WithOneChunkFreeTheCopiesInFollowTheReleasesAndTheSwapFits) {
+  // 8 MiB: the active region's 6 MiB and one chunk more, not two.
+  const std::vector<std::string> behind{"out@0", "in@0",    "out@1", "unmap@0", "in@1",
+                                        "out@2", "unmap@1", "in@2",  "unmap@2"};
+  EXPECT_EQ(swap_order(8 * mib), behind);
 }
 
 }  // namespace
