@@ -428,7 +428,7 @@ double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
 /// pre-GELU and post-GELU tensors) copied back to back between one device buffer and one pinned
 /// buffer on one stream, as the offloader copies them but with nothing else running. It is taken
 /// in every repetition right before the phase it bounds, so that both meet the link in the same
-/// state: the link's throughput can dip for tens of milliseconds at a time (to 25-35 GB/s, either
+/// state: the link's throughput can dip for tens of milliseconds at a time (to 25-40 GB/s, either
 /// direction, seen in CUPTI timelines of every kind of step), and a floor measured once at the
 /// start would charge such a dip to the offloader.
 class phase_floor {

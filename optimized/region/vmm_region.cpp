@@ -6,6 +6,7 @@
 // state reads partial and pause() or resume() finishes the job.
 #include "offloadkit/region/vmm_region.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "offloadkit/error.hpp"

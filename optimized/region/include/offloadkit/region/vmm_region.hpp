@@ -5,8 +5,9 @@
 // copies the contents back. Graphs captured on the region stay valid across pause and resume. A
 // swap with another vmm_region interleaves one's pause with the other's resume chunk by chunk, the
 // copies out on the caller's stream and the copies in on a second one, so that both copy
-// directions of the link work at once; the copies in run one chunk ahead of the releases, so a
-// swap needs about two chunks of free device memory beyond what the outgoing region frees.
+// directions of the link work at once. Where two chunks of device memory are free, the copies in
+// run one chunk ahead of the outgoing region's releases; otherwise they follow them, and the swap
+// needs one chunk beyond what the outgoing region frees.
 #pragma once
 
 #include <optional>
