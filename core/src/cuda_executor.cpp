@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "offloadkit/detail/cuda_try.hpp"
+#include "offloadkit/detail/device_guard.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit {
@@ -126,6 +127,7 @@ void report_noexcept_failure(const char* call, const std::string& error, const c
 namespace {
 
 using detail::concat;
+using detail::device_guard;
 
 struct availability {
   cudaError_t status = cudaSuccess;
@@ -164,35 +166,6 @@ availability probe() {
   a.devices = count;
   return a;
 }
-
-// Makes `device` current for a scope and restores the caller's device at its end. The throwing
-// form is for ordinary calls; the nothrow form for release paths.
-class device_guard {
- public:
-  explicit device_guard(int device) {
-    OFFLOADKIT_CUDA_TRY(cudaGetDevice(&previous_));
-    // Always set: since CUDA 12 this also makes the primary context current, which the driver's
-    // VMM calls need on a thread that has made no runtime call yet.
-    OFFLOADKIT_CUDA_TRY_CTX(cudaSetDevice(device), "device = ", device);
-    restore_ = previous_ != device;
-  }
-  device_guard(int device, std::nothrow_t /*unused*/) noexcept {
-    if (cudaGetDevice(&previous_) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    restore_ = previous_ != device;
-  }
-  device_guard(const device_guard&) = delete;
-  device_guard& operator=(const device_guard&) = delete;
-  ~device_guard() {
-    if (restore_) OFFLOADKIT_CUDA_ASSERT_OK(cudaSetDevice(previous_));
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
 
 constexpr std::size_t pageable_alignment = 64;
 

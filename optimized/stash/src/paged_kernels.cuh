@@ -142,13 +142,15 @@ OFFLOADKIT_HD inline void record_status(const pool_view& v, std::uint32_t code, 
   }
 }
 
-/// True for exactly one worker per launch: the last to finish. acq_rel makes every worker's
-/// reads and copies happen before the commit, and the commit's reset of the counter happen before
-/// the next launch (stream order). On the GPU a thread block adds its count with one atomic, after
-/// a barrier that orders its threads' accesses before that thread's release, so the counter sees
-/// one atomic per block (a few hundred per launch) instead of one per warp. Every thread of every
-/// block must call it: the launch runs one index per thread in blocks of v.group threads.
-OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
+/// True for every worker of the last group to finish a launch (a thread block on a GPU, one
+/// worker on host threads). acq_rel makes every worker's reads and copies happen before the
+/// commit, and the commit's reset of the counter happen before the next launch (stream order). On
+/// the GPU a thread block adds its count with one atomic, after a barrier that orders its threads'
+/// accesses before that thread's release, so the counter sees one atomic per block (a few hundred
+/// per launch) instead of one per warp; a second barrier hands the answer to the whole block.
+/// Every thread of every block must call it: the launch runs one index per thread in blocks of
+/// v.group threads.
+OFFLOADKIT_HD inline bool last_group_to_finish(const pool_view& v) {
   cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(v.control->done);
 #if defined(__CUDA_ARCH__)
   __shared__ bool last;
@@ -159,7 +161,7 @@ OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
     if (last) done.store(0u, cuda::memory_order_relaxed);
   }
   __syncthreads();
-  return last && threadIdx.x == 0;
+  return last;
 #else
   const std::uint32_t prev = done.fetch_add(1u, cuda::memory_order_acq_rel);
   if (prev + 1 == v.workers) {
@@ -167,6 +169,16 @@ OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
     return true;
   }
   return false;
+#endif
+}
+
+/// True for exactly one worker per launch: one of the last group to finish.
+OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
+  const bool last = last_group_to_finish(v);
+#if defined(__CUDA_ARCH__)
+  return last && threadIdx.x == 0;
+#else
+  return last;
 #endif
 }
 
@@ -206,11 +218,21 @@ OFFLOADKIT_HD inline stash_decision decide_stash_with(const pool_view& v, std::u
   return d;
 }
 
-OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, std::uint32_t slot,
-                                                 std::uint64_t rows) {
-  return decide_stash_with(v, v.entries[slot].state, rows,
-                           v.control->ring[0].tail - v.control->ring[0].head,
-                           v.control->ring[1].tail - v.control->ring[1].head);
+/// The freelist positions a launch starts from; nothing moves them before its commit.
+struct ring_view {
+  std::uint64_t head[2];
+  std::uint64_t tail[2];
+  [[nodiscard]] OFFLOADKIT_HD std::uint64_t free(int tier) const { return tail[tier] - head[tier]; }
+};
+
+OFFLOADKIT_HD inline ring_view read_rings(const pool_view& v) {
+  const ring_state* r = v.control->ring;
+  return ring_view{{r[0].head, r[1].head}, {r[0].tail, r[1].tail}};
+}
+
+OFFLOADKIT_HD inline stash_decision decide_stash(const pool_view& v, const ring_view& rings,
+                                                 std::uint32_t slot, std::uint64_t rows) {
+  return decide_stash_with(v, v.entries[slot].state, rows, rings.free(0), rings.free(1));
 }
 
 /// Tier-local ring position of the j-th page from `head`, without a division per page.
@@ -229,35 +251,57 @@ struct unit_walk {
   std::uint64_t unit;             ///< bytes per copy unit (16, 8, 4, 2 or 1)
   std::uint64_t page_units;       ///< units per page
   std::uint64_t chunk_units;      ///< units per work item
-  std::uint64_t chunks_per_page;  ///< work items per page
+  std::uint64_t chunks_per_page;  ///< work items of a full page
 };
 
-/// Copies work item `item` of a key's `units` units between a linear buffer (the first rows of an
-/// oversized buffer) and its pages, as lane `lane` of a group of `group` workers; `page_addr(j)`
-/// gives the key's j-th page. Each lane loads up to four units before it stores any, so that
-/// several loads are in flight.
-template <bool ToPages, class PageAddr>
-OFFLOADKIT_HD inline void copy_item(const unit_walk& w, std::uint64_t group, std::uint64_t lane,
-                                    std::uint64_t item, std::uint64_t units, unsigned char* linear,
-                                    const PageAddr& page_addr) {
+/// Work items of a key's `units` units: chunks_per_page for each full page, and for a last
+/// partial page only as many as its units fill, so that no worker waits on an empty item.
+OFFLOADKIT_HD inline std::uint64_t items_of(const unit_walk& w, std::uint64_t units) {
+  const std::uint64_t full = units / w.page_units;
+  const std::uint64_t rest = units - full * w.page_units;
+  return full * w.chunks_per_page + (rest + w.chunk_units - 1) / w.chunk_units;
+}
+
+/// Where work item `item` of a key's `units` units lies: the key's page `page`, whose first unit
+/// is unit `first` of the linear buffer, and units [begin, end) of that page. Items number the
+/// pages in order and each page's items from its start, so begin == 0 marks a page's first item
+/// (every page of the key has one).
+struct item_span {
+  std::uint64_t page;
+  std::uint64_t first;
+  std::uint64_t begin;
+  std::uint64_t end;
+};
+
+OFFLOADKIT_HD inline item_span span_of(const unit_walk& w, std::uint64_t item,
+                                       std::uint64_t units) {
+  item_span s{};
+  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
+  s.page = item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
+               ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
+               : item / w.chunks_per_page;
+  s.first = s.page * w.page_units;
+  s.begin = (item - s.page * w.chunks_per_page) * w.chunk_units;
+  s.end = s.begin + w.chunk_units;
+  if (s.end > w.page_units) s.end = w.page_units;
+  if (s.end > units - s.first) s.end = units - s.first;
+  return s;
+}
+
+/// Copies the units of `s` between a linear buffer (the first rows of an oversized buffer) and
+/// `paged`, the start of the span's page, as lane `lane` of a group of `group` workers. Each lane
+/// loads up to four units before it stores any, so that several loads are in flight.
+template <bool ToPages>
+OFFLOADKIT_HD inline void copy_span(const unit_walk& w, std::uint64_t group, std::uint64_t lane,
+                                    const item_span& s, unsigned char* linear,
+                                    unsigned char* paged) {
   constexpr std::uint64_t batch = 4;
   const auto unit = static_cast<unsigned>(w.unit);
-  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
-  const std::uint64_t j =
-      item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
-          ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
-          : item / w.chunks_per_page;
-  const std::uint64_t first = j * w.page_units;  // the page's first unit in the linear buffer
-  const std::uint64_t begin = (item - j * w.chunks_per_page) * w.chunk_units;
-  std::uint64_t end = begin + w.chunk_units;
-  if (end > w.page_units) end = w.page_units;
-  if (end > units - first) end = units - first;
-  unsigned char* const paged = page_addr(j);
-  unsigned char* const lin = linear + first * w.unit;
-  for (std::uint64_t u0 = begin + lane; u0 < end; u0 += batch * group) {
+  unsigned char* const lin = linear + s.first * w.unit;
+  for (std::uint64_t u0 = s.begin + lane; u0 < s.end; u0 += batch * group) {
     uint4 tmp[batch];
     std::uint64_t n = 0;
-    for (std::uint64_t u = u0; n < batch && u < end; ++n, u += group) {
+    for (std::uint64_t u = u0; n < batch && u < s.end; ++n, u += group) {
       tmp[n] = load_unit((ToPages ? lin : paged) + u * w.unit, unit);
     }
     std::uint64_t k = 0;
@@ -267,44 +311,66 @@ OFFLOADKIT_HD inline void copy_item(const unit_walk& w, std::uint64_t group, std
   }
 }
 
-/// Copies worker i's share of one key's `units` units: group g takes work items g, g + groups, ...
-template <bool ToPages, class PageAddr>
+/// Copies the span `s` of a key's page `id` as lane `lane` of its group, and runs `on_page(j, id)`
+/// on lane 0 for the page's first item, so that the page's bookkeeping (once per page, each page
+/// has one first item) needs no pass of its own after the copies.
+template <bool ToPages, class OnPage>
+OFFLOADKIT_HD inline void copy_page_span(const pool_view& v, const unit_walk& w, std::uint64_t lane,
+                                         const item_span& s, unsigned char* linear,
+                                         std::uint32_t id, const OnPage& on_page) {
+  if (s.begin == 0 && lane == 0) on_page(s.page, id);
+  copy_span<ToPages>(w, v.group, lane, s, linear, page_address(v, id));
+}
+
+/// Worker i's share of one key's `units` units: group g takes work items g, g + groups, ...;
+/// `id_of(j)` gives the global id of the key's j-th page, `on_page` as in copy_page_span.
+template <bool ToPages, class IdOf, class OnPage>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
-                                    std::uint64_t units, unsigned char* linear,
-                                    const PageAddr& page_addr) {
-  const std::uint64_t group = v.group;
-  const std::uint64_t groups = v.workers / group;
-  const std::uint64_t g = i / group, lane = i - g * group;
-  const std::uint64_t pages = (units + w.page_units - 1) / w.page_units;
-  const std::uint64_t items = pages * w.chunks_per_page;
-  for (std::uint64_t item = g; item < items; item += groups) {
-    copy_item<ToPages>(w, group, lane, item, units, linear, page_addr);
+                                    std::uint64_t units, unsigned char* linear, const IdOf& id_of,
+                                    const OnPage& on_page) {
+  const std::uint64_t groups = v.workers / v.group;
+  const std::uint64_t g = i / v.group, lane = i - g * v.group;
+  const std::uint64_t items = items_of(w, units);
+  for (std::uint64_t t = g; t < items; t += groups) {
+    const item_span s = span_of(w, t, units);
+    copy_page_span<ToPages>(v, w, lane, s, linear, id_of(s.page), on_page);
   }
 }
 
-/// The j-th page of a stash in progress: the first `device_take` pages come from the device ring
-/// at its head, the rest from the pinned ring at its head.
+/// The pages of a stash in progress: the first `device_take` come from the device ring at its
+/// head, the rest from the pinned ring at its head.
 struct fresh_page {
   const pool_view* v;
   std::uint64_t device_take, h0m, h1m;
   /// The global page id (device tier 0..D-1, pinned tier D..) of the j-th page.
-  OFFLOADKIT_HD std::uint32_t id(std::uint64_t j) const {
+  OFFLOADKIT_HD std::uint32_t operator()(std::uint64_t j) const {
     return j < device_take
                ? v->ids[0][ring_pos(h0m, j, v->capacity[0])]
                : static_cast<std::uint32_t>(
                      v->capacity[0] + v->ids[1][ring_pos(h1m, j - device_take, v->capacity[1])]);
   }
-  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const { return page_address(*v, id(j)); }
 };
 
-/// The j-th page of a stashed key, from its page-table row.
-struct held_page {
+/// Returns a restored key's pages to the free slots past each ring's tail: `at` and `pinned_at`
+/// are the ring positions of the key's first device and first pinned page (tier-local, already
+/// reduced modulo the tier), `device_pages` how many of its pages are device pages.
+struct page_return {
   const pool_view* v;
-  const std::uint32_t* row;
-  OFFLOADKIT_HD unsigned char* operator()(std::uint64_t j) const {
-    return page_address(*v, row[j]);
+  std::uint64_t device_pages, t0m, t1m;
+  OFFLOADKIT_HD void operator()(std::uint64_t j, std::uint32_t id) const {
+    if (j < device_pages) {
+      v->ids[0][ring_pos(t0m, j, v->capacity[0])] = id;
+    } else {
+      v->ids[1][ring_pos(t1m, j - device_pages, v->capacity[1])] =
+          static_cast<std::uint32_t>(id - v->capacity[0]);
+    }
   }
 };
+
+/// A ring position reduced modulo its tier (0 for an empty tier).
+OFFLOADKIT_HD inline std::uint64_t ring_mod(const pool_view& v, int tier, std::uint64_t pos) {
+  return v.capacity[tier] != 0 ? pos % v.capacity[tier] : 0;
+}
 
 struct stash_body {
   pool_view v;
@@ -315,18 +381,17 @@ struct stash_body {
   std::uint32_t key;
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const stash_decision d = decide_stash(v, slot, *rows);
+    const ring_view rings = read_rings(v);
+    const stash_decision d = decide_stash(v, rings, slot, *rows);
     if (d.code == code_ok) {
-      const std::uint64_t h0 = v.control->ring[0].head, h1 = v.control->ring[1].head;
-      const fresh_page pages{&v, d.device_take, v.capacity[0] ? h0 % v.capacity[0] : 0,
-                             v.capacity[1] ? h1 % v.capacity[1] : 0};
-      copy_rows<true>(v, walk, i, d.rows * v.row_bytes / walk.unit, const_cast<unsigned char*>(src),
-                      pages);
-      // The key's page-table row, shared out among the workers (a serial loop in the commit
-      // would be one thread's chain of dependent loads per page). Only this key's row is written,
-      // and only when the stash succeeds; the entry becomes valid at the commit.
+      const fresh_page pages{&v, d.device_take, ring_mod(v, 0, rings.head[0]),
+                             ring_mod(v, 1, rings.head[1])};
+      // The copies, and the key's page-table row entry by entry as each page's first item is
+      // copied. Only this key's row is written, and only when the stash succeeds; the entry
+      // becomes valid at the commit.
       std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-      for (std::uint64_t j = i; j < d.need; j += v.workers) row[j] = pages.id(j);
+      copy_rows<true>(v, walk, i, d.rows * v.row_bytes / walk.unit, const_cast<unsigned char*>(src),
+                      pages, [row](std::uint64_t j, std::uint32_t id) { row[j] = id; });
     }
     if (!last_to_finish(v)) return;
     if (d.code != code_ok) {
@@ -357,29 +422,20 @@ struct restore_body {
     const page_entry& e = v.entries[slot];
     const bool ok = e.state == entry_stashed;
     if (ok) {
+      // The copies, and the pages back into the free slots past each ring's tail as each page's
+      // first item is copied; nothing pops before the commit moves the tails (stream order).
       const std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-      const held_page pages{&v, row};
-      copy_rows<false>(v, walk, i, e.rows * v.row_bytes / walk.unit, dst, pages);
-      // The pages go back into the free slots past each ring's tail, shared out among the
-      // workers; nothing pops before the commit moves the tails (stream order).
       const ring_state* ring = v.control->ring;
-      const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
-      const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
-      for (std::uint64_t j = i; j < e.pages; j += v.workers) {
-        const std::uint32_t id = row[j];
-        if (j < e.device_pages) {
-          v.ids[0][ring_pos(t0, j, v.capacity[0])] = id;
-        } else {
-          v.ids[1][ring_pos(t1, j - e.device_pages, v.capacity[1])] =
-              static_cast<std::uint32_t>(id - v.capacity[0]);
-        }
-      }
+      copy_rows<false>(
+          v, walk, i, e.rows * v.row_bytes / walk.unit, dst,
+          [row](std::uint64_t j) { return row[j]; },
+          page_return{&v, e.device_pages, ring_mod(v, 0, ring[0].tail),
+                      ring_mod(v, 1, ring[1].tail)});
     }
     if (!last_to_finish(v)) return;
     if (!ok) {
-      record_status(v, code_restore_empty, key, 0, 0,
-                    v.control->ring[0].tail - v.control->ring[0].head,
-                    v.control->ring[1].tail - v.control->ring[1].head);
+      const ring_view rings = read_rings(v);
+      record_status(v, code_restore_empty, key, 0, 0, rings.free(0), rings.free(1));
       if (rows_out != nullptr) *rows_out = 0;
       return;
     }
@@ -397,17 +453,19 @@ struct restore_body {
 // key in batch order. The keys are distinct (checked on the host), so a key's outcome depends on
 // the batch's earlier keys only through the free pages they take (stash) or the ring positions
 // their pages return to (restore). Every worker plans the whole batch from the same device state;
-// the plan numbers the work items and pages of all keys one after the other, and group g copies
-// the batch's items g, g + groups, ... whichever keys they belong to, so that a batch of small keys
-// spreads over the whole launch. The last worker commits the keys in batch order.
+// the plan numbers the work items of all keys one after the other, and group g copies the batch's
+// items g, g + groups, ... whichever keys they belong to, so that a batch of small keys spreads
+// over the whole launch. The last group to finish commits, one key per worker, with the result
+// that committing the keys in batch order would have.
 //
-// On a GPU the plan lives in the block's shared memory: lane k reads key k (its row count, its
-// entry) and decides what it can alone, warp 0 numbers the keys with prefix sums, and only when the
-// batch asks for more pages than are free (some key overflows, and which one depends on the order)
-// does one thread walk the keys in order. On host threads each worker plans alone, in order.
+// On a GPU the plan lives in the block's shared memory and warp 0 makes it: lane l reads keys 2l
+// and 2l + 1 (their row counts and entries) and the rings in one round of loads, decides what each
+// key can alone, and the warp numbers the keys with prefix sums; only when the batch asks for more
+// pages than are free (some key overflows, and which one depends on the order) does one thread
+// walk the keys in order. On host threads each worker plans alone, in order.
 
 /// Keys per batched launch: a batch's plan lives in one thread block's shared memory on a GPU,
-/// one key per lane of its first two warps.
+/// two keys per lane of its first warp.
 constexpr std::uint32_t max_batch_keys = 64;
 
 struct batch_key {
@@ -416,20 +474,22 @@ struct batch_key {
   std::uint32_t slot;
   std::uint32_t key;   ///< pack_key() of the key
   std::uint32_t unit;  ///< copy unit of the linear buffer (see unit_walk)
-  std::uint32_t pad;
+  /// Restore: 1 when no later key of the batch names the same rows_out, so that this key's store
+  /// is the one that stays, as with one launch per key in order.
+  std::uint32_t last_rows;
 };
 
 /// One key of a batch: its decision (as a launch of its own would make it), how it walks its
-/// bytes, where its pages start in each ring after the batch's earlier keys, and where its work
-/// items and pages start among the batch's.
+/// bytes, where its pages start in each ring after the batch's earlier keys, where its work items
+/// start among the batch's, and how many earlier keys of the batch fail.
 struct key_plan {
   stash_decision d;
   unit_walk walk;
   std::uint64_t device_at;
   std::uint64_t pinned_at;
   std::uint64_t item_base;
-  std::uint64_t page_base;
   std::uint64_t units;  ///< copy units of the key's rows, computed once for all its work items
+  std::uint64_t failed_before;
 };
 
 OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t unit) {
@@ -445,18 +505,24 @@ OFFLOADKIT_HD inline std::uint64_t plan_pages(const key_plan& p) {
   return p.d.code == code_ok ? p.d.need : 0;
 }
 OFFLOADKIT_HD inline std::uint64_t plan_items(const key_plan& p) {
-  return plan_pages(p) * p.walk.chunks_per_page;
+  return p.d.code == code_ok ? items_of(p.walk, p.units) : 0;
+}
+/// Device and pinned pages a planned key moves (stash: takes; restore: gives back).
+OFFLOADKIT_HD inline std::uint64_t plan_device_pages(const key_plan& p) {
+  return p.d.code == code_ok ? p.d.device_take : 0;
+}
+OFFLOADKIT_HD inline std::uint64_t plan_pinned_pages(const key_plan& p) {
+  return p.d.code == code_ok ? p.d.need - p.d.device_take : 0;
 }
 
-/// The largest k < n whose `base` is at most t: the key whose range holds t, when t lies below
-/// the batch's total (keys of empty ranges share their base with the key after them).
-template <class Base>
-OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t n, std::uint64_t t,
-                                            const Base& base) {
-  std::uint32_t lo = 0, hi = n;  // plan[lo] <= t < plan[hi]
+/// The largest k in [from, n) whose item_base is at most t, for t in [plan[from].item_base, the
+/// batch's total) (keys of no items share their base with the key after them).
+OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t from,
+                                            std::uint32_t n, std::uint64_t t) {
+  std::uint32_t lo = from, hi = n;  // plan[lo] <= t < plan[hi]
   while (hi - lo > 1) {
     const std::uint32_t mid = (lo + hi) / 2;
-    if (base(plan[mid]) <= t) {
+    if (plan[mid].item_base <= t) {
       lo = mid;
     } else {
       hi = mid;
@@ -465,109 +531,141 @@ OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t 
   return lo;
 }
 
-/// Worker i's share of a planned batch: `copy(k, item)` for each work item of the batch that its
-/// group takes (group g: items g, g + groups, ...), then `page(k, j)` for each page of the batch
-/// that the worker takes (i, i + workers, ...); k is the key and item / j count within the key.
-template <class Copy, class Page>
-OFFLOADKIT_HD inline void for_each_share(const pool_view& v, const key_plan* plan, std::uint32_t n,
-                                         std::uint64_t i, const Copy& copy, const Page& page) {
+/// Worker i's share of a planned batch: `copy(k, span)` for each work item of the batch that its
+/// group takes (group g: items g, g + groups, ...), with k its key and span where it lies in the
+/// key. A group's items only grow, so each search starts at the previous item's key.
+template <class Copy>
+OFFLOADKIT_HD inline void for_each_item(const pool_view& v, const key_plan* plan, std::uint32_t n,
+                                        std::uint64_t i, const Copy& copy) {
   const std::uint64_t groups = v.workers / v.group;
   const key_plan& last = plan[n - 1];
   const std::uint64_t items = last.item_base + plan_items(last);
+  std::uint32_t k = 0;
   for (std::uint64_t t = i / v.group; t < items; t += groups) {
-    const std::uint32_t k = find_key(plan, n, t, [](const key_plan& p) { return p.item_base; });
-    copy(k, t - plan[k].item_base);
-  }
-  const std::uint64_t pages = last.page_base + plan_pages(last);
-  for (std::uint64_t q = i; q < pages; q += v.workers) {
-    const std::uint32_t k = find_key(plan, n, q, [](const key_plan& p) { return p.page_base; });
-    page(k, q - plan[k].page_base);
+    k = find_key(plan, k, n, t);
+    const key_plan& p = plan[k];
+    copy(k, span_of(p.walk, t - p.item_base, p.units));
   }
 }
 
-/// Inclusive prefix sums of three counts over the 32 lanes of warp 0 (GPU only).
-struct triple {
-  std::uint64_t a, b, c;
-};
+/// The commit of a batch by the last group to finish: `key(k)` for every key (on a GPU one thread
+/// of the block per key, on host threads in order), then `rings()` once. The keys' commits touch
+/// distinct entries, and a failing key records the status only when no earlier key of the batch
+/// failed, so the result is the one an ordered commit would leave.
+template <class Key, class Rings>
+OFFLOADKIT_HD inline void commit_batch(std::uint32_t n, const Key& key, const Rings& rings) {
 #if defined(__CUDA_ARCH__)
-__device__ inline triple warp_inclusive_scan(triple x) {
+  for (std::uint32_t k = threadIdx.x; k < n; k += blockDim.x) key(k);
+  if (threadIdx.x == 0) rings();
+#else
+  for (std::uint32_t k = 0; k < n; ++k) key(k);
+  rings();
+#endif
+}
+
+/// Four counts summed together in a warp scan.
+struct counts {
+  std::uint64_t a, b, c, d;
+};
+OFFLOADKIT_HD inline counts operator+(const counts& x, const counts& y) {
+  return counts{x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d};
+}
+OFFLOADKIT_HD inline counts operator-(const counts& x, const counts& y) {
+  return counts{x.a - y.a, x.b - y.b, x.c - y.c, x.d - y.d};
+}
+
+#if defined(__CUDA_ARCH__)
+/// Inclusive prefix sums over the 32 lanes of warp 0.
+__device__ inline counts warp_inclusive_scan(counts x) {
   const unsigned lane = threadIdx.x & 31u;
-  for (unsigned d = 1; d < 32; d *= 2) {
-    const std::uint64_t a = __shfl_up_sync(0xffffffffu, x.a, d);
-    const std::uint64_t b = __shfl_up_sync(0xffffffffu, x.b, d);
-    const std::uint64_t c = __shfl_up_sync(0xffffffffu, x.c, d);
-    if (lane >= d) {
-      x.a += a;
-      x.b += b;
-      x.c += c;
-    }
+  for (unsigned s = 1; s < 32; s *= 2) {
+    const counts y{__shfl_up_sync(0xffffffffu, x.a, s), __shfl_up_sync(0xffffffffu, x.b, s),
+                   __shfl_up_sync(0xffffffffu, x.c, s), __shfl_up_sync(0xffffffffu, x.d, s)};
+    if (lane >= s) x = x + y;
   }
   return x;
 }
-#endif
 
-/// Runs `load(k, plan[k])` for every key, then numbers the keys: on a GPU in the block's shared
-/// memory (`scan` on warp 0, `sequence` by one thread when the scan cannot settle the batch), on
-/// host threads in the worker's own storage with `sequence`; then `work(plan)`.
-template <class Body, class Work>
-OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
-#if defined(__CUDA_ARCH__)
-  __shared__ key_plan plan[max_batch_keys];
-  if (threadIdx.x < b.n) b.load(threadIdx.x, plan[threadIdx.x]);
-  __syncthreads();
-  if (threadIdx.x < 32 && !b.scan(plan) && threadIdx.x == 0) b.sequence(plan);
-  __syncthreads();
-  work(static_cast<const key_plan*>(plan));
-#else
-  key_plan plan[max_batch_keys];
-  for (std::uint32_t k = 0; k < b.n; ++k) b.load(k, plan[k]);
-  b.sequence(plan);
-  work(static_cast<const key_plan*>(plan));
-#endif
-}
-
-/// The lane's two keys (2 * lane, 2 * lane + 1) of a warp scan, as counts `of(plan[k])`, and
-/// their exclusive prefix sums over the batch; `total` is the sum over all keys.
+/// The lane's two keys (2 * lane, 2 * lane + 1) as counts `of(plan[k])`: their exclusive prefix
+/// sums over the batch, and the sum over all keys.
 struct lane_scan {
-  triple first, second, total;
+  counts first, second, total;
 };
-#if defined(__CUDA_ARCH__)
 template <class Of>
 __device__ inline lane_scan scan_pairs(const key_plan* plan, std::uint32_t n, const Of& of) {
   const unsigned lane = threadIdx.x & 31u;
   const std::uint32_t k0 = 2 * lane, k1 = k0 + 1;
-  const triple x0 = k0 < n ? of(plan[k0]) : triple{0, 0, 0};
-  const triple x1 = k1 < n ? of(plan[k1]) : triple{0, 0, 0};
-  const triple pair{x0.a + x1.a, x0.b + x1.b, x0.c + x1.c};
-  const triple incl = warp_inclusive_scan(pair);
+  const counts x0 = k0 < n ? of(plan[k0]) : counts{0, 0, 0, 0};
+  const counts x1 = k1 < n ? of(plan[k1]) : counts{0, 0, 0, 0};
+  const counts pair = x0 + x1;
+  const counts incl = warp_inclusive_scan(pair);
   lane_scan r;
-  r.first = triple{incl.a - pair.a, incl.b - pair.b, incl.c - pair.c};
-  r.second = triple{r.first.a + x0.a, r.first.b + x0.b, r.first.c + x0.c};
-  r.total = triple{__shfl_sync(0xffffffffu, incl.a, 31), __shfl_sync(0xffffffffu, incl.b, 31),
-                   __shfl_sync(0xffffffffu, incl.c, 31)};
+  r.first = incl - pair;
+  r.second = r.first + x0;
+  r.total = counts{__shfl_sync(0xffffffffu, incl.a, 31), __shfl_sync(0xffffffffu, incl.b, 31),
+                   __shfl_sync(0xffffffffu, incl.c, 31), __shfl_sync(0xffffffffu, incl.d, 31)};
   return r;
 }
 #endif
+
+/// Reads every key (`fetch`, loads only, so that one key's loads need not wait for another's
+/// decision) and the rings, decides each key alone (`decide`), numbers the keys (`scan` on a GPU;
+/// `sequence` where the scan cannot settle the batch, and on host threads), then runs
+/// `work(plan, rings)`. On a GPU warp 0 plans in the block's shared memory.
+template <class Body, class Work>
+OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
+#if defined(__CUDA_ARCH__)
+  __shared__ key_plan plan[max_batch_keys];
+  __shared__ ring_view shared_rings;
+  if (threadIdx.x < 32) {
+    const std::uint32_t k0 = 2 * threadIdx.x, k1 = k0 + 1;
+    typename Body::input in0{}, in1{};
+    if (k0 < b.n) in0 = b.fetch(k0);
+    if (k1 < b.n) in1 = b.fetch(k1);
+    const ring_view rings = read_rings(b.v);
+    if (k0 < b.n) b.decide(k0, in0, plan[k0]);
+    if (k1 < b.n) b.decide(k1, in1, plan[k1]);
+    __syncwarp();
+    if (!b.scan(plan, rings) && threadIdx.x == 0) b.sequence(plan, rings);
+    if (threadIdx.x == 0) shared_rings = rings;
+  }
+  __syncthreads();
+  work(static_cast<const key_plan*>(plan), static_cast<const ring_view&>(shared_rings));
+#else
+  key_plan plan[max_batch_keys];
+  for (std::uint32_t k = 0; k < b.n; ++k) b.decide(k, b.fetch(k), plan[k]);
+  const ring_view rings = read_rings(b.v);
+  b.sequence(plan, rings);
+  work(static_cast<const key_plan*>(plan), rings);
+#endif
+}
 
 struct stash_batch_body {
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
 
+  struct input {
+    std::uint32_t state;
+    std::uint64_t rows;
+  };
+  OFFLOADKIT_HD input fetch(std::uint32_t k) const {
+    return input{v.entries[keys[k].slot].state, *keys[k].rows};
+  }
+
   /// What key k's own launch decides without looking at the free pages: rows past max_rows, a
   /// key that still holds rows, or the pages it needs.
-  OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
+  OFFLOADKIT_HD void decide(std::uint32_t k, const input& in, key_plan& p) const {
     constexpr std::uint64_t unlimited = ~std::uint64_t{0} / 4;
-    p.d = decide_stash_with(v, v.entries[keys[k].slot].state, *keys[k].rows, unlimited, unlimited);
+    p.d = decide_stash_with(v, in.state, in.rows, unlimited, unlimited);
     p.walk = walk_of_unit(v, keys[k].unit);
     p.units = p.d.code == code_ok ? p.d.rows * v.row_bytes / p.walk.unit : 0;
   }
 
   /// Decides the keys in batch order against the free pages the earlier ones leave.
-  OFFLOADKIT_HD void sequence(key_plan* plan) const {
-    std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
-    std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
-    std::uint64_t device_at = 0, pinned_at = 0, items = 0, pages = 0;
+  OFFLOADKIT_HD void sequence(key_plan* plan, const ring_view& rings) const {
+    std::uint64_t free_device = rings.free(0), free_pinned = rings.free(1);
+    std::uint64_t device_at = 0, pinned_at = 0, items = 0, failed = 0;
     for (std::uint32_t k = 0; k < n; ++k) {
       key_plan& p = plan[k];
       p.d.free_device = free_device;
@@ -575,10 +673,10 @@ struct stash_batch_body {
       p.device_at = device_at;
       p.pinned_at = pinned_at;
       p.item_base = items;
-      p.page_base = pages;
-      if (p.d.code != code_ok) continue;
-      if (p.d.need > free_device + free_pinned) {
-        p.d.code = code_overflow;
+      p.failed_before = failed;
+      if (p.d.code == code_ok && p.d.need > free_device + free_pinned) p.d.code = code_overflow;
+      if (p.d.code != code_ok) {
+        ++failed;
         continue;
       }
       p.d.device_take = p.d.need < free_device ? p.d.need : free_device;
@@ -588,7 +686,6 @@ struct stash_batch_body {
       device_at += p.d.device_take;
       pinned_at += pinned_take;
       items += plan_items(p);
-      pages += p.d.need;
     }
   }
 
@@ -596,26 +693,25 @@ struct stash_batch_body {
   /// Warp 0: when every key that can take pages fits in the free pages, none overflows and each
   /// key's place follows from prefix sums of the pages and items before it: it takes device pages
   /// while the device tier lasts, then pinned ones. Returns false (nothing written) otherwise.
-  __device__ bool scan(key_plan* plan) const {
+  __device__ bool scan(key_plan* plan, const ring_view& rings) const {
     const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
-      return triple{plan_pages(p), plan_items(p), 0};
+      return counts{plan_pages(p), plan_items(p), 0, p.d.code != code_ok ? 1u : 0u};
     });
-    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
-    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
+    const std::uint64_t free_device = rings.free(0), free_pinned = rings.free(1);
     if (s.total.a > free_device + free_pinned) return false;
     const unsigned lane = threadIdx.x & 31u;
     for (std::uint32_t half = 0; half < 2; ++half) {
       const std::uint32_t k = 2 * lane + half;
       if (k >= n) continue;
       key_plan& p = plan[k];
-      const triple& before = half == 0 ? s.first : s.second;
+      const counts& before = half == 0 ? s.first : s.second;
       const std::uint64_t on_device = before.a < free_device ? before.a : free_device;
       p.device_at = on_device;
       p.pinned_at = before.a - on_device;
       p.d.free_device = free_device - on_device;
       p.d.free_pinned = free_pinned - p.pinned_at;
       p.item_base = before.b;
-      p.page_base = before.a;
+      p.failed_before = before.d;
       if (p.d.code == code_ok) {
         p.d.device_take = p.d.need < p.d.free_device ? p.d.need : p.d.free_device;
       }
@@ -625,44 +721,43 @@ struct stash_batch_body {
 #endif
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    with_plan(*this, [&](const key_plan* plan) {
+    with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
       const std::uint64_t lane = i % v.group;
-      const std::uint64_t h0m = v.capacity[0] ? v.control->ring[0].head % v.capacity[0] : 0;
-      const std::uint64_t h1m = v.capacity[1] ? v.control->ring[1].head % v.capacity[1] : 0;
-      const auto pages_of = [&](const key_plan& p) {
-        return fresh_page{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
-                          ring_pos(h1m, p.pinned_at, v.capacity[1])};
-      };
-      // The copies, then each key's page-table row, written only for keys that succeed and valid
-      // from the commit on.
-      for_each_share(
-          v, plan, n, i,
-          [&](std::uint32_t k, std::uint64_t item) {
-            const key_plan& p = plan[k];
-            copy_item<true>(p.walk, v.group, lane, item, p.units, keys[k].linear, pages_of(p));
+      const std::uint64_t h0m = ring_mod(v, 0, rings.head[0]);
+      const std::uint64_t h1m = ring_mod(v, 1, rings.head[1]);
+      // The copies, and each key's page-table row entry by entry as each page's first item is
+      // copied: written only for keys that succeed, and valid from the commit on.
+      for_each_item(v, plan, n, i, [&](std::uint32_t k, const item_span& s) {
+        const key_plan& p = plan[k];
+        const fresh_page pages{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
+                               ring_pos(h1m, p.pinned_at, v.capacity[1])};
+        std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
+        copy_page_span<true>(v, p.walk, lane, s, keys[k].linear, pages(s.page),
+                             [row](std::uint64_t j, std::uint32_t id) { row[j] = id; });
+      });
+      if (!last_group_to_finish(v)) return;
+      commit_batch(
+          n,
+          [&](std::uint32_t k) {
+            const stash_decision& d = plan[k].d;
+            if (d.code != code_ok) {
+              if (plan[k].failed_before == 0) {
+                record_status(v, d.code, keys[k].key, d.rows, d.need, d.free_device, d.free_pinned);
+              }
+              return;
+            }
+            page_entry& e = v.entries[keys[k].slot];
+            e.key = keys[k].key;
+            e.rows = d.rows;
+            e.device_pages = static_cast<std::uint32_t>(d.device_take);
+            e.pages = static_cast<std::uint32_t>(d.need);
+            e.state = entry_stashed;
           },
-          [&](std::uint32_t k, std::uint64_t j) {
-            v.table[std::uint64_t{keys[k].slot} * v.max_pages + j] = pages_of(plan[k]).id(j);
+          [&] {
+            const key_plan& last = plan[n - 1];
+            v.control->ring[0].head += last.device_at + plan_device_pages(last);
+            v.control->ring[1].head += last.pinned_at + plan_pinned_pages(last);
           });
-      if (!last_to_finish(v)) return;
-      std::uint64_t device_taken = 0, pinned_taken = 0;
-      for (std::uint32_t k = 0; k < n; ++k) {
-        const stash_decision& d = plan[k].d;
-        if (d.code != code_ok) {
-          record_status(v, d.code, keys[k].key, d.rows, d.need, d.free_device, d.free_pinned);
-          continue;
-        }
-        page_entry& e = v.entries[keys[k].slot];
-        e.key = keys[k].key;
-        e.rows = d.rows;
-        e.device_pages = static_cast<std::uint32_t>(d.device_take);
-        e.pages = static_cast<std::uint32_t>(d.need);
-        e.state = entry_stashed;
-        device_taken += d.device_take;
-        pinned_taken += d.need - d.device_take;
-      }
-      v.control->ring[0].head += device_taken;
-      v.control->ring[1].head += pinned_taken;
     });
   }
 };
@@ -672,9 +767,11 @@ struct restore_batch_body {
   std::uint32_t n;
   batch_key keys[max_batch_keys];
 
+  using input = page_entry;
+  OFFLOADKIT_HD input fetch(std::uint32_t k) const { return v.entries[keys[k].slot]; }
+
   /// Key k's entry: a held key moves its pages back, an empty one fails as its own launch would.
-  OFFLOADKIT_HD void load(std::uint32_t k, key_plan& p) const {
-    const page_entry& e = v.entries[keys[k].slot];
+  OFFLOADKIT_HD void decide(std::uint32_t k, const input& e, key_plan& p) const {
     p.d = stash_decision{};
     p.d.code = e.state == entry_stashed ? code_ok : code_restore_empty;
     if (p.d.code == code_ok) {
@@ -688,94 +785,84 @@ struct restore_batch_body {
 
   /// Places each held key's pages past the tails after the earlier keys' pages; an empty key
   /// records the free pages a restore of its own would have seen.
-  OFFLOADKIT_HD void sequence(key_plan* plan) const {
-    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
-    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
-    std::uint64_t device_at = 0, pinned_at = 0, items = 0;
+  OFFLOADKIT_HD void sequence(key_plan* plan, const ring_view& rings) const {
+    std::uint64_t device_at = 0, pinned_at = 0, items = 0, failed = 0;
     for (std::uint32_t k = 0; k < n; ++k) {
       key_plan& p = plan[k];
       p.device_at = device_at;
       p.pinned_at = pinned_at;
       p.item_base = items;
-      p.page_base = device_at + pinned_at;
-      p.d.free_device = free_device + device_at;
-      p.d.free_pinned = free_pinned + pinned_at;
-      device_at += p.d.device_take;
-      pinned_at += p.d.need - p.d.device_take;
+      p.failed_before = failed;
+      p.d.free_device = rings.free(0) + device_at;
+      p.d.free_pinned = rings.free(1) + pinned_at;
+      device_at += plan_device_pages(p);
+      pinned_at += plan_pinned_pages(p);
       items += plan_items(p);
+      if (p.d.code != code_ok) ++failed;
     }
   }
 
 #if defined(__CUDA_ARCH__)
   /// Warp 0: the same numbering from prefix sums (a restore never depends on free pages).
-  __device__ bool scan(key_plan* plan) const {
+  __device__ bool scan(key_plan* plan, const ring_view& rings) const {
     const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
-      return triple{p.d.device_take, p.d.need - p.d.device_take, plan_items(p)};
+      return counts{plan_device_pages(p), plan_pinned_pages(p), plan_items(p),
+                    p.d.code != code_ok ? 1u : 0u};
     });
-    const std::uint64_t free_device = v.control->ring[0].tail - v.control->ring[0].head;
-    const std::uint64_t free_pinned = v.control->ring[1].tail - v.control->ring[1].head;
     const unsigned lane = threadIdx.x & 31u;
     for (std::uint32_t half = 0; half < 2; ++half) {
       const std::uint32_t k = 2 * lane + half;
       if (k >= n) continue;
       key_plan& p = plan[k];
-      const triple& before = half == 0 ? s.first : s.second;
+      const counts& before = half == 0 ? s.first : s.second;
       p.device_at = before.a;
       p.pinned_at = before.b;
       p.item_base = before.c;
-      p.page_base = before.a + before.b;
-      p.d.free_device = free_device + before.a;
-      p.d.free_pinned = free_pinned + before.b;
+      p.failed_before = before.d;
+      p.d.free_device = rings.free(0) + before.a;
+      p.d.free_pinned = rings.free(1) + before.b;
     }
     return true;
   }
 #endif
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    with_plan(*this, [&](const key_plan* plan) {
+    with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
       const std::uint64_t lane = i % v.group;
-      const ring_state* ring = v.control->ring;
-      const std::uint64_t t0 = v.capacity[0] ? ring[0].tail % v.capacity[0] : 0;
-      const std::uint64_t t1 = v.capacity[1] ? ring[1].tail % v.capacity[1] : 0;
-      const auto row_of = [&](std::uint32_t k) {
-        return v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-      };
-      // The copies, then the pages back into the free slots past each ring's tail, after the
-      // earlier keys'.
-      for_each_share(
-          v, plan, n, i,
-          [&](std::uint32_t k, std::uint64_t item) {
-            const key_plan& p = plan[k];
-            copy_item<false>(p.walk, v.group, lane, item, p.units, keys[k].linear,
-                             held_page{&v, row_of(k)});
-          },
-          [&](std::uint32_t k, std::uint64_t j) {
-            const key_plan& p = plan[k];
-            const std::uint32_t id = row_of(k)[j];
-            if (j < p.d.device_take) {
-              v.ids[0][ring_pos(t0, p.device_at + j, v.capacity[0])] = id;
-            } else {
-              v.ids[1][ring_pos(t1, p.pinned_at + j - p.d.device_take, v.capacity[1])] =
-                  static_cast<std::uint32_t>(id - v.capacity[0]);
-            }
-          });
-      if (!last_to_finish(v)) return;
-      std::uint64_t device_back = 0, pinned_back = 0;
-      for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint64_t t0m = ring_mod(v, 0, rings.tail[0]);
+      const std::uint64_t t1m = ring_mod(v, 1, rings.tail[1]);
+      // The copies, and the pages back into the free slots past each ring's tail, after the
+      // earlier keys', as each page's first item is copied.
+      for_each_item(v, plan, n, i, [&](std::uint32_t k, const item_span& s) {
         const key_plan& p = plan[k];
-        std::uint64_t* rows_out = keys[k].rows;
-        if (p.d.code != code_ok) {
-          record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device, p.d.free_pinned);
-          if (rows_out != nullptr) *rows_out = 0;
-          continue;
-        }
-        if (rows_out != nullptr) *rows_out = p.d.rows;
-        v.entries[keys[k].slot].state = entry_empty;
-        device_back += p.d.device_take;
-        pinned_back += p.d.need - p.d.device_take;
-      }
-      v.control->ring[0].tail += device_back;
-      v.control->ring[1].tail += pinned_back;
+        const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
+        copy_page_span<false>(
+            v, p.walk, lane, s, keys[k].linear, row[s.page],
+            page_return{&v, p.d.device_take, ring_pos(t0m, p.device_at, v.capacity[0]),
+                        ring_pos(t1m, p.pinned_at, v.capacity[1])});
+      });
+      if (!last_group_to_finish(v)) return;
+      commit_batch(
+          n,
+          [&](std::uint32_t k) {
+            const key_plan& p = plan[k];
+            std::uint64_t* rows_out = keys[k].last_rows != 0 ? keys[k].rows : nullptr;
+            if (p.d.code != code_ok) {
+              if (p.failed_before == 0) {
+                record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device,
+                              p.d.free_pinned);
+              }
+              if (rows_out != nullptr) *rows_out = 0;
+              return;
+            }
+            if (rows_out != nullptr) *rows_out = p.d.rows;
+            v.entries[keys[k].slot].state = entry_empty;
+          },
+          [&] {
+            const key_plan& last = plan[n - 1];
+            v.control->ring[0].tail += last.device_at + plan_device_pages(last);
+            v.control->ring[1].tail += last.pinned_at + plan_pinned_pages(last);
+          });
     });
   }
 };

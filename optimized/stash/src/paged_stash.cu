@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "offloadkit/detail/device_guard.hpp"
 #include "offloadkit/launch.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
 #include "paged_kernels.cuh"
@@ -12,6 +13,28 @@
 namespace offloadkit::stash {
 
 namespace dk = kernels;
+
+// Groups of a GPU launch at most, on a device of any size.
+constexpr std::uint64_t max_gpu_groups = 1024;
+
+// Thread blocks of 256 threads that `device` runs at once of whichever of the bodies' kernels
+// fits fewer (its multiprocessors times the blocks of that kernel that fit on one).
+template <class... Bodies>
+std::uint64_t resident_blocks(int device) {
+  const offloadkit::detail::device_guard guard(device);
+  int sms = 0;
+  OFFLOADKIT_CUDA_TRY_CTX(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                          "device = ", device);
+  int per_sm = 0;
+  for (const void* kernel :
+       {reinterpret_cast<const void*>(&offloadkit::detail::launch_kernel<Bodies>)...}) {
+    int blocks = 0;
+    OFFLOADKIT_CUDA_TRY_CTX(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 256, 0),
+                            "device = ", device);
+    per_sm = per_sm == 0 ? blocks : std::min(per_sm, blocks);
+  }
+  return std::max<std::uint64_t>(static_cast<std::uint64_t>(sms) * per_sm, 1);
+}
 
 struct paged_stash::impl {
   executor* ex;
@@ -32,15 +55,21 @@ struct paged_stash::impl {
     return slot;
   }
 
+  // Groups of a launch at most: on a GPU the thread blocks of each kernel that fit at once (one
+  // wave, so that every block plans once and then copies until the work runs out; a second wave
+  // would pay for the plan again), on host threads a few per thread.
+  std::uint64_t single_groups = 32, batch_groups = 32;
+
   // The index space of a launch that copies up to `keys` full buffers (a batch of that many keys;
-  // the launch shape depends on the batch's size, never on its row counts).
-  [[nodiscard]] std::uint64_t workers_for(std::uint64_t keys) const {
+  // the launch shape depends on the batch's size, never on its row counts), in at most
+  // `max_groups` groups.
+  [[nodiscard]] std::uint64_t workers_for(std::uint64_t keys, std::uint64_t max_groups) const {
     const bool gpu = view.group != 1;
     const std::uint64_t item_bytes =
         gpu ? 16 * 4 * view.group : std::max<std::uint64_t>(view.page_bytes, 1);
     const std::uint64_t full_items = std::max<std::uint64_t>(
         view.max_pages, keys * ((cfg.max_rows * cfg.row_bytes + item_bytes - 1) / item_bytes));
-    return std::clamp<std::uint64_t>(full_items, 1, gpu ? 1024 : 32) * view.group;
+    return std::clamp<std::uint64_t>(full_items, 1, max_groups) * view.group;
   }
 
   // The widest copy unit that divides the row size and keeps both sides aligned.
@@ -85,7 +114,7 @@ struct paged_stash::impl {
       Body body{};
       body.v = view;
       body.n = static_cast<std::uint32_t>(std::min<std::size_t>(n - first, dk::max_batch_keys));
-      body.v.workers = workers_for(body.n);
+      body.v.workers = workers_for(body.n, batch_groups);
       for (std::uint32_t k = 0; k < body.n; ++k) {
         const Item& it = items[first + k];
         auto* p = const_cast<unsigned char*>(static_cast<const unsigned char*>(linear(it)));
@@ -94,7 +123,11 @@ struct paged_stash::impl {
                                      slot_of(it.key),
                                      pack_key(it.key.vp, it.key.layer, it.key.microbatch),
                                      unit_for(p),
-                                     0};
+                                     1};
+        // A restore's rows_out named again later in the batch: the later key's store stays.
+        for (std::uint32_t j = 0; j < k; ++j) {
+          if (body.keys[j].rows == body.keys[k].rows) body.keys[j].last_rows = 0;
+        }
       }
       launch(*ex, body.v.workers, body, name, s);
     }
@@ -138,10 +171,19 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   v.max_rows = config.max_rows;
   v.max_pages = mp;
   // A fixed index space, whatever the row count: on a GPU groups of 256 (a block each), as many
-  // as a full buffer has work items of 16-byte units, capped at a grid that fills the GPU; on host
+  // as a full buffer has work items of 16-byte units, capped at one wave of blocks; on host
   // single-worker groups, a few per host thread.
-  v.group = ex.kind() == backend::cuda ? 256 : 1;
-  v.workers = m.workers_for(1);
+  if (ex.kind() == backend::cuda) {
+    v.group = 256;
+    m.single_groups =
+        std::min(resident_blocks<dk::stash_body, dk::restore_body>(config.device), max_gpu_groups);
+    m.batch_groups =
+        std::min(resident_blocks<dk::stash_batch_body, dk::restore_batch_body>(config.device),
+                 max_gpu_groups);
+  } else {
+    v.group = 1;
+  }
+  v.workers = m.workers_for(1, m.single_groups);
   do_reset(s);
 }
 

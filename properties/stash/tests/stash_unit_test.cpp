@@ -349,6 +349,39 @@ TEST_P(stash_batch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls
   EXPECT_EQ(empty.free.pinned, cfg.pinned_pages);
 }
 
+TEST_P(stash_batch, ARowsOutNamedByTwoItemsHoldsTheLaterItemsCountAsPerKeyCallsWould) {
+  offloadkit::host_executor ex;
+  stream s(ex);
+  const stash_config cfg = small_config(3);
+  auto st = impl().make(ex, cfg, s);
+  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
+  keyed_buffers b(ex, io, 3, io.bytes);
+  io.write_u64(b.rows[0].data(), 5);
+  io.write_u64(b.rows[1].data(), 9);
+  std::vector<stash_item> two = b.stash_items();
+  two.pop_back();
+  st->stash_batch(two, s);
+  // Both restores succeed: the second's count stays.
+  std::vector<restore_item> items = b.restore_items();
+  items.pop_back();
+  items[1].rows_out = items[0].rows_out;
+  st->restore_batch(items, s);
+  EXPECT_EQ(io.read_u64(b.rows_out[0].data()), 9u);
+  // A later restore of a key that holds nothing writes 0 over an earlier success.
+  st->stash_batch(two, s);
+  items = b.restore_items();
+  std::swap(items[1], items[2]);  // key 0, key 2 (empty), key 1
+  items[1].rows_out = items[0].rows_out;
+  io.write_u64(b.rows_out[1].data(), 77);
+  st->restore_batch(items, s);
+  EXPECT_EQ(io.read_u64(b.rows_out[0].data()), 0u);
+  EXPECT_EQ(io.read_u64(b.rows_out[1].data()), 9u);
+  const stash_snapshot snap = st->snapshot(s);
+  EXPECT_EQ(snap.status.code, status_code::restore_empty);
+  EXPECT_EQ(snap.status.key, b.keys[2]);
+  EXPECT_TRUE(snap.entries.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Implementations, stash_batch, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::string(i.param == 0 ? "reference" : "optimized");
