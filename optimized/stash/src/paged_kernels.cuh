@@ -2,10 +2,10 @@
 // restore and reset bodies. Each body runs over a fixed index space (a number of workers chosen
 // when the pool is built), so the launch shape never depends on the row count, which is read on
 // the device. Every worker sees the same freelist heads (nobody moves them during a launch),
-// decides the same outcome, and copies its share; the last worker to finish commits: it moves the
-// freelist counters and writes the page-table entry, or records the failure in the sticky status
-// word and touches nothing else. The cuda back end runs these as kernels, the host back end runs
-// the same bodies on its threads.
+// decides the same outcome, and copies its share (writing the key's page-table row as it goes);
+// the last worker to finish commits: it moves the freelist counters and marks the key's entry, or
+// records the failure in the sticky status word and touches nothing else. The cuda back end runs
+// these as kernels, the host back end runs the same bodies on its threads.
 #pragma once
 
 #include <vector_types.h>
