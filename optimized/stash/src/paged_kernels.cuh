@@ -351,9 +351,9 @@ struct fresh_page {
   }
 };
 
-/// Returns a restored key's pages to the free slots past each ring's tail: `at` and `pinned_at`
-/// are the ring positions of the key's first device and first pinned page (tier-local, already
-/// reduced modulo the tier), `device_pages` how many of its pages are device pages.
+/// Returns a restored key's pages to the free slots past each ring's tail: `t0m` and `t1m` are the
+/// slots of the key's first device and first pinned page (tier-local, reduced modulo the tier),
+/// `device_pages` how many of its pages are device pages.
 struct page_return {
   const pool_view* v;
   std::uint64_t device_pages, t0m, t1m;

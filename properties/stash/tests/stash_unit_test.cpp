@@ -261,6 +261,24 @@ struct keyed_buffers {
   }
 };
 
+/// One implementation's stash on the host executor, with small_config(max_keys) and the buffers
+/// of n keys. (Lambdas name its members through the rig: a structured binding cannot be captured
+/// before C++20.)
+struct batch_rig {
+  offloadkit::host_executor ex;
+  stream s{ex};
+  stash_config cfg;
+  std::unique_ptr<stash_interface> st;
+  device_io io;
+  keyed_buffers b;
+  batch_rig(const offloadkit::testing::stash_implementation& impl, std::size_t max_keys,
+            std::size_t n)
+      : cfg(small_config(max_keys)),
+        st(impl.make(ex, cfg, s)),
+        io(ex, s, cfg.max_rows * cfg.row_bytes),
+        b(ex, io, n, io.bytes) {}
+};
+
 class stash_batch : public ::testing::TestWithParam<int> {
  protected:
   offloadkit::testing::stash_implementation impl() const {
@@ -270,43 +288,37 @@ class stash_batch : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(stash_batch, DuplicateKeysAreRefusedNamingBothPositionsAndNothingIsIssued) {
-  offloadkit::host_executor ex;
-  stream s(ex);
-  const stash_config cfg = small_config(4);
-  auto st = impl().make(ex, cfg, s);
-  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
-  keyed_buffers b(ex, io, 3, io.bytes);
+  batch_rig rig(impl(), 4, 3);
+  auto& [ex, s, cfg, st, io, b] = rig;
   std::vector<stash_item> items = b.stash_items();
   items[2].key = items[0].key;
-  const std::string what = what_of<offloadkit::logic_error>([&] { st->stash_batch(items, s); });
+  const std::string what =
+      what_of<offloadkit::logic_error>([&] { rig.st->stash_batch(items, rig.s); });
   EXPECT_NE(what.find("items 0 and 2 both name key (vp 0, layer 0, microbatch 0)"),
             std::string::npos)
       << what;
   EXPECT_TRUE(st->snapshot(s).entries.empty());
   std::vector<restore_item> back = b.restore_items();
   back[1].key = back[0].key;
-  EXPECT_NE(
-      what_of<offloadkit::logic_error>([&] { st->restore_batch(back, s); }).find("items 0 and 1"),
-      std::string::npos);
+  EXPECT_NE(what_of<offloadkit::logic_error>([&] {
+              rig.st->restore_batch(back, rig.s);
+            }).find("items 0 and 1"),
+            std::string::npos);
   st->stash_batch(nullptr, 0, s);  // an empty batch is nothing
   EXPECT_NE(what_of<offloadkit::logic_error>([&] {
-              st->stash_batch(nullptr, 2, s);
+              rig.st->stash_batch(nullptr, 2, rig.s);
             }).find("the item array is null"),
             std::string::npos);
 }
 
 TEST_P(stash_batch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
-  offloadkit::host_executor ex;
-  stream s(ex);
-  const stash_config cfg = small_config(4);
-  auto st = impl().make(ex, cfg, s);
-  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
-  keyed_buffers b(ex, io, 3, io.bytes);
+  batch_rig rig(impl(), 4, 3);
+  auto& [ex, s, cfg, st, io, b] = rig;
   for (auto& r : b.rows) io.write_u64(r.data(), 9);
   std::vector<stash_item> items = b.stash_items();
   items[1].rows = nullptr;
   EXPECT_NE(what_of<offloadkit::logic_error>([&] {
-              st->stash_batch(items, s);
+              rig.st->stash_batch(items, rig.s);
             }).find("row count pointer is null"),
             std::string::npos);
   const stash_snapshot snap = st->snapshot(s);
@@ -316,13 +328,9 @@ TEST_P(stash_batch, ARefusedItemThrowsAfterTheItemsBeforeItAsPerKeyCallsWould) {
 }
 
 TEST_P(stash_batch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls) {
-  offloadkit::host_executor ex;
-  stream s(ex);
   constexpr std::size_t n = 100;
-  const stash_config cfg = small_config(n);
-  auto st = impl().make(ex, cfg, s);
-  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
-  keyed_buffers b(ex, io, n, io.bytes);
+  batch_rig rig(impl(), n, n);
+  auto& [ex, s, cfg, st, io, b] = rig;
   std::uint64_t pages = 0;
   for (std::size_t k = 0; k < n; ++k) {
     io.write_u64(b.rows[k].data(), (k * 7) % (cfg.max_rows + 1));
@@ -350,12 +358,8 @@ TEST_P(stash_batch, ALayerOfMoreThan64KeysRoundTripsAndFillsThePoolAsPerKeyCalls
 }
 
 TEST_P(stash_batch, ARowsOutNamedByTwoItemsHoldsTheLaterItemsCountAsPerKeyCallsWould) {
-  offloadkit::host_executor ex;
-  stream s(ex);
-  const stash_config cfg = small_config(3);
-  auto st = impl().make(ex, cfg, s);
-  device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
-  keyed_buffers b(ex, io, 3, io.bytes);
+  batch_rig rig(impl(), 4, 3);
+  auto& [ex, s, cfg, st, io, b] = rig;
   io.write_u64(b.rows[0].data(), 5);
   io.write_u64(b.rows[1].data(), 9);
   std::vector<stash_item> two = b.stash_items();
