@@ -10,13 +10,19 @@
 //   memory:       peak stashed bytes (and peak page bytes) vs oversized static buffers for a 1F1B
 //                 schedule with skewed token counts, from the capacity planner (no GPU needed).
 //
-// Usage: bench_stash [--executor cuda|host] [--quick] [--json FILE]
+// Every time is the median over --windows windows of 20 iterations (default 5), the windows of a
+// row's stash and plain copies taking turns (1 window of 2 iterations with --quick).
+//
+// Usage: bench_stash [--executor cuda|host] [--quick] [--windows N] [--json FILE] [--help]
+// Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -39,6 +45,7 @@ using clock_type = std::chrono::steady_clock;
 struct options {
   std::string executor = "cuda";
   bool quick = false;
+  int windows = 5;
   std::string json;
 };
 
@@ -54,18 +61,33 @@ struct memory_row {
   capacity_plan plan;
 };
 
-template <class F>
-double time_ms(executor& ex, stream_ref s, int iters, F&& f) {
-  f();  // warm-up
+/// Per-iteration time (ms) of each of `fs`: the median over `windows` windows of `iters`
+/// iterations each. The functions' windows take turns, so that a slow spell of the machine (the
+/// link or the clocks) falls on every function about equally instead of on one row's one side.
+std::vector<double> median_ms(executor& ex, stream_ref s, int iters, int windows,
+                              const std::vector<std::function<void()>>& fs) {
+  for (const auto& f : fs) f();  // warm-up
   ex.synchronize(s);
-  const auto t0 = clock_type::now();
-  for (int i = 0; i < iters; ++i) f();
-  ex.synchronize(s);
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count() / iters;
+  std::vector<std::vector<double>> t(fs.size());
+  for (int w = 0; w < windows; ++w) {
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      const auto t0 = clock_type::now();
+      for (int k = 0; k < iters; ++k) fs[i]();
+      ex.synchronize(s);
+      t[i].push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count() /
+                     iters);
+    }
+  }
+  std::vector<double> out;
+  for (auto& x : t) {
+    std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
+    out.push_back(x[x.size() / 2]);
+  }
+  return out;
 }
 
 row run_tier(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t hidden, std::uint64_t rows,
-             int iters) {
+             int iters, int windows) {
   row r;
   r.tier = pinned_tier ? "pinned" : "device";
   r.hidden = hidden;
@@ -98,14 +120,18 @@ row run_tier(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t hidden,
   ex.synchronize(s);
 
   const stash_key key{0, 0, 0};
-  r.stash_ms = time_ms(ex, s, iters, [&] {
-    st.stash(key, src.data(), count.as<std::uint64_t>(), s);
-    st.restore(key, dst.data(), nullptr, s);
-  });
-  r.plain_ms = time_ms(ex, s, iters, [&] {
-    ex.copy(tmp.data(), src.data(), r.bytes, s);
-    ex.copy(dst.data(), tmp.data(), r.bytes, s);
-  });
+  const std::vector<double> ms =
+      median_ms(ex, s, iters, windows,
+                {[&] {
+                   st.stash(key, src.data(), count.as<std::uint64_t>(), s);
+                   st.restore(key, dst.data(), nullptr, s);
+                 },
+                 [&] {
+                   ex.copy(tmp.data(), src.data(), r.bytes, s);
+                   ex.copy(dst.data(), tmp.data(), r.bytes, s);
+                 }});
+  r.stash_ms = ms[0];
+  r.plain_ms = ms[1];
   // Check the stash's result (the plain copy wrote dst last, so stash once more first).
   ex.fill(dst.data(), 0, r.bytes, s);
   st.stash(key, src.data(), count.as<std::uint64_t>(), s);
@@ -151,7 +177,7 @@ std::vector<std::uint64_t> layer_rows(std::uint64_t keys, std::uint64_t total, s
 /// one plain copy out and back of the layer's total bytes (device to device, or through pinned
 /// memory for the pinned tier).
 layer_row run_layer(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t keys,
-                    std::uint64_t hidden, std::uint64_t total_rows, int iters) {
+                    std::uint64_t hidden, std::uint64_t total_rows, int iters, int windows) {
   layer_row r;
   r.tier = pinned_tier ? "pinned" : "device";
   r.keys = keys;
@@ -196,35 +222,40 @@ layer_row run_layer(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t 
     in.push_back({key, src.as<unsigned char>() + k * slot_bytes, count.as<std::uint64_t>() + k});
     out.push_back({key, dst.as<unsigned char>() + k * slot_bytes, nullptr});
   }
-  r.batch_ms = time_ms(ex, s, iters, [&] {
+  const auto batch = [&] {
     st.stash_batch(in, s);
     st.restore_batch(out, s);
-  });
-  r.per_key_ms = time_ms(ex, s, iters, [&] {
-    for (const auto& it : in) st.stash(it.key, it.src, it.rows, s);
-    for (const auto& it : out) st.restore(it.key, it.dst, it.rows_out, s);
-  });
-  r.plain_ms = time_ms(ex, s, iters, [&] {
+  };
+  const auto plain = [&] {
     ex.copy(tmp.data(), flat.data(), r.bytes, s);
     ex.copy(flat_back.data(), tmp.data(), r.bytes, s);
-  });
+  };
   // The same work captured once and replayed (a training step's graph): the device's cost without
   // the host's per-call work, against the plain copies captured the same way.
-  const auto replay_ms = [&](auto&& issue) {
+  const auto capture = [&](const std::function<void()>& issue) {
     ex.synchronize(s);
     ex.begin_capture(s);
     issue();
-    graph g(ex, ex.end_capture(s));
-    return time_ms(ex, s, iters, [&] { g.replay(s); });
+    return graph(ex, ex.end_capture(s));
   };
-  r.graph_ms = replay_ms([&] {
-    st.stash_batch(in, s);
-    st.restore_batch(out, s);
-  });
-  r.plain_graph_ms = replay_ms([&] {
-    ex.copy(tmp.data(), flat.data(), r.bytes, s);
-    ex.copy(flat_back.data(), tmp.data(), r.bytes, s);
-  });
+  graph batch_graph = capture(batch), plain_graph = capture(plain);
+  const std::vector<double> ms =
+      median_ms(ex, s, iters, windows,
+                {batch,
+                 [&] {
+                   for (const auto& it : in) {
+                     st.stash(it.key, it.src, it.rows, s);
+                   }
+                   for (const auto& it : out) {
+                     st.restore(it.key, it.dst, it.rows_out, s);
+                   }
+                 },
+                 plain, [&] { batch_graph.replay(s); }, [&] { plain_graph.replay(s); }});
+  r.batch_ms = ms[0];
+  r.per_key_ms = ms[1];
+  r.plain_ms = ms[2];
+  r.graph_ms = ms[3];
+  r.plain_graph_ms = ms[4];
   r.graph_ratio = r.plain_graph_ms / r.graph_ms;
   // Check the batch's result: every expert's rows back in its buffer.
   ex.fill(dst.data(), 0, slot_bytes * keys, s);
@@ -263,11 +294,12 @@ workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, s
   return w;
 }
 
-void write_json(const std::string& path, const std::string& exec, const std::vector<row>& rows,
-                const std::vector<layer_row>& layers, const std::vector<memory_row>& mem,
-                const std::string& skipped) {
+void write_json(const std::string& path, const std::string& exec, int windows,
+                const std::vector<row>& rows, const std::vector<layer_row>& layers,
+                const std::vector<memory_row>& mem, const std::string& skipped) {
   std::ofstream out(path);
   out << "{\n  \"benchmark\": \"bench_stash\",\n  \"executor\": \"" << exec << "\",\n";
+  out << "  \"windows\": " << windows << ",\n";
   if (!skipped.empty()) out << "  \"skipped\": \"" << skipped << "\",\n";
   out << "  \"throughput\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -302,23 +334,28 @@ void write_json(const std::string& path, const std::string& exec, const std::vec
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--executor" && i + 1 < argc) {
-      opt.executor = argv[++i];
-    } else if (a == "--quick") {
-      opt.quick = true;
-    } else if (a == "--json" && i + 1 < argc) {
-      opt.json = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: bench_stash [--executor cuda|host] [--quick] [--json FILE]\n");
-      return 2;
-    }
-  }
-  if (opt.executor != "cuda" && opt.executor != "host") {
-    std::fprintf(stderr, "--executor %s: valid values are cuda, host\n", opt.executor.c_str());
+  CLI::App app(
+      "Paged stash and restore (one key, and a MoE layer's keys in one batch) against plain "
+      "copies of the same bytes, measured in the same run; peak stash memory from the capacity "
+      "planner.",
+      "bench_stash");
+  app.footer("Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.");
+  app.add_option("--executor", opt.executor, "cuda (default) or host")
+      ->check(CLI::IsMember({"cuda", "host"}));
+  app.add_flag("--quick", opt.quick, "small shapes, 1 window of 2 iterations (a smoke run)");
+  app.add_option("--windows", opt.windows,
+                 "windows of 20 iterations per time, median taken, 1..100 (default 5)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--json", opt.json, "also write the figures as JSON to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "bench_stash: %s\n%s", e.what(), app.help().c_str());
     return 2;
   }
 
@@ -365,7 +402,7 @@ int main(int argc, char** argv) {
   std::vector<row> rows;
   if (!ex) {
     std::printf("skipped: %s\n", skipped.c_str());
-    if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, {}, mem, skipped);
+    if (!opt.json.empty()) write_json(opt.json, opt.executor, 0, rows, {}, mem, skipped);
     return 0;
   }
 
@@ -376,14 +413,17 @@ int main(int argc, char** argv) {
                                                 ? std::vector<std::uint64_t>{100, 1000}
                                                 : std::vector<std::uint64_t>{1024, 4096, 16384};
   const int iters = opt.quick ? 2 : 20;
-  std::printf("\n# stash + restore vs plain copy out and back, bf16, 64-row pages, %s executor\n",
-              opt.executor.c_str());
+  const int windows = opt.quick ? 1 : opt.windows;
+  std::printf(
+      "\n# stash + restore vs plain copy out and back, bf16, 64-row pages, %s executor; times: "
+      "median of %d windows of %d iterations\n",
+      opt.executor.c_str(), windows, iters);
   std::printf("%7s %7s %6s %10s %10s %10s %10s %10s %7s %7s\n", "tier", "hidden", "rows", "MiB",
               "stash_ms", "plain_ms", "stash_GB/s", "plain_GB/s", "ratio", "#wrong");
   for (bool pinned : {false, true}) {
     for (auto hd : hiddens) {
       for (auto n : counts) {
-        const row r = run_tier(*ex, s, pinned, hd, n, iters);
+        const row r = run_tier(*ex, s, pinned, hd, n, iters, windows);
         std::printf("%7s %7llu %6llu %10.1f %10.3f %10.3f %10.1f %10.1f %7.3f %7llu\n",
                     r.tier.c_str(), static_cast<unsigned long long>(r.hidden),
                     static_cast<unsigned long long>(r.rows),
@@ -412,7 +452,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t keys : {8u, 32u, 64u}) {
       for (std::uint64_t mib : layer_mib) {
         const std::uint64_t total = mib * 1048576 / (layer_hidden * 2);
-        const layer_row r = run_layer(*ex, s, pinned, keys, layer_hidden, total, iters);
+        const layer_row r = run_layer(*ex, s, pinned, keys, layer_hidden, total, iters, windows);
         std::printf(
             "%7s %5llu %7llu %8.1f %10.4f %10.4f %10.4f %8.3f %8.3f %10.4f %10.4f %8.3f %7llu\n",
             r.tier.c_str(), static_cast<unsigned long long>(r.keys),
@@ -427,9 +467,12 @@ int main(int argc, char** argv) {
       "batch / per_key = plain time / stash time of the layer, each call issued from the host; "
       "graph = the same ratio with both sides captured in a graph and replayed. Goals (layers >= "
       "8 MiB): device >= 0.90, pinned >= 0.93.\n");
-  if (!opt.json.empty()) write_json(opt.json, opt.executor, rows, layers, mem, "");
+  if (!opt.json.empty()) write_json(opt.json, opt.executor, windows, rows, layers, mem, "");
   std::uint64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
   for (const auto& r : layers) wrong += r.wrong;
   return wrong == 0 ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_stash: %s\n", e.what());
+  return 1;
 }
