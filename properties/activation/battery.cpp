@@ -108,18 +108,21 @@ void run_steps(executor& driver_ex, offloader& off, training_step& step, const s
 
 /// Every tensor comes back bit for bit, and the counters every implementation keeps agree with what
 /// was packed: each pack() counted, the tensors below the threshold as kept, the others' bytes as
-/// offloaded (checks and benchmarks read them).
+/// offloaded (checks and benchmarks read them). The threshold is the one the implementation
+/// reports (keep_threshold()): the configured one, or 0 for one that has none, such as
+/// saved-tensor hooks, which see every tensor.
 void round_trip(executor& ex, const activation_implementation& impl) {
   const stack_case c = gen_stack(1);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   auto off = impl.make(ex, c.options);
   run_steps(ex, *off, step, c, seed);
+  const std::size_t threshold = off->keep_threshold();
   std::size_t packed = 0, kept = 0, offloaded = 0;
   for (const layer_spec& l : c.layers) {
     for (const tensor_spec& t : l.saved) {
       packed += 1;
-      if (t.bytes() < c.options.keep_threshold) {
+      if (t.bytes() < threshold) {
         kept += 1;
       } else {
         offloaded += t.bytes();
@@ -130,11 +133,11 @@ void round_trip(executor& ex, const activation_implementation& impl) {
   const offload_stats st = off->stats();
   if (st.packed != steps * packed || st.kept != steps * kept ||
       st.offloaded_bytes != steps * offloaded) {
-    RC_FAIL(off->name() + ": stats() counts packed=" + std::to_string(st.packed) +
-            " kept=" + std::to_string(st.kept) +
-            " offloaded_bytes=" + std::to_string(st.offloaded_bytes) + ", the steps packed " +
-            std::to_string(steps * packed) + ", kept " + std::to_string(steps * kept) +
-            " and offloaded " + std::to_string(steps * offloaded) + " bytes; " + show(c));
+    RC_FAIL(off->name() + ": stats() counts packed=" + std::to_string(st.packed) + " kept=" +
+            std::to_string(st.kept) + " offloaded_bytes=" + std::to_string(st.offloaded_bytes) +
+            ", the steps packed " + std::to_string(steps * packed) + ", kept " +
+            std::to_string(steps * kept) + " and offloaded " + std::to_string(steps * offloaded) +
+            " bytes at keep_threshold() = " + std::to_string(threshold) + "; " + show(c));
   }
 }
 
