@@ -542,7 +542,37 @@ void many_cycles(executor& ex, const region_implementation& impl) {
   RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
 }
 
-void state_errors(executor& ex, const region_implementation& impl) {
+/// The managed memory live through it: where a region's memory is managed, the driver decides
+/// when freed pages leave the device, so its leaks are counted here rather than read from the
+/// device's free memory.
+class managed_ledger final : public executor_adaptor {
+ public:
+  using executor_adaptor::executor_adaptor;
+  [[nodiscard]] std::size_t live_bytes() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return live_;
+  }
+
+ private:
+  void* do_allocate_managed(std::size_t bytes, int device) override {
+    void* p = executor_adaptor::do_allocate_managed(bytes, device);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    live_ += bytes;
+    return p;
+  }
+  void do_deallocate_managed(void* p, std::size_t bytes) noexcept override {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      live_ -= bytes;
+    }
+    executor_adaptor::do_deallocate_managed(p, bytes);
+  }
+  mutable std::mutex mutex_;
+  std::size_t live_ = 0;
+};
+
+void state_errors(executor& base, const region_implementation& impl) {
+  managed_ledger ex(base);
   const shape sh = gen_shape(ex, 0, 2);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const std::size_t slack = memory_slack(ex, 0);
@@ -576,10 +606,16 @@ void state_errors(executor& ex, const region_implementation& impl) {
   RC_ASSERT(r->state() == region_state::paused);
   r->resume(s);
   assert_contents(ex, *r, sh.words, seed, 0, s);  // the refused calls changed nothing
-  // Destroying a paused region frees everything it held.
+  // Destroying a paused region frees everything it held: its managed memory by the ledger, the
+  // rest by the device's free memory. The driver's figure cannot judge managed memory on a GPU:
+  // it counts managed pages in chunks of its own (64 and 128 MiB on an H100) and gives them back
+  // when it decides.
   r->pause(s);
   r.reset();
-  RC_ASSERT(free_memory_settles_near(ex, 0, free0, slack));
+  RC_ASSERT(ex.live_bytes() == 0u);
+  if (!impl.caps.managed_memory || base.kind() == backend::host) {
+    RC_ASSERT(free_memory_settles_near(ex, 0, free0, slack));
+  }
 }
 
 /// A region on a device other than the first stays there across pause and resume, refuses another
@@ -863,35 +899,6 @@ void unified_release_behaviour(executor& ex, const region_implementation& impl) 
 // ---- fault injection ---------------------------------------------------------------------------
 
 enum class phase { pause, resume };
-
-/// The managed memory live through it: where a region's memory is managed, the driver decides
-/// when freed pages leave the device, so its leaks are counted here rather than read from the
-/// device's free memory.
-class managed_ledger final : public executor_adaptor {
- public:
-  using executor_adaptor::executor_adaptor;
-  [[nodiscard]] std::size_t live_bytes() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return live_;
-  }
-
- private:
-  void* do_allocate_managed(std::size_t bytes, int device) override {
-    void* p = executor_adaptor::do_allocate_managed(bytes, device);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    live_ += bytes;
-    return p;
-  }
-  void do_deallocate_managed(void* p, std::size_t bytes) noexcept override {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      live_ -= bytes;
-    }
-    executor_adaptor::do_deallocate_managed(p, bytes);
-  }
-  mutable std::mutex mutex_;
-  std::size_t live_ = 0;
-};
 
 /// What a countdown runs in: a region of 2-4 granules less up to 100 words, in chunks of one
 /// granule or of two (a partial last chunk in an odd region), on a fault adaptor over a ledger of
