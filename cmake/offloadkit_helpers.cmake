@@ -161,3 +161,32 @@ function(offloadkit_expect_crashes)
       ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 handle_segv=0")
   endif()
 endfunction()
+
+# offloadkit_usage_tests(<prefix> COMMAND <program> LABELS <labels...> CASES <case...>
+#                        [WORKING_DIRECTORY <dir>])
+# One test <prefix><name> per case "name|arguments|expected message[|exit code]": the program run
+# with the (space-separated) arguments must be refused with the exit code (default 2, bad usage)
+# and a message on stderr that matches the expected regular expression
+# (tools/expect_usage_error.cmake).
+function(offloadkit_usage_tests prefix)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMMAND;WORKING_DIRECTORY" "LABELS;CASES")
+  foreach(entry IN LISTS arg_CASES)
+    string(REPLACE "|" ";" parts "${entry}")
+    list(GET parts 0 name)
+    list(GET parts 1 arguments)
+    list(GET parts 2 expect)
+    set(expect_rc 2)
+    list(LENGTH parts n)
+    if(n GREATER 3)
+      list(GET parts 3 expect_rc)
+    endif()
+    add_test(NAME ${prefix}${name}
+      COMMAND ${CMAKE_COMMAND} -DCOMMAND=${arg_COMMAND} "-DARGS=${arguments}"
+              "-DEXPECT=${expect}" -DEXPECT_RC=${expect_rc}
+              -P ${PROJECT_SOURCE_DIR}/tools/expect_usage_error.cmake)
+    set_tests_properties(${prefix}${name} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT 60)
+    if(arg_WORKING_DIRECTORY)
+      set_tests_properties(${prefix}${name} PROPERTIES WORKING_DIRECTORY ${arg_WORKING_DIRECTORY})
+    endif()
+  endforeach()
+endfunction()
