@@ -3,9 +3,12 @@
 // when the pool is built), so the launch shape never depends on the row count, which is read on
 // the device. Every worker sees the same freelist heads (nobody moves them during a launch),
 // decides the same outcome, and copies its share (writing the key's page-table row as it goes);
-// the last worker to finish commits: it moves the freelist counters and marks the key's entry, or
-// records the failure in the sticky status word and touches nothing else. The cuda back end runs
-// these as kernels, the host back end runs the same bodies on its threads.
+// the last worker to have read the state commits, once its own copies are issued: it moves the
+// freelist counters and marks the key's entry, or records the failure in the sticky status word
+// and touches nothing else. The commit changes only what the workers read before they copy (the
+// entries, the freelist positions, the status word), never what a copy reads or writes, so it
+// needs no wait for the other workers' copies; the next launch sees both (stream order). The cuda
+// back end runs these as kernels, the host back end runs the same bodies on its threads.
 #pragma once
 
 #include <vector_types.h>
@@ -34,7 +37,8 @@ struct status_word {
 
 struct control_block {
   ring_state ring[2];  ///< [0] device tier, [1] pinned tier
-  std::uint32_t done;  ///< workers finished in the current launch; the last one resets it
+  std::uint32_t
+      done;  ///< workers of the current launch that have read the state; the last resets it
   std::uint32_t pad;
   status_word status;
 };
@@ -142,44 +146,46 @@ OFFLOADKIT_HD inline void record_status(const pool_view& v, std::uint32_t code, 
   }
 }
 
-/// True for every worker of the last group to finish a launch (a thread block on a GPU, one
-/// worker on host threads). acq_rel makes every worker's reads and copies happen before the
-/// commit, and the commit's reset of the counter happen before the next launch (stream order). On
-/// the GPU a thread block adds its count with one atomic, after a barrier that orders its threads'
-/// accesses before that thread's release, so the counter sees one atomic per block (a few hundred
-/// per launch) instead of one per warp; a second barrier hands the answer to the whole block.
-/// Every thread of every block must call it: the launch runs one index per thread in blocks of
-/// v.group threads.
-OFFLOADKIT_HD inline bool last_group_to_finish(const pool_view& v) {
+/// Counts the calling worker's group as done with reading the state its launch decides from (the
+/// entries, the freelist positions). On a GPU thread 0 counts its block with one atomic, after a
+/// release fence that orders the reads of every thread of the block (the caller puts a barrier
+/// between their last read and this call) before the count; nobody waits for the answer before
+/// copying, so the atomic's round trip hides under the copies. On host threads each worker counts
+/// itself. Returns the count before (thread 0's on a GPU; the other threads get 0).
+OFFLOADKIT_HD inline std::uint32_t count_planned(const pool_view& v) {
   cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(v.control->done);
 #if defined(__CUDA_ARCH__)
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const std::uint32_t prev = done.fetch_add(blockDim.x, cuda::memory_order_acq_rel);
-    last = prev + blockDim.x == v.workers;
-    if (last) done.store(0u, cuda::memory_order_relaxed);
-  }
-  __syncthreads();
-  return last;
+  if (threadIdx.x != 0) return 0;
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_device);
+  return done.fetch_add(blockDim.x, cuda::memory_order_relaxed);
 #else
-  const std::uint32_t prev = done.fetch_add(1u, cuda::memory_order_acq_rel);
-  if (prev + 1 == v.workers) {
-    done.store(0u, cuda::memory_order_relaxed);
-    return true;
-  }
-  return false;
+  return done.fetch_add(1u, cuda::memory_order_acq_rel);
 #endif
 }
 
-/// True for exactly one worker per launch: one of the last group to finish.
-OFFLOADKIT_HD inline bool last_to_finish(const pool_view& v) {
-  const bool last = last_group_to_finish(v);
+/// Whether the worker whose count_planned returned `before` counted last, so that every worker of
+/// the launch has read the state and the commit may change it: true for one worker per launch
+/// (thread 0 of the last block on a GPU). It then resets the counter for the next launch (stream
+/// order), and its acquire orders the commit after the other workers' reads.
+OFFLOADKIT_HD inline bool counted_last(const pool_view& v, std::uint32_t before) {
 #if defined(__CUDA_ARCH__)
-  return last && threadIdx.x == 0;
+  if (threadIdx.x != 0 || before + blockDim.x != v.workers) return false;
 #else
-  return last;
+  if (before + 1 != v.workers) return false;
 #endif
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device>(v.control->done)
+      .store(0u, cuda::memory_order_relaxed);
+  return true;
+}
+
+/// count_planned for a launch whose every thread reads the state itself (one key): a barrier
+/// first, after every thread's reads.
+OFFLOADKIT_HD inline std::uint32_t count_planned_block(const pool_view& v) {
+#if defined(__CUDA_ARCH__)
+  __syncthreads();
+#endif
+  return count_planned(v);
 }
 
 /// What every worker of a stash decides from the same device state.
@@ -383,6 +389,7 @@ struct stash_body {
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     const ring_view rings = read_rings(v);
     const stash_decision d = decide_stash(v, rings, slot, *rows);
+    const std::uint32_t before = count_planned_block(v);
     if (d.code == code_ok) {
       const fresh_page pages{&v, d.device_take, ring_mod(v, 0, rings.head[0]),
                              ring_mod(v, 1, rings.head[1])};
@@ -393,7 +400,7 @@ struct stash_body {
       copy_rows<true>(v, walk, i, d.rows * v.row_bytes / walk.unit, const_cast<unsigned char*>(src),
                       pages, [row](std::uint64_t j, std::uint32_t id) { row[j] = id; });
     }
-    if (!last_to_finish(v)) return;
+    if (!counted_last(v, before)) return;
     if (d.code != code_ok) {
       record_status(v, d.code, key, d.rows, d.need, d.free_device, d.free_pinned);
       return;
@@ -419,32 +426,31 @@ struct restore_body {
   std::uint32_t key;
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    const page_entry& e = v.entries[slot];
+    const page_entry e = v.entries[slot];
+    const ring_view rings = read_rings(v);
+    const std::uint32_t before = count_planned_block(v);
     const bool ok = e.state == entry_stashed;
     if (ok) {
       // The copies, and the pages back into the free slots past each ring's tail as each page's
       // first item is copied; nothing pops before the commit moves the tails (stream order).
       const std::uint32_t* row = v.table + std::uint64_t{slot} * v.max_pages;
-      const ring_state* ring = v.control->ring;
       copy_rows<false>(
           v, walk, i, e.rows * v.row_bytes / walk.unit, dst,
           [row](std::uint64_t j) { return row[j]; },
-          page_return{&v, e.device_pages, ring_mod(v, 0, ring[0].tail),
-                      ring_mod(v, 1, ring[1].tail)});
+          page_return{&v, e.device_pages, ring_mod(v, 0, rings.tail[0]),
+                      ring_mod(v, 1, rings.tail[1])});
     }
-    if (!last_to_finish(v)) return;
+    if (!counted_last(v, before)) return;
     if (!ok) {
-      const ring_view rings = read_rings(v);
       record_status(v, code_restore_empty, key, 0, 0, rings.free(0), rings.free(1));
       if (rows_out != nullptr) *rows_out = 0;
       return;
     }
-    page_entry& me = v.entries[slot];
     ring_state* ring = v.control->ring;
-    ring[0].tail += me.device_pages;
-    ring[1].tail += me.pages - me.device_pages;
-    if (rows_out != nullptr) *rows_out = me.rows;
-    me.state = entry_empty;
+    ring[0].tail += e.device_pages;
+    ring[1].tail += e.pages - e.device_pages;
+    if (rows_out != nullptr) *rows_out = e.rows;
+    v.entries[slot].state = entry_empty;
   }
 };
 
@@ -455,8 +461,8 @@ struct restore_body {
 // their pages return to (restore). Every worker plans the whole batch from the same device state;
 // the plan numbers the work items of all keys one after the other, and group g copies the batch's
 // items g, g + groups, ... whichever keys they belong to, so that a batch of small keys spreads
-// over the whole launch. The last group to finish commits, one key per worker, with the result
-// that committing the keys in batch order would have.
+// over the whole launch. The group that counts last commits, one key per lane of its first warp,
+// with the result that committing the keys in batch order would have.
 //
 // On a GPU the plan lives in the block's shared memory and warp 0 makes it: lane l reads keys 2l
 // and 2l + 1 (their row counts and entries) and the rings in one round of loads, decides what each
@@ -548,16 +554,25 @@ OFFLOADKIT_HD inline void for_each_item(const pool_view& v, const key_plan* plan
   }
 }
 
-/// The commit of a batch by the last group to finish: `key(k)` for every key (on a GPU one thread
-/// of the block per key, on host threads in order), then `rings()` once. The keys' commits touch
-/// distinct entries, and a failing key records the status only when no earlier key of the batch
-/// failed, so the result is the one an ordered commit would leave.
+/// The commit of a batch, by the worker that counted last (`before`: its count_planned result)
+/// once its copies are issued: `key(k)` for every key (on a GPU one lane of the block's first warp
+/// per key, on host threads in order), then `rings()` once. The keys' commits touch distinct
+/// entries, and a failing key records the status only when no earlier key of the batch failed, so
+/// the result is the one an ordered commit would leave. Every thread of the launch calls it.
 template <class Key, class Rings>
-OFFLOADKIT_HD inline void commit_batch(std::uint32_t n, const Key& key, const Rings& rings) {
+OFFLOADKIT_HD inline void commit_batch(const pool_view& v, std::uint32_t before, std::uint32_t n,
+                                       const Key& key, const Rings& rings) {
 #if defined(__CUDA_ARCH__)
-  for (std::uint32_t k = threadIdx.x; k < n; k += blockDim.x) key(k);
+  if (threadIdx.x >= 32) return;
+  // Thread 0 knows whether its block counted last; its acquire, then the warp's barrier, order
+  // every lane's commit after the other blocks' reads.
+  const bool last = __shfl_sync(0xffffffffu, counted_last(v, before) ? 1 : 0, 0) != 0;
+  if (!last) return;
+  __syncwarp();
+  for (std::uint32_t k = threadIdx.x; k < n; k += 32) key(k);
   if (threadIdx.x == 0) rings();
 #else
+  if (!counted_last(v, before)) return;
   for (std::uint32_t k = 0; k < n; ++k) key(k);
   rings();
 #endif
@@ -723,6 +738,8 @@ struct stash_batch_body {
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
       const std::uint64_t lane = i % v.group;
+      // Warp 0 read the state for the whole block, before with_plan's barrier.
+      const std::uint32_t before = count_planned(v);
       const std::uint64_t h0m = ring_mod(v, 0, rings.head[0]);
       const std::uint64_t h1m = ring_mod(v, 1, rings.head[1]);
       // The copies, and each key's page-table row entry by entry as each page's first item is
@@ -735,9 +752,8 @@ struct stash_batch_body {
         copy_page_span<true>(v, p.walk, lane, s, keys[k].linear, pages(s.page),
                              [row](std::uint64_t j, std::uint32_t id) { row[j] = id; });
       });
-      if (!last_group_to_finish(v)) return;
       commit_batch(
-          n,
+          v, before, n,
           [&](std::uint32_t k) {
             const stash_decision& d = plan[k].d;
             if (d.code != code_ok) {
@@ -829,6 +845,8 @@ struct restore_batch_body {
   OFFLOADKIT_HD void operator()(std::size_t i) const {
     with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
       const std::uint64_t lane = i % v.group;
+      // Warp 0 read the state for the whole block, before with_plan's barrier.
+      const std::uint32_t before = count_planned(v);
       const std::uint64_t t0m = ring_mod(v, 0, rings.tail[0]);
       const std::uint64_t t1m = ring_mod(v, 1, rings.tail[1]);
       // The copies, and the pages back into the free slots past each ring's tail, after the
@@ -841,9 +859,8 @@ struct restore_batch_body {
             page_return{&v, p.d.device_take, ring_pos(t0m, p.device_at, v.capacity[0]),
                         ring_pos(t1m, p.pinned_at, v.capacity[1])});
       });
-      if (!last_group_to_finish(v)) return;
       commit_batch(
-          n,
+          v, before, n,
           [&](std::uint32_t k) {
             const key_plan& p = plan[k];
             std::uint64_t* rows_out = keys[k].last_rows != 0 ? keys[k].rows : nullptr;
