@@ -37,8 +37,7 @@ struct status_word {
 
 struct control_block {
   ring_state ring[2];  ///< [0] device tier, [1] pinned tier
-  std::uint32_t
-      done;  ///< workers of the current launch that have read the state; the last resets it
+  std::uint32_t done;  ///< workers that have read the state in this launch; the last resets it
   std::uint32_t pad;
   status_word status;
 };
