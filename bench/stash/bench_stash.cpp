@@ -26,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,7 @@ workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, s
   return w;
 }
 
+/// Writes the figures to `path`; throws std::runtime_error naming the file when it cannot.
 void write_json(const std::string& path, const std::string& exec, int windows,
                 const std::vector<row>& rows, const std::vector<layer_row>& layers,
                 const std::vector<memory_row>& mem, const std::string& skipped) {
@@ -330,6 +332,8 @@ void write_json(const std::string& path, const std::string& exec, int windows,
         << ", \"oversized_bytes\": " << p.oversized_bytes << "}";
   }
   out << "\n  ]\n}\n";
+  out.close();
+  if (!out) throw std::runtime_error("--json " + path + ": cannot write the file");
 }
 
 }  // namespace
