@@ -38,7 +38,7 @@ struct status_word {
 struct control_block {
   ring_state ring[2];  ///< [0] device tier, [1] pinned tier
   std::uint32_t done;  ///< workers that have read the state in this launch; the last resets it
-  std::uint32_t pad;
+  std::uint32_t next;  ///< work items handed out in this launch (for_each_work_item)
   status_word status;
 };
 
@@ -249,8 +249,8 @@ OFFLOADKIT_HD inline std::uint64_t ring_pos(std::uint64_t head_mod, std::uint64_
 
 /// How the workers split a key's bytes. Workers form groups of `group` consecutive indices (one
 /// thread block on a GPU, so a group's accesses coalesce); the bytes are cut into work items of at
-/// most `chunk_units` copy units, none crossing a page, and group g takes items g, g + groups, ...
-/// A group looks its page up once per item and its lanes copy consecutive units, so the copy runs
+/// most `chunk_units` copy units, none crossing a page, and handed out by for_each_work_item. A
+/// group looks its page up once per item and its lanes copy consecutive units, so the copy runs
 /// like a plain one with one page-table read per item.
 struct unit_walk {
   std::uint64_t unit;             ///< bytes per copy unit (16, 8, 4, 2 or 1)
@@ -327,19 +327,53 @@ OFFLOADKIT_HD inline void copy_page_span(const pool_view& v, const unit_walk& w,
   copy_span<ToPages>(w, v.group, lane, s, linear, page_address(v, id));
 }
 
-/// Worker i's share of one key's `units` units: group g takes work items g, g + groups, ...;
+/// Runs `work(t)` for the work items t in [0, items) that worker i's group takes; every group of
+/// the launch calls it with the same `items`, and each item goes to exactly one group, in
+/// increasing order within a group. Group g's first item is g. On a GPU a group then takes the
+/// next item from a launch-wide counter as it finishes one, so that a block that runs slower or
+/// starts later (its multiprocessor shared with other work) takes fewer: thread 0 asks for the
+/// next item before the copies of the current one and the block reads the answer after them, so
+/// the counter's round trip hides under the copies. Every group that had an item asks once more
+/// and gets one past the end: that makes `items` requests in all, and the one that gets the last
+/// resets the counter for the next launch (stream order). A launch has fewer than 2^32 items (the
+/// pool's constructor checks its pages). On host threads group g takes g, g + groups, ...
+template <class Work>
+OFFLOADKIT_HD inline void for_each_work_item(const pool_view& v, std::uint64_t i,
+                                             std::uint64_t items, const Work& work) {
+  const std::uint64_t groups = v.workers / v.group;
+  std::uint64_t t = i / v.group;
+#if defined(__CUDA_ARCH__)
+  __shared__ std::uint32_t handed[2];
+  cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> next(v.control->next);
+  for (unsigned round = 0; t < items; ++round) {
+    std::uint32_t asked = 0;
+    if (threadIdx.x == 0) asked = next.fetch_add(1u, cuda::memory_order_relaxed);
+    work(t);
+    if (threadIdx.x == 0) {
+      handed[round & 1] = asked;
+      if (asked == items - 1) next.store(0u, cuda::memory_order_relaxed);
+    }
+    // Thread 0 writes the other slot in the next round, which every thread reaches only after
+    // reading this one.
+    __syncthreads();
+    t = groups + handed[round & 1];
+  }
+#else
+  for (; t < items; t += groups) work(t);
+#endif
+}
+
+/// Worker i's share of one key's `units` units (for_each_work_item over the key's items);
 /// `id_of(j)` gives the global id of the key's j-th page, `on_page` as in copy_page_span.
 template <bool ToPages, class IdOf, class OnPage>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
                                     std::uint64_t units, unsigned char* linear, const IdOf& id_of,
                                     const OnPage& on_page) {
-  const std::uint64_t groups = v.workers / v.group;
-  const std::uint64_t g = i / v.group, lane = i - g * v.group;
-  const std::uint64_t items = items_of(w, units);
-  for (std::uint64_t t = g; t < items; t += groups) {
+  const std::uint64_t lane = i % v.group;
+  for_each_work_item(v, i, items_of(w, units), [&](std::uint64_t t) {
     const item_span s = span_of(w, t, units);
     copy_page_span<ToPages>(v, w, lane, s, linear, id_of(s.page), on_page);
-  }
+  });
 }
 
 /// The pages of a stash in progress: the first `device_take` come from the device ring at its
@@ -458,10 +492,10 @@ struct restore_body {
 // key in batch order. The keys are distinct (checked on the host), so a key's outcome depends on
 // the batch's earlier keys only through the free pages they take (stash) or the ring positions
 // their pages return to (restore). Every worker plans the whole batch from the same device state;
-// the plan numbers the work items of all keys one after the other, and group g copies the batch's
-// items g, g + groups, ... whichever keys they belong to, so that a batch of small keys spreads
-// over the whole launch. The group that counts last commits, one key per lane of its first warp,
-// with the result that committing the keys in batch order would have.
+// the plan numbers the work items of all keys one after the other, and the groups take the batch's
+// items as for one key (for_each_work_item), whichever keys they belong to, so that a batch of
+// small keys spreads over the whole launch. The group that counts last commits, one key per lane
+// of its first warp, with the result that committing the keys in batch order would have.
 //
 // On a GPU the plan lives in the block's shared memory and warp 0 makes it: lane l reads keys 2l
 // and 2l + 1 (their row counts and entries) and the rings in one round of loads, decides what each
@@ -537,20 +571,18 @@ OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t 
 }
 
 /// Worker i's share of a planned batch: `copy(k, span)` for each work item of the batch that its
-/// group takes (group g: items g, g + groups, ...), with k its key and span where it lies in the
-/// key. A group's items only grow, so each search starts at the previous item's key.
+/// group takes (for_each_work_item), with k its key and span where it lies in the key. A group's
+/// items only grow, so each search starts at the previous item's key.
 template <class Copy>
 OFFLOADKIT_HD inline void for_each_item(const pool_view& v, const key_plan* plan, std::uint32_t n,
                                         std::uint64_t i, const Copy& copy) {
-  const std::uint64_t groups = v.workers / v.group;
   const key_plan& last = plan[n - 1];
-  const std::uint64_t items = last.item_base + plan_items(last);
   std::uint32_t k = 0;
-  for (std::uint64_t t = i / v.group; t < items; t += groups) {
+  for_each_work_item(v, i, last.item_base + plan_items(last), [&](std::uint64_t t) {
     k = find_key(plan, k, n, t);
     const key_plan& p = plan[k];
     copy(k, span_of(p.walk, t - p.item_base, p.units));
-  }
+  });
 }
 
 /// The commit of a batch, by the worker that counted last (`before`: its count_planned result)
@@ -899,6 +931,7 @@ struct reset_body {
       v.control->ring[1].head = 0;
       v.control->ring[1].tail = v.capacity[1];
       v.control->done = 0;
+      v.control->next = 0;
       v.control->status = status_word{};
     }
   }

@@ -137,6 +137,12 @@ struct paged_stash::impl {
 paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
     : impl_(std::make_unique<impl>()) {
   check_config(config, ex.device_count());
+  // A launch numbers its work items (at least 1 KiB each, none crossing a page) with 32 bits.
+  const std::uint64_t pages = config.device_pages + config.pinned_pages;
+  const std::uint64_t items_per_page = (config.page_bytes() + 1023) / 1024;
+  OFFLOADKIT_EXPECTS(pages == 0 || items_per_page <= 0xffffffffu / pages, out_of_range,
+                     "paged stash: ", pages, " pages of ", config.page_bytes(),
+                     " bytes make more work items of 1 KiB than a launch numbers (2^32 - 1)");
   impl& m = *impl_;
   m.ex = &ex;
   m.cfg = config;
