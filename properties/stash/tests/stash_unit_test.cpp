@@ -201,6 +201,25 @@ TEST(StashPlanner, PeakPagesAndOversizedBytes) {
   EXPECT_FALSE(predict_overflow(w, 8, 7, 7).has_value());
 }
 
+TEST(StashPool, PagesOfMoreWorkItemsThanALaunchNumbersAreRefusedBeforeAllocating) {
+  // Pages of 1 GiB are 2^20 work items of 1 KiB: 4095 pages fit under 2^32 items, 4096 do not.
+  // The check comes before any allocation, so the refused pool costs no memory.
+  offloadkit::host_executor ex;
+  offloadkit::stream s{ex};
+  stash_config cfg;
+  cfg.row_bytes = std::size_t{1} << 20;
+  cfg.rows_per_page = 1024;
+  cfg.max_rows = 1024;
+  cfg.max_keys = 1;
+  cfg.pinned_pages = 4096;
+  const std::string what = what_of(
+      [&] { (void)offloadkit::testing::optimized_stash_implementation().make(ex, cfg, s); });
+  EXPECT_NE(what.find("4096 pages of 1073741824 bytes make more work items of 1 KiB than a launch "
+                      "numbers (2^32 - 1)"),
+            std::string::npos)
+      << what;
+}
+
 TEST(StashStatus, MessagesNameKeyNeedAndFreePages) {
   stash_status s{status_code::overflow, {1, 2, 3}, 70, 9, 2, 1};
   const std::string m = s.message();
