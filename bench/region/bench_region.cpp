@@ -5,16 +5,23 @@
 // then a resume of the same regions and against the link's both-directions limit measured in the
 // same run (a plain pinned D2H and H2D of the same size at once, on two streams).
 //
-//   bench_region [--executor cuda|host] [--quick] [--min-mib N] [--max-mib N] [--chunk-mib N]
-//                [--reps N] [--baseline-max-mib N] [--no-swap] [--json FILE]
+// Every time is the median over --reps rounds (default 5); within a round the plain copies and the
+// region's operations take turns, so that a slow spell of the link falls on both sides of a ratio
+// instead of on one.
+//
+// Usage: bench_region [--executor cuda|host] [--quick] [--min-mib N] [--max-mib N]
+//                     [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--no-swap]
+//                     [--json FILE] [--help]
+// Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed, 2 bad usage.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,68 +41,15 @@ struct options {
   std::string executor = "cuda";
   bool quick = false;
   std::size_t min_mib = 256, max_mib = 8192, chunk_mib = 64, baseline_max_mib = 2048;
-  int reps = 3;
+  int reps = 5;
   bool no_swap = false;
   std::string json;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "bench_region: %s\nusage: bench_region [--executor cuda|host] [--quick] [--min-mib N] "
-      "[--max-mib N] [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--no-swap] [--json FILE]\n",
-      why.c_str());
-  std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() -> std::size_t {
-      const std::string v = value();
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n == 0)
-        usage(std::string(a).append(" = '").append(v).append("': expected an integer >= 1"));
-      return n;
-    };
-    if (a == "--executor") {
-      o.executor = value();
-      if (o.executor != "cuda" && o.executor != "host")
-        usage("--executor = '" + o.executor + "': valid values are cuda, host");
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--min-mib") {
-      o.min_mib = number();
-    } else if (a == "--max-mib") {
-      o.max_mib = number();
-    } else if (a == "--chunk-mib") {
-      o.chunk_mib = number();
-    } else if (a == "--reps") {
-      o.reps = static_cast<int>(number());
-    } else if (a == "--baseline-max-mib") {
-      o.baseline_max_mib = number();
-    } else if (a == "--no-swap") {
-      o.no_swap = true;
-    } else if (a == "--json") {
-      o.json = value();
-    } else {
-      usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.quick) {
-    o.min_mib = std::min<std::size_t>(o.min_mib, 8);
-    o.max_mib = std::min<std::size_t>(o.max_mib, 16);
-    o.chunk_mib = std::min<std::size_t>(o.chunk_mib, 4);
-    o.reps = std::min(o.reps, 2);
-  }
-  if (o.min_mib > o.max_mib) usage("--min-mib exceeds --max-mib");
-  return o;
+/// The median of `x` (not empty).
+double median(std::vector<double> x) {
+  std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
+  return x[x.size() / 2];
 }
 
 template <class F>
@@ -120,27 +74,14 @@ struct row {
   double both_s = 0, swap_s = 0, pause_resume_s = 0;  // swap: 0 when not measured
 };
 
-/// The swap figures of `r`: the both-directions limit, then two regions of `bytes` traded back
-/// and forth by swap_with() and by pause() + resume(), best of o.reps each way.
+/// The swap figures of `r`: two regions of `bytes` traded back and forth by swap_with() and by
+/// pause() + resume(), and the both-directions limit, the three taking turns in each round.
 void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
   stream s(ex, 0), s2(ex, 0);
-  const double big = 1e30;
-  {
-    buffer d1(ex, memory_kind::device, bytes, 0), d2(ex, memory_kind::device, bytes, 0);
-    buffer p1(ex, memory_kind::pinned, bytes), p2(ex, memory_kind::pinned, bytes);
-    ex.fill(d1.data(), 1, bytes, s);
-    ex.copy(p2.data(), d1.data(), bytes, s);
-    s.synchronize();
-    r.both_s = big;
-    for (int i = 0; i < o.reps; ++i) {
-      r.both_s = std::min(r.both_s, seconds([&] {
-                            ex.copy(p1.data(), d1.data(), bytes, s);
-                            ex.copy(d2.data(), p2.data(), bytes, s2);
-                            s.synchronize();
-                            s2.synchronize();
-                          }));
-    }
-  }
+  buffer d1(ex, memory_kind::device, bytes, 0), d2(ex, memory_kind::device, bytes, 0);
+  buffer p1(ex, memory_kind::pinned, bytes), p2(ex, memory_kind::pinned, bytes);
+  ex.fill(d1.data(), 1, bytes, s);
+  ex.copy(p2.data(), d1.data(), bytes, s);
   region::vmm_region a(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
   region::vmm_region b(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
   const auto seed_a = static_cast<std::uint32_t>(bytes / mib), seed_b = seed_a + 1;
@@ -151,19 +92,28 @@ void measure_swap(executor& ex, const options& o, std::size_t bytes, row& r) {
   a.swap_with(b, region::pause_mode::preserve, s);
   b.swap_with(a, region::pause_mode::preserve, s);
   s.synchronize();
-  r.swap_s = r.pause_resume_s = big;
+  std::vector<double> both, swap, pause_resume;
   for (int i = 0; i < o.reps; ++i) {
+    both.push_back(seconds([&] {
+      ex.copy(p1.data(), d1.data(), bytes, s);
+      ex.copy(d2.data(), p2.data(), bytes, s2);
+      s.synchronize();
+      s2.synchronize();
+    }));
     // a active, b paused
-    r.swap_s = std::min(r.swap_s, seconds([&] {
-                          a.swap_with(b, region::pause_mode::preserve, s);
-                          s.synchronize();
-                        }));
-    r.pause_resume_s = std::min(r.pause_resume_s, seconds([&] {
-                                  b.pause(s);
-                                  a.resume(s);
-                                  s.synchronize();
-                                }));
+    swap.push_back(seconds([&] {
+      a.swap_with(b, region::pause_mode::preserve, s);
+      s.synchronize();
+    }));
+    pause_resume.push_back(seconds([&] {
+      b.pause(s);
+      a.resume(s);
+      s.synchronize();
+    }));
   }
+  r.both_s = median(both);
+  r.swap_s = median(swap);
+  r.pause_resume_s = median(pause_resume);
   r.wrong += wrong_words(ex, a.data(), bytes, seed_a, s);
   a.swap_with(b, region::pause_mode::preserve, s);
   r.wrong += wrong_words(ex, b.data(), bytes, seed_b, s);
@@ -173,46 +123,44 @@ row measure(executor& ex, const options& o, std::size_t bytes) {
   row r;
   r.bytes = bytes;
   stream s(ex, 0);
-  const double big = 1e30;
-  // The limit: one plain pinned copy each way, same size, same stream.
+  // The limit (one plain pinned copy each way, same size, same stream) and the region, taking
+  // turns in each round: D2H, pause, H2D, resume. One warm-up cycle allocates the region's cached
+  // pinned buffer.
   {
     buffer dev(ex, memory_kind::device, bytes, 0);
     buffer pin(ex, memory_kind::pinned, bytes);
     ex.fill(dev.data(), 1, bytes, s);
     ex.copy(pin.data(), dev.data(), bytes, s);
     ex.copy(dev.data(), pin.data(), bytes, s);
-    s.synchronize();
-    r.d2h_s = r.h2d_s = big;
-    for (int i = 0; i < o.reps; ++i) {
-      r.d2h_s = std::min(r.d2h_s, seconds([&] {
-                           ex.copy(pin.data(), dev.data(), bytes, s);
-                           s.synchronize();
-                         }));
-      r.h2d_s = std::min(r.h2d_s, seconds([&] {
-                           ex.copy(dev.data(), pin.data(), bytes, s);
-                           s.synchronize();
-                         }));
-    }
-  }
-  // The region: one warm-up cycle allocates the cached pinned buffer, then timed cycles.
-  {
     region::vmm_region reg(ex, region::region_config{bytes, 0, o.chunk_mib * mib});
     const std::uint32_t seed = static_cast<std::uint32_t>(bytes / mib);
     region::write_pattern(ex, reg.data(), bytes / 4, seed, s);
     reg.pause(s);
     reg.resume(s);
     s.synchronize();
-    r.pause_s = r.resume_s = big;
+    std::vector<double> d2h, h2d, pause, resume;
     for (int i = 0; i < o.reps; ++i) {
+      d2h.push_back(seconds([&] {
+        ex.copy(pin.data(), dev.data(), bytes, s);
+        s.synchronize();
+      }));
       const std::size_t free_active = ex.device_memory(0).free;
-      r.pause_s = std::min(r.pause_s, seconds([&] { reg.pause(s); }));
+      pause.push_back(seconds([&] { reg.pause(s); }));
       const std::size_t free_paused = ex.device_memory(0).free;
       r.free_drop = free_paused > free_active ? free_paused - free_active : 0;
-      r.resume_s = std::min(r.resume_s, seconds([&] {
-                              reg.resume(s);
-                              s.synchronize();
-                            }));
+      h2d.push_back(seconds([&] {
+        ex.copy(dev.data(), pin.data(), bytes, s);
+        s.synchronize();
+      }));
+      resume.push_back(seconds([&] {
+        reg.resume(s);
+        s.synchronize();
+      }));
     }
+    r.d2h_s = median(d2h);
+    r.h2d_s = median(h2d);
+    r.pause_s = median(pause);
+    r.resume_s = median(resume);
     r.wrong += wrong_words(ex, reg.data(), bytes, seed, s);
   }
   // The baseline: 16 allocations, each backed up to a fresh pinned buffer with synchronous copies.
@@ -255,8 +203,57 @@ double gbps(std::size_t bytes, double s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const options o = parse(argc, argv);
+int main(int argc, char** argv) try {
+  options o;
+  CLI::App app(
+      "Pause and resume of the graph-stable region against plain pinned copies of the same size "
+      "and a per-allocation synchronous backup; swap of two regions against pause then resume "
+      "and the link's both-directions limit. Every ratio's two sides are measured in the same "
+      "run, taking turns.",
+      "bench_region");
+  app.footer(
+      "Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed (or "
+      "--json could not be written), 2 bad usage.");
+  app.add_option("--executor", o.executor, "cuda (default) or host")
+      ->check(CLI::IsMember({"cuda", "host"}));
+  app.add_flag("--quick", o.quick,
+               "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
+  app.add_option("--min-mib", o.min_mib, "smallest region size in MiB, doubled up to --max-mib, "
+                                         "1..1048576 (default 256)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_option("--chunk-mib", o.chunk_mib, "the region's chunk in MiB, 1..65536 (default 64)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
+  app.add_option("--reps", o.reps, "timed rounds per size, median taken, 1..100 (default 5)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--baseline-max-mib", o.baseline_max_mib,
+                 "largest size at which the slow per-allocation baseline runs, 0 (never)..1048576 "
+                 "(default 2048)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+  app.add_flag("--no-swap", o.no_swap, "leave out the swap figures");
+  app.add_option("--json", o.json, "also write the figures as JSON to this file");
+  try {
+    app.parse(argc, argv);
+    if (o.min_mib > o.max_mib) {
+      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) +
+                                                  " exceeds --max-mib = " +
+                                                  std::to_string(o.max_mib) +
+                                                  ": valid range is [1, --max-mib]");
+    }
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "bench_region: %s\n%s", e.what(), app.help().c_str());
+    return 2;
+  }
+  if (o.quick) {
+    o.min_mib = std::min<std::size_t>(o.min_mib, 8);
+    o.max_mib = std::min<std::size_t>(o.max_mib, 16);
+    o.chunk_mib = std::min<std::size_t>(o.chunk_mib, 4);
+    o.reps = std::min(o.reps, 2);
+  }
   std::unique_ptr<executor> ex;
   if (o.executor == "cuda") {
     const std::string reason = cuda_unavailable_reason();
@@ -269,8 +266,9 @@ int main(int argc, char** argv) {
     ex = std::make_unique<host_executor>();
   }
   std::printf(
-      "bench_region on %s, chunk %zu MiB, best of %d; ratios are to the plain pinned copy of the "
-      "same size in this run; baseline = 16 allocations, fresh pinned buffer, synchronous copies\n",
+      "bench_region on %s, chunk %zu MiB, median of %d rounds (the plain copies and the region "
+      "taking turns); ratios are to the plain pinned copy of the same size in this run; baseline "
+      "= 16 allocations, fresh pinned buffer, synchronous copies\n",
       ex->name().c_str(), o.chunk_mib, o.reps);
   std::printf("%10s %10s %8s %7s %10s %8s %7s %10s %12s %9s %7s\n", "size", "pause ms", "GB/s",
               "/D2H", "resume ms", "GB/s", "/H2D", "freed MiB", "baseline ms", "speedup", "#wrong");
@@ -278,25 +276,30 @@ int main(int argc, char** argv) {
   int status = 0;
   for (std::size_t m = o.min_mib; m <= o.max_mib; m *= 2) {
     const std::size_t bytes = m * mib;
-    // The plain copy's buffer and the region exist one after the other; keep headroom.
+    // The plain copy's buffer and the region exist together; keep headroom.
     const std::size_t free = ex->device_memory(0).free;
-    if (bytes > free / 10 * 9) {
-      std::printf("%8zu MiB  skipped: %zu MiB free on the device\n", m, free / mib);
+    if (2 * bytes > free / 10 * 9) {
+      std::printf("%6zu MiB  skipped: needs twice its size, %zu MiB free on the device\n", m,
+                  free / mib);
       break;
     }
     row r;
     try {
       r = measure(*ex, o, bytes);
     } catch (const std::exception& e) {
-      std::printf("%8zu MiB  failed: %s\n", m, e.what());
+      std::printf("%6zu MiB  failed: %s\n", m, e.what());
       status = 1;
       break;
     }
-    if (!o.no_swap) {
+    // Two regions and the limit's two device buffers exist together.
+    if (!o.no_swap && 4 * bytes > ex->device_memory(0).free / 10 * 9) {
+      std::printf("%6zu MiB  swap skipped: needs four times its size, %zu MiB free\n", m,
+                  ex->device_memory(0).free / mib);
+    } else if (!o.no_swap) {
       try {
         measure_swap(*ex, o, bytes, r);
       } catch (const std::exception& e) {
-        std::printf("%8zu MiB  swap failed: %s\n", m, e.what());
+        std::printf("%6zu MiB  swap failed: %s\n", m, e.what());
         status = 1;
         break;
       }
@@ -333,8 +336,8 @@ int main(int argc, char** argv) {
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     out << "{\n  \"benchmark\": \"region\",\n  \"executor\": \"" << ex->name()
-        << "\",\n  \"chunk_bytes\": " << o.chunk_mib * mib << ",\n  \"reps\": " << o.reps
-        << ",\n  \"rows\": [";
+        << "\",\n  \"chunk_bytes\": " << o.chunk_mib * mib << ",\n  \"rounds\": " << o.reps
+        << ",\n  \"statistic\": \"median\",\n  \"rows\": [";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const row& r = rows[i];
       out << (i ? ",\n" : "\n") << "    {\"bytes\": " << r.bytes << ", \"d2h_s\": " << r.d2h_s
@@ -352,10 +355,11 @@ int main(int argc, char** argv) {
           << ", \"wrong\": " << r.wrong << "}";
     }
     out << "\n  ]\n}\n";
-    if (!out) {
-      std::fprintf(stderr, "bench_region: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
+    out.close();
+    if (!out) throw std::runtime_error("--json " + o.json + ": cannot write the file");
   }
   return status;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_region: %s\n", e.what());
+  return 1;
 }
