@@ -218,8 +218,9 @@ int main(int argc, char** argv) try {
       ->check(CLI::IsMember({"cuda", "host"}));
   app.add_flag("--quick", o.quick,
                "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
-  app.add_option("--min-mib", o.min_mib, "smallest region size in MiB, doubled up to --max-mib, "
-                                         "1..1048576 (default 256)")
+  app.add_option("--min-mib", o.min_mib,
+                 "smallest region size in MiB, doubled up to --max-mib, "
+                 "1..1048576 (default 256)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   app.add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
@@ -236,8 +237,7 @@ int main(int argc, char** argv) try {
   try {
     app.parse(argc, argv);
     if (o.min_mib > o.max_mib) {
-      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) +
-                                                  " exceeds --max-mib = " +
+      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) + " exceeds --max-mib = " +
                                                   std::to_string(o.max_mib) +
                                                   ": valid range is [1, --max-mib]");
     }
