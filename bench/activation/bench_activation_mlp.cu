@@ -16,12 +16,15 @@
 // "skipped: ..."), like every offloadkit binary starts without a driver.
 //
 //   bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N] [--shape HxT]
-//                        [--pytorch FILE] [--json FILE]
+//                        [--pytorch FILE] [--json FILE] [--help]
+// Exit status: 0 ok (or no GPU, cuBLAS or cuda executor: skipped), 1 the gradients differ or the
+// run failed, 2 bad usage.
 #include <cublas_api.h>
 #include <cuda_bf16.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -514,50 +517,48 @@ std::string phase_json(const std::vector<phase_run>& runs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string executor_name = "cuda", json, pytorch;
+  std::string executor_name = "cuda", json, pytorch, shape;
   long long only_h = 0, only_tokens = 0;
   bool quick = false;
   int blocks = 8;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--executor" && i + 1 < argc) {
-      executor_name = argv[++i];
-    } else if (k == "--quick") {
-      quick = true;
-    } else if (k == "--blocks" && i + 1 < argc) {
-      blocks = std::atoi(argv[++i]);
-    } else if (k == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else if (k == "--pytorch" && i + 1 < argc) {
-      pytorch = argv[++i];
-    } else if (k == "--shape" && i + 1 < argc) {
-      const std::string v = argv[++i];
-      char tail = 0;
-      if (std::sscanf(v.c_str(), "%lldx%lld%c", &only_h, &only_tokens, &tail) != 2 || only_h < 64 ||
-          only_tokens < 1 || only_h % 64 != 0) {
-        std::fprintf(stderr,
-                     "bench_activation_mlp: --shape '%s': expected HIDDENxTOKENS with HIDDEN a "
-                     "multiple of 64 and TOKENS >= 1, e.g. 4096x4096\n",
-                     v.c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr,
-                   "bench_activation_mlp: unknown or incomplete argument '%s'\nusage: "
-                   "bench_activation_mlp [--executor cuda|host] [--quick] [--blocks N (1..64)] "
-                   "[--json FILE] [--shape HIDDENxTOKENS] [--pytorch FILE (output of "
-                   "traces/pytorch_save_on_cpu.py)]\n",
-                   k.c_str());
-      return 2;
-    }
-  }
-  if (executor_name != "cuda" && executor_name != "host") {
-    std::fprintf(stderr, "bench_activation_mlp: --executor '%s': valid values are cuda, host\n",
-                 executor_name.c_str());
-    return 2;
-  }
-  if (blocks < 1 || blocks > 64) {
-    std::fprintf(stderr, "bench_activation_mlp: --blocks %d is outside [1, 64]\n", blocks);
+  CLI::App app(
+      "One training step of an MLP stack with every saved activation offloaded, against the same "
+      "step without offload and each phase's copy floor (measured in the same repetition), and "
+      "against PyTorch's save_on_cpu on the same shapes.",
+      "bench_activation_mlp");
+  app.footer(
+      "Exit status: 0 ok (or no GPU, cuBLAS or cuda executor: skipped), 1 the gradients differ "
+      "or the run failed, 2 bad usage.");
+  app.add_option("--executor", executor_name,
+                 "cuda (default) or host (which skips: the GEMMs are cuBLAS calls)")
+      ->check(CLI::IsMember({"cuda", "host"}));
+  app.add_flag("--quick", quick, "one small shape, 2 repetitions (a smoke run)");
+  app.add_option("--blocks", blocks, "blocks of the stack, 1..64 (default 8)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--shape", shape,
+                 "one shape HIDDENxTOKENS instead of the three defaults: HIDDEN a multiple of 64, "
+                 "TOKENS >= 1, e.g. 4096x4096")
+      ->check(CLI::Validator(
+          [&only_h, &only_tokens](std::string& v) -> std::string {
+            char tail = 0;
+            if (std::sscanf(v.c_str(), "%lldx%lld%c", &only_h, &only_tokens, &tail) != 2 ||
+                only_h < 64 || only_tokens < 1 || only_h % 64 != 0) {
+              return "'" + v +
+                     "': expected HIDDENxTOKENS with HIDDEN a multiple of 64 and TOKENS >= 1, "
+                     "e.g. 4096x4096";
+            }
+            return {};
+          },
+          "HIDDENxTOKENS"));
+  app.add_option("--pytorch", pytorch, "PyTorch's times (output of traces/pytorch_save_on_cpu.py)");
+  app.add_option("--json", json, "also write the figures as JSON to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "bench_activation_mlp: %s\n%s", e.what(), app.help().c_str());
     return 2;
   }
   if (executor_name == "host") {
@@ -600,6 +601,7 @@ int main(int argc, char** argv) {
     std::ofstream js;
     if (!json.empty()) {
       js.open(json);
+      if (!js) throw std::runtime_error("--json " + json + ": cannot write the file");
       js << "{\"benchmark\":\"activation_mlp\",\"blocks\":" << blocks << ",\"bw_d2h\":" << bw_d2h
          << ",\"bw_h2d\":" << bw_h2d << ",\"rows\":[";
     }
@@ -698,7 +700,11 @@ int main(int argc, char** argv) {
            << "},\"offload_unbounded_s\":" << mem.unbounded_s << ",\"wrong\":" << wrong << "}";
       }
     }
-    if (js.is_open()) js << "]}\n";
+    if (js.is_open()) {
+      js << "]}\n";
+      js.close();
+      if (!js) throw std::runtime_error("--json " + json + ": cannot write the file");
+    }
     std::printf(
         "# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
         "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last "

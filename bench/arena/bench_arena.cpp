@@ -7,6 +7,10 @@
 //   - offload of one set and reload of another at once vs two plain pinned copies in opposite
 //     directions on two streams.
 // Usage: bench_arena [--executor cuda|host] [--quick] [--max-gib N] [--reps N] [--json FILE]
+//                    [--help]
+// Exit status: 0 ok (or no GPU: skipped), 1 a reloaded byte was wrong or the run failed, 2 bad
+// usage.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,7 +41,7 @@ using clock_type = std::chrono::steady_clock;
 struct options {
   std::string executor = "cuda";
   bool quick = false;
-  double max_gib = 4;
+  int max_gib = 4;
   int reps = 5;
   std::string json;
   std::string command;  ///< the command line, recorded with the figures
@@ -193,6 +198,8 @@ void write_json(const std::string& path, const std::string& device, const std::s
       << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
+  f.close();
+  if (!f) throw std::runtime_error("--json " + path + ": cannot write the file");
 }
 
 void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
@@ -321,11 +328,8 @@ int run(const options& opt) {
       return 0;
     }
     ex = std::make_unique<cuda_executor>();
-  } else if (opt.executor == "host") {
-    ex = std::make_unique<host_executor>();
   } else {
-    std::fprintf(stderr, "--executor %s: valid values are cuda, host\n", opt.executor.c_str());
-    return 2;
+    ex = std::make_unique<host_executor>();
   }
   std::vector<std::size_t> sizes;
   if (opt.quick) {
@@ -356,40 +360,39 @@ int run(const options& opt) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   options opt;
   for (int i = 0; i < argc; ++i) opt.command += (i == 0 ? "" : " ") + std::string(argv[i]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--executor") {
-      opt.executor = value("--executor");
-    } else if (a == "--quick") {
-      opt.quick = true;
-      opt.reps = 2;
-    } else if (a == "--max-gib") {
-      opt.max_gib = std::atof(value("--max-gib").c_str());
-    } else if (a == "--reps") {
-      opt.reps = std::max(1, std::atoi(value("--reps").c_str()));
-    } else if (a == "--json") {
-      opt.json = value("--json");
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_arena [--executor cuda|host] [--quick] [--max-gib N] [--reps N] "
-                   "[--json FILE]\n");
-      return 2;
-    }
-  }
+  CLI::App app(
+      "Offload and reload of optimizer-like tensor sets: the coalesced pinned arena against one "
+      "plain pinned copy of the same bytes, per-tensor pageable and fresh-pinned copies, and "
+      "offload of one set with reload of another against the both-directions limit, measured in "
+      "the same run.",
+      "bench_arena");
+  app.footer(
+      "Exit status: 0 ok (or no GPU: skipped), 1 a reloaded byte was wrong or the run failed (or "
+      "--json could not be written), 2 bad usage.");
+  app.add_option("--executor", opt.executor, "cuda (default) or host")
+      ->check(CLI::IsMember({"cuda", "host"}));
+  app.add_flag("--quick", opt.quick, "one 16 MiB set size, at most 2 repetitions (a smoke run)");
+  app.add_option("--max-gib", opt.max_gib,
+                 "largest set size in GiB (of 1, 2, 4 and 8, those up to it), 1..8 (default 4)")
+      ->check(CLI::Range(1, 8));
+  app.add_option("--reps", opt.reps, "repetitions per figure, best taken, 1..100 (default 5)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--json", opt.json, "also write the figures as JSON to this file");
   try {
-    return run(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_arena: %s\n", e.what());
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "bench_arena: %s\n%s", e.what(), app.help().c_str());
+    return 2;
   }
+  if (opt.quick) opt.reps = std::min(opt.reps, 2);
+  return run(opt);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_arena: %s\n", e.what());
+  return 1;
 }
