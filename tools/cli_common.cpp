@@ -1,5 +1,6 @@
 #include "cli_common.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -89,7 +90,8 @@ std::string exit_status_text() {
 
 std::unique_ptr<CLI::App> make_app(const std::string& command, const std::string& description,
                                    const std::string& footer, const std::string& program) {
-  auto app = std::make_unique<CLI::App>(description, program + " " + command);
+  auto app =
+      std::make_unique<CLI::App>(description, command.empty() ? program : program + " " + command);
   app->formatter(std::make_shared<help_formatter>());
   app->option_defaults()->group("options")->disable_flag_override();
   app->set_help_flag("-h,--help", "print this text");
@@ -147,6 +149,29 @@ bool parse_arguments(CLI::App& app, const std::vector<std::string>& args, std::o
     throw usage_error(shown(extra) + ": unexpected argument");
   }
   return true;
+}
+
+int parse_program_arguments(CLI::App& app, int argc, const char* const* argv, std::ostream& out,
+                            std::ostream& err) {
+  const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  try {
+    return parse_arguments(app, args, out) ? -1 : exit_status::ok;
+  } catch (const usage_error& e) {
+    err << app.get_name() << ": " << e.what() << "\n(" << app.get_name()
+        << " --help shows the usage)\n";
+    return exit_status::usage;
+  }
+}
+
+CLI::Option* add_executor_option(CLI::App& app, std::string& executor) {
+  return app.add_option("--executor", executor, "cuda (default) or host")
+      ->type_name("cuda|host")
+      ->transform(one_of({"cuda", "host"}));
+}
+
+CLI::Option* add_json_option(CLI::App& app, std::string& path) {
+  return app.add_option("--json", path, "also write the figures as JSON to this file")
+      ->type_name("FILE");
 }
 
 CLI::Validator integer_range(std::int64_t lo, std::int64_t hi) {

@@ -59,9 +59,9 @@ class input_error : public std::runtime_error {
 
 // ---- CLI11 --------------------------------------------------------------------------------------
 
-/// An App for `<program> <command>` with the project's help layout: lower-case headings, each
-/// option with the name of its value and no CLI11 type decorations, -h/--help, `footer` (notes,
-/// exit statuses) after the options.
+/// An App for `<program> <command>` (`<program>` alone for an empty command) with the project's
+/// help layout: lower-case headings, each option with the name of its value and no CLI11 type
+/// decorations, -h/--help, `footer` (notes, exit statuses) after the options.
 std::unique_ptr<CLI::App> make_app(const std::string& command, const std::string& description,
                                    const std::string& footer = "",
                                    const std::string& program = "offloadkit");
@@ -70,6 +70,18 @@ std::unique_ptr<CLI::App> make_app(const std::string& command, const std::string
 /// the help text was written to `help_out` and nothing else is to be done. Throws usage_error with
 /// the project's wording for every error CLI11 reports and for arguments the app does not know.
 bool parse_arguments(CLI::App& app, const std::vector<std::string>& args, std::ostream& help_out);
+
+/// For a program without subcommands (`make_app("", description, footer, program)`, as the
+/// benchmarks use): parses argv[1..]. Returns -1 when the program is to go on; exit_status::ok
+/// when --help was given (the help went to `out`); exit_status::usage when the command line is
+/// bad, after `<program>: <what is wrong>` and where the usage is shown went to `err`.
+int parse_program_arguments(CLI::App& app, int argc, const char* const* argv, std::ostream& out,
+                            std::ostream& err);
+
+/// The options every benchmark takes: `--executor cuda|host` (into `executor`, cuda unless given)
+/// and `--json FILE` (into `path`: the figures as JSON too).
+CLI::Option* add_executor_option(CLI::App& app, std::string& executor);
+CLI::Option* add_json_option(CLI::App& app, std::string& path);
 
 /// Validators that check a value against its valid range and rewrite it in the one form CLI11
 /// then converts exactly (decimal digits: CLI11 alone would wrap "-5" into an unsigned option,

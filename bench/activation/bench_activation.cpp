@@ -14,7 +14,6 @@
 // --json could not be written), 2 bad usage.
 #include <nvtx3/nvToolsExt.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,10 +21,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
@@ -47,52 +48,30 @@ struct args {
   std::string json;
 };
 
-/// A CLI11 check that a number lies in [lo, hi], naming the range as written (CLI::Range prints
-/// floating-point bounds with six decimals).
-CLI::Validator number_in(double lo, double hi, const std::string& range) {
-  return CLI::Validator(
-      [lo, hi, range](std::string& v) -> std::string {
-        double x = 0;
-        if (!CLI::detail::lexical_cast(v, x) || !(x >= lo && x <= hi)) {
-          return "Value " + v + " not in range " + range;
-        }
-        return {};
-      },
-      range);
-}
-
 /// Fills `a` from the command line and returns -1, or returns the exit status when the program
 /// should stop: 0 after --help, 2 (the message on stderr) after a bad option.
 int parse(int argc, char** argv, args& a) {
-  CLI::App app(
+  auto app = tools::make_app(
+      "",
       "Training-step time with the optimized activation offloader against no offload, over "
       "compute/copy ratios, and each phase against its copy floor measured in the same run.",
-      "bench_activation");
-  app.footer(
       "Exit status: 0 ok (or no GPU: skipped), 1 a restored tensor was wrong or the run failed "
-      "(or --json could not be written), 2 bad usage.");
-  app.add_option("--executor", a.executor, "cuda (default) or host")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_flag("--quick", a.quick, "a small stack and a short sweep (a smoke run)");
-  app.add_option("--layers", a.layers, "layers of the stack, 1..64 (default 8)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--mib-per-layer", a.mib_per_layer,
-                 "MiB saved per layer, 0.001..65536 (default 128 on cuda, 2 on host)")
-      ->check(number_in(0.001, 65536, "0.001 to 65536"));
-  app.add_option("--ratio", a.ratio,
-                 "one compute/copy ratio instead of the sweep from 0.5 to 4, 0.1..16")
-      ->check(number_in(0.1, 16, "0.1 to 16"));
-  app.add_option("--json", a.json, "also write the figures as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "bench_activation: %s\n%s", e.what(), app.help().c_str());
-    return 2;
-  }
-  return -1;
+      "(or --json could not be written), 2 bad usage.",
+      "bench_activation");
+  tools::add_executor_option(*app, a.executor);
+  app->add_flag("--quick", a.quick, "a small stack and a short sweep (a smoke run)");
+  app->add_option("--layers", a.layers, "layers of the stack, 1..64 (default 8)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 64));
+  app->add_option("--mib-per-layer", a.mib_per_layer,
+                  "MiB saved per layer (default 128 on cuda, 2 on host)")
+      ->type_name("MIB")
+      ->check(tools::real_range(0, 65536, true, "MiB"));
+  app->add_option("--ratio", a.ratio, "one compute/copy ratio instead of the sweep from 0.5 to 4")
+      ->type_name("R")
+      ->check(tools::real_range(0.1, 16));
+  tools::add_json_option(*app, a.json);
+  return tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

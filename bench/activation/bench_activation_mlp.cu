@@ -24,7 +24,6 @@
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,12 +32,14 @@
 #include <cstdlib>
 #include <cuda/atomic>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/splitmix64.hpp"
@@ -521,45 +522,42 @@ int main(int argc, char** argv) {
   long long only_h = 0, only_tokens = 0;
   bool quick = false;
   int blocks = 8;
-  CLI::App app(
+  auto app = tools::make_app(
+      "",
       "One training step of an MLP stack with every saved activation offloaded, against the same "
       "step without offload and each phase's copy floor (measured in the same repetition), and "
       "against PyTorch's save_on_cpu on the same shapes.",
-      "bench_activation_mlp");
-  app.footer(
       "Exit status: 0 ok (or no GPU, cuBLAS or cuda executor: skipped), 1 the gradients differ "
-      "or the run failed, 2 bad usage.");
-  app.add_option("--executor", executor_name,
-                 "cuda (default) or host (which skips: the GEMMs are cuBLAS calls)")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_flag("--quick", quick, "one small shape, 2 repetitions (a smoke run)");
-  app.add_option("--blocks", blocks, "blocks of the stack, 1..64 (default 8)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--shape", shape,
-                 "one shape HIDDENxTOKENS instead of the three defaults: HIDDEN a multiple of 64, "
-                 "TOKENS >= 1, e.g. 4096x4096")
+      "or the run failed, 2 bad usage.",
+      "bench_activation_mlp");
+  tools::add_executor_option(*app, executor_name);
+  app->add_flag("--quick", quick, "one small shape, 2 repetitions (a smoke run)");
+  app->add_option("--blocks", blocks, "blocks of the stack, 1..64 (default 8)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 64));
+  app->add_option("--shape", shape,
+                  "one shape instead of the three defaults: HIDDEN a multiple of 64, TOKENS >= 1, "
+                  "e.g. 4096x4096")
+      ->type_name("HIDDENxTOKENS")
       ->check(CLI::Validator(
           [&only_h, &only_tokens](std::string& v) -> std::string {
             char tail = 0;
             if (std::sscanf(v.c_str(), "%lldx%lld%c", &only_h, &only_tokens, &tail) != 2 ||
                 only_h < 64 || only_tokens < 1 || only_h % 64 != 0) {
               return "'" + v +
-                     "': expected HIDDENxTOKENS with HIDDEN a multiple of 64 and TOKENS >= 1, "
-                     "e.g. 4096x4096";
+                     "' is not HIDDENxTOKENS with HIDDEN a multiple of 64 and TOKENS >= 1, e.g. "
+                     "4096x4096";
             }
             return {};
           },
-          "HIDDENxTOKENS"));
-  app.add_option("--pytorch", pytorch, "PyTorch's times (output of traces/pytorch_save_on_cpu.py)");
-  app.add_option("--json", json, "also write the figures as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "bench_activation_mlp: %s\n%s", e.what(), app.help().c_str());
-    return 2;
+          ""));
+  app->add_option("--pytorch", pytorch,
+                  "PyTorch's times (the output of traces/pytorch_save_on_cpu.py)")
+      ->type_name("FILE");
+  tools::add_json_option(*app, json);
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
   }
   if (executor_name == "host") {
     std::printf("skipped: the MLP step's GEMMs are cuBLAS calls, which need the cuda executor\n");

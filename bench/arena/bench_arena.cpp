@@ -10,7 +10,6 @@
 //                    [--help]
 // Exit status: 0 ok (or no GPU: skipped), 1 a reloaded byte was wrong or the run failed, 2 bad
 // usage.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,12 +18,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
@@ -363,32 +364,28 @@ int run(const options& opt) {
 int main(int argc, char** argv) try {
   options opt;
   for (int i = 0; i < argc; ++i) opt.command += (i == 0 ? "" : " ") + std::string(argv[i]);
-  CLI::App app(
+  auto app = tools::make_app(
+      "",
       "Offload and reload of optimizer-like tensor sets: the coalesced pinned arena against one "
       "plain pinned copy of the same bytes, per-tensor pageable and fresh-pinned copies, and "
       "offload of one set with reload of another against the both-directions limit, measured in "
       "the same run.",
-      "bench_arena");
-  app.footer(
       "Exit status: 0 ok (or no GPU: skipped), 1 a reloaded byte was wrong or the run failed (or "
-      "--json could not be written), 2 bad usage.");
-  app.add_option("--executor", opt.executor, "cuda (default) or host")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_flag("--quick", opt.quick, "one 16 MiB set size, at most 2 repetitions (a smoke run)");
-  app.add_option("--max-gib", opt.max_gib,
-                 "largest set size in GiB (of 1, 2, 4 and 8, those up to it), 1..8 (default 4)")
-      ->check(CLI::Range(1, 8));
-  app.add_option("--reps", opt.reps, "repetitions per figure, best taken, 1..100 (default 5)")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--json", opt.json, "also write the figures as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "bench_arena: %s\n%s", e.what(), app.help().c_str());
-    return 2;
+      "--json could not be written), 2 bad usage.",
+      "bench_arena");
+  tools::add_executor_option(*app, opt.executor);
+  app->add_flag("--quick", opt.quick, "one 16 MiB set size, at most 2 repetitions (a smoke run)");
+  app->add_option("--max-gib", opt.max_gib,
+                  "largest set size in GiB (of 1, 2, 4 and 8, those up to it), 1..8 (default 4)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 8));
+  app->add_option("--reps", opt.reps, "repetitions per figure, best taken, 1..100 (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 100));
+  tools::add_json_option(*app, opt.json);
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
   }
   if (opt.quick) opt.reps = std::min(opt.reps, 2);
   return run(opt);

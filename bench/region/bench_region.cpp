@@ -13,18 +13,19 @@
 //                     [--chunk-mib N] [--reps N] [--baseline-max-mib N] [--no-swap]
 //                     [--json FILE] [--help]
 // Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed, 2 bad usage.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/region/vmm_region.hpp"
@@ -205,48 +206,48 @@ double gbps(std::size_t bytes, double s) {
 
 int main(int argc, char** argv) try {
   options o;
-  CLI::App app(
+  auto app = tools::make_app(
+      "",
       "Pause and resume of the graph-stable region against plain pinned copies of the same size "
       "and a per-allocation synchronous backup; swap of two regions against pause then resume "
       "and the link's both-directions limit. Every ratio's two sides are measured in the same "
       "run, taking turns.",
-      "bench_region");
-  app.footer(
       "Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed (or "
-      "--json could not be written), 2 bad usage.");
-  app.add_option("--executor", o.executor, "cuda (default) or host")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_flag("--quick", o.quick,
-               "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
-  app.add_option("--min-mib", o.min_mib,
-                 "smallest region size in MiB, doubled up to --max-mib, "
-                 "1..1048576 (default 256)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-  app.add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-  app.add_option("--chunk-mib", o.chunk_mib, "the region's chunk in MiB, 1..65536 (default 64)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
-  app.add_option("--reps", o.reps, "timed rounds per size, median taken, 1..100 (default 5)")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--baseline-max-mib", o.baseline_max_mib,
-                 "largest size at which the slow per-allocation baseline runs, 0 (never)..1048576 "
-                 "(default 2048)")
-      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
-  app.add_flag("--no-swap", o.no_swap, "leave out the swap figures");
-  app.add_option("--json", o.json, "also write the figures as JSON to this file");
-  try {
-    app.parse(argc, argv);
-    if (o.min_mib > o.max_mib) {
-      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) + " exceeds --max-mib = " +
-                                                  std::to_string(o.max_mib) +
-                                                  ": valid range is [1, --max-mib]");
-    }
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "bench_region: %s\n%s", e.what(), app.help().c_str());
-    return 2;
+      "--json could not be written), 2 bad usage.",
+      "bench_region");
+  tools::add_executor_option(*app, o.executor);
+  app->add_flag("--quick", o.quick,
+                "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
+  app->add_option("--min-mib", o.min_mib,
+                  "smallest region size in MiB, doubled up to --max-mib, 1..1048576 (default 256)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
+  app->add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
+  app->add_option("--chunk-mib", o.chunk_mib, "the region's chunk in MiB, 1..65536 (default 64)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 16));
+  app->add_option("--reps", o.reps, "timed rounds per size, median taken, 1..100 (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 100));
+  app->add_option("--baseline-max-mib", o.baseline_max_mib,
+                  "largest size at which the slow per-allocation baseline runs, 0 (never)..1048576 "
+                  "(default 2048)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(0, std::uint64_t{1} << 20));
+  app->add_flag("--no-swap", o.no_swap, "leave out the swap figures");
+  tools::add_json_option(*app, o.json);
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
+  }
+  if (o.min_mib > o.max_mib) {
+    std::fprintf(stderr,
+                 "bench_region: --min-mib: %zu is out of range: valid range 1..%zu (--max-mib)\n"
+                 "(bench_region --help shows the usage)\n",
+                 o.min_mib, o.max_mib);
+    return tools::exit_status::usage;
   }
   if (o.quick) {
     o.min_mib = std::min<std::size_t>(o.min_mib, 8);

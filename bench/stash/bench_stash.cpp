@@ -15,7 +15,6 @@
 //
 // Usage: bench_stash [--executor cuda|host] [--quick] [--windows N] [--json FILE] [--help]
 // Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -23,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
@@ -340,27 +341,23 @@ void write_json(const std::string& path, const std::string& exec, int windows,
 
 int main(int argc, char** argv) try {
   options opt;
-  CLI::App app(
+  auto app = tools::make_app(
+      "",
       "Paged stash and restore (one key, and a MoE layer's keys in one batch) against plain "
       "copies of the same bytes, measured in the same run; peak stash memory from the capacity "
       "planner.",
+      "Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.",
       "bench_stash");
-  app.footer("Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.");
-  app.add_option("--executor", opt.executor, "cuda (default) or host")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_flag("--quick", opt.quick, "small shapes, 1 window of 2 iterations (a smoke run)");
-  app.add_option("--windows", opt.windows,
-                 "windows of 20 iterations per time, median taken, 1..100 (default 5)")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--json", opt.json, "also write the figures as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "bench_stash: %s\n%s", e.what(), app.help().c_str());
-    return 2;
+  tools::add_executor_option(*app, opt.executor);
+  app->add_flag("--quick", opt.quick, "small shapes, 1 window of 2 iterations (a smoke run)");
+  app->add_option("--windows", opt.windows,
+                  "windows of 20 iterations per time, median taken, 1..100 (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 100));
+  tools::add_json_option(*app, opt.json);
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
   }
 
   // Memory: planner only.

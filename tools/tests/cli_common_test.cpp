@@ -16,6 +16,7 @@ using offloadkit::tools::integer_range;
 using offloadkit::tools::make_app;
 using offloadkit::tools::one_of;
 using offloadkit::tools::parse_arguments;
+using offloadkit::tools::parse_program_arguments;
 using offloadkit::tools::real_range;
 using offloadkit::tools::unsigned_range;
 using offloadkit::tools::usage_error;
@@ -120,6 +121,30 @@ TEST(CliCommon, HelpGoesToItsStream) {
   EXPECT_NE(help.str().find("usage: offloadkit test [options]"), std::string::npos) << help.str();
   EXPECT_NE(help.str().find("--n N"), std::string::npos) << help.str();
   EXPECT_NE(help.str().find("footer line"), std::string::npos) << help.str();
+}
+
+TEST(CliCommon, AProgramWithoutCommandsParsesItsArgumentsAndSaysWhatToDo) {
+  auto app = make_app("", "Measures a thing.", "exit status: ...", "bench_thing");
+  int reps = 5;
+  app->add_option("--reps", reps, "rounds")->type_name("N")->check(integer_range(1, 100));
+  std::ostringstream out, err;
+  const char* go_on[] = {"bench_thing", "--reps", "7"};
+  EXPECT_EQ(parse_program_arguments(*app, 3, go_on, out, err), -1);
+  EXPECT_EQ(reps, 7);
+  EXPECT_EQ(err.str(), "");
+
+  auto help_app = make_app("", "Measures a thing.", "exit status: ...", "bench_thing");
+  const char* help[] = {"bench_thing", "--help"};
+  EXPECT_EQ(parse_program_arguments(*help_app, 2, help, out, err), 0);
+  EXPECT_NE(out.str().find("usage: bench_thing [options]"), std::string::npos) << out.str();
+
+  auto bad_app = make_app("", "Measures a thing.", "", "bench_thing");
+  bad_app->add_option("--reps", reps, "rounds")->type_name("N")->check(integer_range(1, 100));
+  const char* bad[] = {"bench_thing", "--reps", "0"};
+  EXPECT_EQ(parse_program_arguments(*bad_app, 3, bad, out, err), 2);
+  EXPECT_EQ(err.str(),
+            "bench_thing: --reps: 0 is out of range: valid range 1..100\n"
+            "(bench_thing --help shows the usage)\n");
 }
 
 }  // namespace
