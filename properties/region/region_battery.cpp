@@ -828,7 +828,10 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
 /// each of its allocations (a copy spanning two touching allocations fails on a GPU and on the
 /// host back end), and a pause or resume of one region never changes its neighbours. The host
 /// back end's default heap never places allocations next to each other, so there the property
-/// runs on a host executor of the same shape with adjacent_allocations.
+/// runs on a host executor of the same shape with adjacent_allocations. Every case has a region
+/// of two to four whole-granule chunks (whose allocations, and staging buffers, touch), and every
+/// region is paused and resumed at least once, so that a copy merged across two allocations
+/// cannot go unexercised however the rest is drawn.
 void adjacent_allocations(executor& ex, const region_implementation& impl) {
   std::unique_ptr<host_executor> adjacent;
   executor* run = &ex;
@@ -847,16 +850,29 @@ void adjacent_allocations(executor& ex, const region_implementation& impl) {
   const testing::sync_on_exit guard(x, {s});
   std::vector<std::size_t> words;
   std::vector<std::uint32_t> seeds;
+  const std::size_t gran = x.granularity(0);
+  const int several = *rc::gen::inRange(0, count);  // the region of several whole chunks
   for (int i = 0; i < count; ++i) {
-    const shape sh = gen_shape(x, 0, 4);
+    const shape sh = i == several
+                         ? shape{*rc::gen::inRange<std::size_t>(2, 5) * gran / word, gran}
+                         : gen_shape(x, 0, 4);
     regions.push_back(make_region(impl, x, region_config{sh.words * word, 0, sh.chunk_bytes}));
     words.push_back(sh.words);
     seeds.push_back(*rc::gen::arbitrary<std::uint32_t>());
     write_pattern(x, regions.back()->data(), sh.words, seeds.back(), s);
   }
-  const int steps = *rc::gen::inRange(1, 6);
-  for (int step = 0; step < steps; ++step) {
-    const auto i = static_cast<std::size_t>(*rc::gen::inRange(0, count));
+  // Every region once, in an order of its own, then regions drawn at random.
+  std::vector<std::size_t> order(regions.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (std::size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[*rc::gen::inRange<std::size_t>(0, i)]);
+  }
+  const int more = *rc::gen::inRange(0, 5);
+  for (int k = 0; k < more; ++k) {
+    order.push_back(static_cast<std::size_t>(*rc::gen::inRange(0, count)));
+  }
+  for (std::size_t step = 0; step < order.size(); ++step) {
+    const std::size_t i = order[step];
     RC_LOG() << "step " << step << ": pause and resume region " << i << "\n";
     regions[i]->pause(s);
     regions[i]->resume(s);
