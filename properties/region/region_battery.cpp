@@ -853,9 +853,8 @@ void adjacent_allocations(executor& ex, const region_implementation& impl) {
   const std::size_t gran = x.granularity(0);
   const int several = *rc::gen::inRange(0, count);  // the region of several whole chunks
   for (int i = 0; i < count; ++i) {
-    const shape sh = i == several
-                         ? shape{*rc::gen::inRange<std::size_t>(2, 5) * gran / word, gran}
-                         : gen_shape(x, 0, 4);
+    const shape sh = i == several ? shape{*rc::gen::inRange<std::size_t>(2, 5) * gran / word, gran}
+                                  : gen_shape(x, 0, 4);
     regions.push_back(make_region(impl, x, region_config{sh.words * word, 0, sh.chunk_bytes}));
     words.push_back(sh.words);
     seeds.push_back(*rc::gen::arbitrary<std::uint32_t>());
