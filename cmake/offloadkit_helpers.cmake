@@ -190,3 +190,13 @@ function(offloadkit_usage_tests prefix)
     endif()
   endforeach()
 endfunction()
+
+# offloadkit_help_test(<name> COMMAND <program> [<argument>...] LABELS <labels...> EXPECT <regex>)
+# One test <name>: `<program> [<argument>...] --help` must exit 0 with output that matches the
+# regular expression (the options and the exit statuses it documents).
+function(offloadkit_help_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "EXPECT" "COMMAND;LABELS")
+  add_test(NAME ${name} COMMAND ${arg_COMMAND} --help)
+  set_tests_properties(${name} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "${arg_EXPECT}")
+endfunction()
