@@ -238,16 +238,17 @@ int main(int argc, char** argv) try {
       ->check(tools::unsigned_range(0, std::uint64_t{1} << 20));
   app->add_flag("--no-swap", o.no_swap, "leave out the swap figures");
   tools::add_json_option(*app, o.json);
+  // Checked once every option is read, and refused like any other bad value.
+  app->callback([&o] {
+    if (o.min_mib > o.max_mib) {
+      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) +
+                                                  " is out of range: valid range 1.." +
+                                                  std::to_string(o.max_mib) + " (--max-mib)");
+    }
+  });
   if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
       status >= 0) {
     return status;
-  }
-  if (o.min_mib > o.max_mib) {
-    std::fprintf(stderr,
-                 "bench_region: --min-mib: %zu is out of range: valid range 1..%zu (--max-mib)\n"
-                 "(bench_region --help shows the usage)\n",
-                 o.min_mib, o.max_mib);
-    return tools::exit_status::usage;
   }
   if (o.quick) {
     o.min_mib = std::min<std::size_t>(o.min_mib, 8);
