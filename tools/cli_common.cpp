@@ -8,12 +8,16 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <regex>
 #include <sstream>
 #include <system_error>
 
+#include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/text.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/host_executor.hpp"
 
 namespace offloadkit::tools {
 namespace {
@@ -173,6 +177,20 @@ CLI::Option* add_json_option(CLI::App& app, std::string& path) {
   return app.add_option("--json", path, "also write the figures as JSON to this file")
       ->type_name("FILE");
 }
+
+std::unique_ptr<executor> benchmark_executor(const std::string& name, std::string& skipped) {
+  skipped.clear();
+  if (name == "host") return std::make_unique<host_executor>();
+  if (name != "cuda") {
+    throw usage_error(::offloadkit::detail::concat("--executor: '", name,
+                                                   "' is not one of the valid values cuda, host"));
+  }
+  skipped = cuda_unavailable_reason();
+  if (!skipped.empty()) return nullptr;
+  return std::make_unique<cuda_executor>();
+}
+
+std::string json_string(const std::string& text) { return nlohmann::json(text).dump(); }
 
 CLI::Validator integer_range(std::int64_t lo, std::int64_t hi) {
   const std::string range = range_text(std::to_string(lo), std::to_string(hi));

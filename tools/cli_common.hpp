@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/executor.hpp"
+
 namespace offloadkit::tools {
 
 /// Exit statuses of every subcommand (`offloadkit help` and the README list them).
@@ -82,6 +84,17 @@ int parse_program_arguments(CLI::App& app, int argc, const char* const* argv, st
 /// and `--json FILE` (into `path`: the figures as JSON too).
 CLI::Option* add_executor_option(CLI::App& app, std::string& executor);
 CLI::Option* add_json_option(CLI::App& app, std::string& path);
+
+/// The executor a benchmark's `--executor` names: a host_executor for "host", a cuda_executor for
+/// "cuda". Where no GPU is usable (cuda_unavailable_reason()), returns null with the reason in
+/// `skipped`: the benchmark then says "skipped: <reason>" and exits 0, as every offloadkit binary
+/// starts (and its GPU parts skip) without a driver. A GPU that is there but fails is an error:
+/// what the cuda executor throws goes to the caller. Any other name throws usage_error.
+std::unique_ptr<executor> benchmark_executor(const std::string& name, std::string& skipped);
+
+/// `text` as a JSON string, quotes included and every character that needs it escaped (for a
+/// command line or an error message written into a benchmark's JSON).
+std::string json_string(const std::string& text);
 
 /// Validators that check a value against its valid range and rewrite it in the one form CLI11
 /// then converts exactly (decimal digits: CLI11 alone would wrap "-5" into an unsigned option,

@@ -142,16 +142,11 @@ std::uint64_t wrong_of(const step_report& r) {
 int main(int argc, char** argv) try {
   args a;
   if (const int status = parse(argc, argv, a); status >= 0) return status;
-  std::unique_ptr<executor> ex;
-  if (a.executor == "cuda") {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) {
-      std::printf("skipped: no usable GPU: %s\n", reason.c_str());
-      return 0;
-    }
-    ex = std::make_unique<cuda_executor>();
-  } else {
-    ex = std::make_unique<host_executor>();
+  std::string skipped;
+  const std::unique_ptr<executor> ex = tools::benchmark_executor(a.executor, skipped);
+  if (!ex) {
+    std::printf("skipped: %s\n", skipped.c_str());
+    return 0;
   }
 
   const bool gpu = a.executor == "cuda";

@@ -188,7 +188,7 @@ void write_json(const std::string& path, const std::string& device, const std::s
                 const std::vector<row>& rows) {
   std::ofstream f(path);
   f << "{\n  \"benchmark\": \"bench_arena\",\n  \"device\": \"" << device
-    << "\",\n  \"command\": \"" << command << "\",\n  \"rows\": [\n";
+    << "\",\n  \"command\": " << tools::json_string(command) << ",\n  \"rows\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     f << "    {\"set\": \"" << r.set << "\", \"method\": \"" << r.method
@@ -321,16 +321,11 @@ void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
 }
 
 int run(const options& opt) {
-  std::unique_ptr<executor> ex;
-  if (opt.executor == "cuda") {
-    const std::string why = cuda_unavailable_reason();
-    if (!why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      return 0;
-    }
-    ex = std::make_unique<cuda_executor>();
-  } else {
-    ex = std::make_unique<host_executor>();
+  std::string skipped;
+  const std::unique_ptr<executor> ex = tools::benchmark_executor(opt.executor, skipped);
+  if (!ex) {
+    std::printf("skipped: %s\n", skipped.c_str());
+    return 0;
   }
   std::vector<std::size_t> sizes;
   if (opt.quick) {

@@ -256,16 +256,11 @@ int main(int argc, char** argv) try {
     o.chunk_mib = std::min<std::size_t>(o.chunk_mib, 4);
     o.reps = std::min(o.reps, 2);
   }
-  std::unique_ptr<executor> ex;
-  if (o.executor == "cuda") {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) {
-      std::printf("skipped: %s\n", reason.c_str());
-      return 0;
-    }
-    ex = std::make_unique<cuda_executor>();
-  } else {
-    ex = std::make_unique<host_executor>();
+  std::string skipped;
+  const std::unique_ptr<executor> ex = tools::benchmark_executor(o.executor, skipped);
+  if (!ex) {
+    std::printf("skipped: %s\n", skipped.c_str());
+    return 0;
   }
   std::printf(
       "bench_region on %s, chunk %zu MiB, median of %d rounds (the plain copies and the region "

@@ -303,7 +303,7 @@ void write_json(const std::string& path, const std::string& exec, int windows,
   std::ofstream out(path);
   out << "{\n  \"benchmark\": \"bench_stash\",\n  \"executor\": \"" << exec << "\",\n";
   out << "  \"windows\": " << windows << ",\n";
-  if (!skipped.empty()) out << "  \"skipped\": \"" << skipped << "\",\n";
+  if (!skipped.empty()) out << "  \"skipped\": " << tools::json_string(skipped) << ",\n";
   out << "  \"throughput\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
@@ -386,20 +386,8 @@ int main(int argc, char** argv) try {
     mem.push_back(m);
   }
 
-  std::unique_ptr<executor> ex;
   std::string skipped;
-  if (opt.executor == "cuda") {
-    skipped = cuda_unavailable_reason();
-    if (skipped.empty()) {
-      try {
-        ex = std::make_unique<cuda_executor>();
-      } catch (const std::exception& e) {
-        skipped = e.what();
-      }
-    }
-  } else {
-    ex = std::make_unique<host_executor>();
-  }
+  const std::unique_ptr<executor> ex = tools::benchmark_executor(opt.executor, skipped);
   std::vector<row> rows;
   if (!ex) {
     std::printf("skipped: %s\n", skipped.c_str());

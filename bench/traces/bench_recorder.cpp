@@ -11,20 +11,19 @@
 //
 //   bench_recorder [--executor cuda|host] [--experts E] [--layers L] [--microbatches M]
 //                  [--steps S] [--mlp-json FILE] [--json FILE]
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/host_executor.hpp"
+#include "cli_common.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/async_recorder.hpp"
 
@@ -125,37 +124,43 @@ double mlp_step_s(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app("What recording a production schedule costs a step (async_schedule_recorder).",
-               "bench_recorder");
   std::string executor_name = "cuda", mlp_json, json_path;
   std::uint32_t experts = 8, moe_layers = 2, microbatches = 8;
   int steps = 50;
-  app.add_option("--executor", executor_name, "cuda (default) or host")
-      ->check(CLI::IsMember({"cuda", "host"}));
-  app.add_option("--experts", experts, "experts per MoE layer (default 8)")
-      ->check(CLI::Range(1u, 256u));
-  app.add_option("--layers", moe_layers, "MoE layers (default 2)")->check(CLI::Range(1u, 64u));
-  app.add_option("--microbatches", microbatches, "microbatches per step (default 8)")
-      ->check(CLI::Range(1u, 4096u));
-  app.add_option("--steps", steps, "steps measured, best taken (default 50)")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--mlp-json", mlp_json, "bench_activation_mlp --json output of this run");
-  app.add_option("--json", json_path, "write the figures here");
   bool quick = false;
-  app.add_flag("--quick", quick, "5 steps (a smoke run)");
-  CLI11_PARSE(app, argc, argv);
+  auto app = tools::make_app(
+      "", "What recording a production schedule costs a step (async_schedule_recorder).",
+      "Exit status: 0 ok (or no GPU: skipped), 1 the run failed (or --mlp-json could not be read "
+      "or --json written), 2 bad usage.",
+      "bench_recorder");
+  tools::add_executor_option(*app, executor_name);
+  app->add_option("--experts", experts, "experts per MoE layer, 1..256 (default 8)")
+      ->type_name("E")
+      ->check(tools::unsigned_range(1, 256));
+  app->add_option("--layers", moe_layers, "MoE layers, 1..64 (default 2)")
+      ->type_name("L")
+      ->check(tools::unsigned_range(1, 64));
+  app->add_option("--microbatches", microbatches, "microbatches per step, 1..4096 (default 8)")
+      ->type_name("M")
+      ->check(tools::unsigned_range(1, 4096));
+  app->add_option("--steps", steps, "steps measured, best taken, 1..100000 (default 50)")
+      ->type_name("S")
+      ->check(tools::integer_range(1, 100000));
+  app->add_option("--mlp-json", mlp_json, "bench_activation_mlp --json output of this run")
+      ->type_name("FILE");
+  tools::add_json_option(*app, json_path);
+  app->add_flag("--quick", quick, "5 steps (a smoke run)");
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
+  }
   if (quick) steps = 5;
   try {
-    std::unique_ptr<executor> ex;
-    if (executor_name == "cuda") {
-      const std::string reason = cuda_unavailable_reason();
-      if (!reason.empty()) {
-        std::printf("skipped: %s\n", reason.c_str());
-        return 0;
-      }
-      ex = std::make_unique<cuda_executor>();
-    } else {
-      ex = std::make_unique<host_executor>();
+    std::string skipped;
+    const std::unique_ptr<executor> ex = tools::benchmark_executor(executor_name, skipped);
+    if (!ex) {
+      std::printf("skipped: %s\n", skipped.c_str());
+      return 0;
     }
     ot::schedule_shape shape;
     shape.name = "bench_recorder";
