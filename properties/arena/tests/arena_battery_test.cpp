@@ -1,20 +1,43 @@
 // The arena battery as GoogleTest tests: for the reference and the optimized offloader, one test
 // per property the battery lists for it, on every executor it runs on (suites Host/ArenaBattery
-// and Cuda/ArenaBattery).
+// and Cuda/ArenaBattery). The optimized offloader runs a second time as "optimized_lanes", with
+// two copies per stream: the battery's sets then spread their copies over side streams, a path
+// that the default options take only for sets of more than 512 runs.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "battery_tests.hpp"
+#include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/testing/arena_checks.hpp"
 
 namespace {
 
 using namespace offloadkit::testing;
 
+std::vector<arena_implementation> tested_implementations() {
+  std::vector<arena_implementation> all = builtin_arena_implementations();
+  arena_implementation lanes = optimized_arena_implementation();
+  lanes.name = "optimized_lanes";
+  const auto make = [](offloadkit::executor& ex, int device) {
+    offloadkit::arena::coalesced_options o;
+    o.device = device;
+    o.copies_per_stream = 2;
+    return std::unique_ptr<offloadkit::arena::offloader>(
+        std::make_unique<offloadkit::arena::coalesced_offloader>(ex, o));
+  };
+  lanes.make = [make](offloadkit::executor& ex) { return make(ex, 0); };
+  lanes.make_for_device = make;
+  all.push_back(std::move(lanes));
+  return all;
+}
+
 const int registered =
-    register_battery_tests("ArenaBattery", builtin_arena_implementations(), &arena_battery);
+    register_battery_tests("ArenaBattery", tested_implementations(), &arena_battery);
 
 TEST(ArenaBatteryList, RegistersEveryListedProperty) { EXPECT_GT(registered, 0); }
 

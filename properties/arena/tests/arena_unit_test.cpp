@@ -3,6 +3,7 @@
 // in optimized/arena/tests/). Host executor only: nothing here is GPU-specific.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,117 @@ TEST(ArenaCoalesced, CopyErrorNamesTheTensor) {
   EXPECT_FALSE(off.holds_copy());
   EXPECT_THROW(off.reload(d.view(), s), state_error);
   host.synchronize(s);
+}
+
+/// Ten separate tensors: ten runs, so ten copies each way.
+set_spec separate_tensors() {
+  set_spec spec;
+  for (int i = 0; i < 10; ++i) spec.tensors.push_back({std::size_t(24 + 8 * i), false, 0, false});
+  return spec;
+}
+
+TEST(ArenaCoalesced, SpreadsTheCopiesOfManyRunsOverSideStreams) {
+  host_executor ex;
+  stream s(ex);
+  auto set = arena::testing::make_device_set(ex, separate_tensors());
+  arena::testing::fill_pattern(ex, set.view(), 7, s);
+  const auto expected = arena::testing::read_set(ex, set.view(), s);
+  for (const auto& [per_stream, most, streams] :
+       std::vector<std::array<std::size_t, 3>>{{512, 8, 1}, {3, 8, 4}, {3, 2, 2}, {1, 64, 10}}) {
+    coalesced_options o;
+    o.copies_per_stream = per_stream;
+    o.max_copy_streams = most;
+    coalesced_offloader off(ex, o);
+    for (int cycle = 0; cycle < 2; ++cycle) {
+      ex.synchronize(off.offload(set.view(), s).ref());
+      EXPECT_EQ(off.last_copy_streams(), streams) << per_stream << " per stream, " << most;
+      EXPECT_EQ(off.last_copy_calls(), 10u);
+      arena::testing::scribble(ex, set.view(), 0, s);
+      ex.synchronize(off.reload(set.view(), s).ref());
+      EXPECT_EQ(off.last_copy_streams(), streams);
+      EXPECT_EQ(
+          arena::testing::first_difference(expected, arena::testing::read_set(ex, set.view(), s)),
+          "");
+    }
+    EXPECT_EQ(off.pinned_allocations(), 1u);
+  }
+}
+
+TEST(ArenaCoalesced, AFailedForkIsReportedAndARetrySucceeds) {
+  host_executor host;
+  fault_injection_adaptor ex(host);
+  stream s(host);
+  auto set = arena::testing::make_device_set(host, separate_tensors());
+  arena::testing::fill_pattern(host, set.view(), 9, s);
+  const auto expected = arena::testing::read_set(host, set.view(), s);
+  coalesced_options o;
+  o.copies_per_stream = 3;
+  coalesced_offloader off(ex, o);
+  ex.arm({op_kind::record, op_kind::wait}, 0);  // the fork: the first record
+  try {
+    off.offload(set.view(), s);
+    FAIL() << "no exception";
+  } catch (const injected_fault& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("coalesced offload: forking 4 copy streams for 10 copies failed"),
+              std::string::npos)
+        << m;
+  }
+  ex.disarm();
+  EXPECT_EQ(off.last_copy_calls(), 0u);
+  EXPECT_FALSE(off.holds_copy());
+  ex.synchronize(off.offload(set.view(), s).ref());
+  arena::testing::scribble(host, set.view(), 0, s);
+  ex.arm({op_kind::wait}, 1);  // reload: a side stream's wait for the fork
+  EXPECT_THROW(off.reload(set.view(), s), injected_fault);
+  ex.disarm();
+  EXPECT_TRUE(off.holds_copy());
+  ex.synchronize(off.reload(set.view(), s).ref());
+  EXPECT_EQ(
+      arena::testing::first_difference(expected, arena::testing::read_set(host, set.view(), s)),
+      "");
+}
+
+TEST(ArenaCoalesced, AFailedJoinWaitsForTheSideStreamInstead) {
+  host_executor host;
+  fault_injection_adaptor ex(host);
+  stream s(host);
+  auto set = arena::testing::make_device_set(host, separate_tensors());
+  arena::testing::fill_pattern(host, set.view(), 11, s);
+  const auto expected = arena::testing::read_set(host, set.view(), s);
+  coalesced_options o;
+  o.copies_per_stream = 3;
+  coalesced_offloader off(ex, o);
+  ex.arm({op_kind::record}, 1);  // after the fork's record: the first join
+  ex.synchronize(off.offload(set.view(), s).ref());
+  EXPECT_TRUE(ex.fired());
+  ex.disarm();
+  EXPECT_TRUE(off.holds_copy());
+  arena::testing::scribble(host, set.view(), 0, s);
+  ex.synchronize(off.reload(set.view(), s).ref());
+  EXPECT_EQ(
+      arena::testing::first_difference(expected, arena::testing::read_set(host, set.view(), s)),
+      "");
+}
+
+TEST(ArenaCoalesced, OptionsOutOfRangeAreRefused) {
+  host_executor ex;
+  coalesced_options o;
+  o.copies_per_stream = 0;
+  try {
+    coalesced_offloader off(ex, o);
+    FAIL() << "no exception";
+  } catch (const out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("copies_per_stream = 0 is out of range: valid range 1 or "
+                                         "more"),
+              std::string::npos)
+        << e.what();
+  }
+  o.copies_per_stream = 1;
+  o.max_copy_streams = 65;
+  EXPECT_THROW(coalesced_offloader(ex, o), out_of_range);
+  o.max_copy_streams = 0;
+  EXPECT_THROW(coalesced_offloader(ex, o), out_of_range);
 }
 
 }  // namespace
