@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -128,19 +129,40 @@ TEST(ArenaCoalesced, SpreadsTheCopiesOfManyRunsOverSideStreams) {
   }
 }
 
-TEST(ArenaCoalesced, AFailedForkIsReportedAndARetrySucceeds) {
+/// Ten separate tensors filled from `seed` on a host executor, and an offloader of 3 copies per
+/// stream (4 streams) that calls the executor through a fault adaptor.
+struct faulty_lanes {
   host_executor host;
-  fault_injection_adaptor ex(host);
-  stream s(host);
-  auto set = arena::testing::make_device_set(host, separate_tensors());
-  arena::testing::fill_pattern(host, set.view(), 9, s);
-  const auto expected = arena::testing::read_set(host, set.view(), s);
-  coalesced_options o;
-  o.copies_per_stream = 3;
-  coalesced_offloader off(ex, o);
-  ex.arm({op_kind::record, op_kind::wait}, 0);  // the fork: the first record
+  fault_injection_adaptor ex{host};
+  stream s{host};
+  arena::testing::device_set set = arena::testing::make_device_set(host, separate_tensors());
+  arena::testing::snapshot expected;
+  coalesced_offloader off{ex, three_per_stream()};
+
+  explicit faulty_lanes(std::uint64_t seed) {
+    arena::testing::fill_pattern(host, set.view(), seed, s);
+    expected = arena::testing::read_set(host, set.view(), s);
+  }
+  static coalesced_options three_per_stream() {
+    coalesced_options o;
+    o.copies_per_stream = 3;
+    return o;
+  }
+  /// Clears the tensors, reloads them and checks that they hold what was offloaded.
+  void expect_reload() {
+    arena::testing::scribble(host, set.view(), 0, s);
+    ex.synchronize(off.reload(set.view(), s).ref());
+    EXPECT_EQ(
+        arena::testing::first_difference(expected, arena::testing::read_set(host, set.view(), s)),
+        "");
+  }
+};
+
+TEST(ArenaCoalesced, AFailedForkIsReportedAndARetrySucceeds) {
+  faulty_lanes t(9);
+  t.ex.arm({op_kind::record, op_kind::wait}, 0);  // the fork: the first record
   try {
-    off.offload(set.view(), s);
+    t.off.offload(t.set.view(), t.s);
     FAIL() << "no exception";
   } catch (const injected_fault& e) {
     const std::string m = e.what();
@@ -148,41 +170,25 @@ TEST(ArenaCoalesced, AFailedForkIsReportedAndARetrySucceeds) {
               std::string::npos)
         << m;
   }
-  ex.disarm();
-  EXPECT_EQ(off.last_copy_calls(), 0u);
-  EXPECT_FALSE(off.holds_copy());
-  ex.synchronize(off.offload(set.view(), s).ref());
-  arena::testing::scribble(host, set.view(), 0, s);
-  ex.arm({op_kind::wait}, 1);  // reload: a side stream's wait for the fork
-  EXPECT_THROW(off.reload(set.view(), s), injected_fault);
-  ex.disarm();
-  EXPECT_TRUE(off.holds_copy());
-  ex.synchronize(off.reload(set.view(), s).ref());
-  EXPECT_EQ(
-      arena::testing::first_difference(expected, arena::testing::read_set(host, set.view(), s)),
-      "");
+  t.ex.disarm();
+  EXPECT_EQ(t.off.last_copy_calls(), 0u);
+  EXPECT_FALSE(t.off.holds_copy());
+  t.ex.synchronize(t.off.offload(t.set.view(), t.s).ref());
+  t.ex.arm({op_kind::wait}, 1);  // reload: a side stream's wait for the fork
+  EXPECT_THROW(t.off.reload(t.set.view(), t.s), injected_fault);
+  t.ex.disarm();
+  EXPECT_TRUE(t.off.holds_copy());
+  t.expect_reload();
 }
 
 TEST(ArenaCoalesced, AFailedJoinWaitsForTheSideStreamInstead) {
-  host_executor host;
-  fault_injection_adaptor ex(host);
-  stream s(host);
-  auto set = arena::testing::make_device_set(host, separate_tensors());
-  arena::testing::fill_pattern(host, set.view(), 11, s);
-  const auto expected = arena::testing::read_set(host, set.view(), s);
-  coalesced_options o;
-  o.copies_per_stream = 3;
-  coalesced_offloader off(ex, o);
-  ex.arm({op_kind::record}, 1);  // after the fork's record: the first join
-  ex.synchronize(off.offload(set.view(), s).ref());
-  EXPECT_TRUE(ex.fired());
-  ex.disarm();
-  EXPECT_TRUE(off.holds_copy());
-  arena::testing::scribble(host, set.view(), 0, s);
-  ex.synchronize(off.reload(set.view(), s).ref());
-  EXPECT_EQ(
-      arena::testing::first_difference(expected, arena::testing::read_set(host, set.view(), s)),
-      "");
+  faulty_lanes t(11);
+  t.ex.arm({op_kind::record}, 1);  // after the fork's record: the first join
+  t.ex.synchronize(t.off.offload(t.set.view(), t.s).ref());
+  EXPECT_TRUE(t.ex.fired());
+  t.ex.disarm();
+  EXPECT_TRUE(t.off.holds_copy());
+  t.expect_reload();
 }
 
 TEST(ArenaCoalesced, OptionsOutOfRangeAreRefused) {
