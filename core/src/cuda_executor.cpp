@@ -720,6 +720,27 @@ void cuda_executor::do_set_access(void* va, std::size_t bytes, int device) {
 // ---- graphs
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+/// Relaxes the calling thread's stream capture mode while it lives (cudaThreadExchangeStreamCapture
+/// Mode), so that a call the thread's open captures would refuse runs; restores it after.
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() { OFFLOADKIT_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&previous_)); }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+  ~relaxed_capture_mode() {
+    // Exchanging a thread's own mode back fails only where the runtime itself is gone; the
+    // destructor cannot report it, and the mode then no longer matters to this thread.
+    (void)cudaThreadExchangeStreamCaptureMode(&previous_);
+  }
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
+}  // namespace
+
 void cuda_executor::do_begin_capture(stream_ref s) {
   impl_->check_stream(s, "begin_capture");
   device_guard guard(s.device);
@@ -767,8 +788,16 @@ graph_ref cuda_executor::do_end_capture(stream_ref s) {
                           capture == cudaStreamCaptureStatusInvalidated
                               ? "the capture had been invalidated by an earlier failed operation"
                               : "ending the capture begun on this stream");
-  OFFLOADKIT_CUDA_TRY(cudaGraphInstantiate(&record->exec, record->graph, 0));
-  OFFLOADKIT_CUDA_TRY(cudaEventCreateWithFlags(&record->last_replay, cudaEventDisableTiming));
+  {
+    // Another capture may still be open on this thread: one per device, begun together and ended
+    // one after the other, as a thread that drives several GPUs captures a collective. Its
+    // thread-local mode refuses "unsafe" calls such as instantiation while it lasts, yet
+    // instantiating this graph enqueues nothing into that capture, so the thread's mode is
+    // relaxed around it and restored after.
+    relaxed_capture_mode relaxed;
+    OFFLOADKIT_CUDA_TRY(cudaGraphInstantiate(&record->exec, record->graph, 0));
+    OFFLOADKIT_CUDA_TRY(cudaEventCreateWithFlags(&record->last_replay, cudaEventDisableTiming));
+  }
   on_failure.r = nullptr;
   return graph_ref{record.release()};
 }

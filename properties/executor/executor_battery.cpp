@@ -877,12 +877,12 @@ void expect_taken_from(executor& ex, const std::vector<std::size_t>& before, int
 /// Every device's resources are that device's: for each device d (in a random order), a device
 /// allocation, physical memory created, mapped and made accessible for d, and managed memory
 /// prefetched to d are classified as d's and take d's memory (its free memory drops by at least
-/// their bytes; managed memory only on a GPU, the host back end never charges it to a device)
-/// while no other device's free memory moves (exactly on the host back end, within two granules on
-/// a GPU); streams and events of d say so, and a copy, a launch over d's memory, an event recorded
-/// after them and a graph captured and replayed on a stream of d all run. A graph's result is
-/// graph_replay_after_remap's to check, a mapping's kind vmm_remap's and managed contents
-/// managed_round_trip's.
+/// their bytes, except for managed memory, which a GPU driver pools and the host back end never
+/// charges to a device) while no other device's free memory moves (exactly on the host back end,
+/// within two granules on a GPU); streams and events of d say so, and a copy, a launch over d's
+/// memory, an event recorded after them and a graph captured and replayed on a stream of d all run.
+/// A graph's result is graph_replay_after_remap's to check, a mapping's kind vmm_remap's and
+/// managed contents managed_round_trip's.
 void device_placement(executor& ex) {
   const int devices = ex.device_count();
   if (devices < 2) RC_SUCCEED("one device: nothing to check");
@@ -972,7 +972,11 @@ void device_placement(executor& ex) {
     }
     ex.prefetch(m.data(), bytes, d, s);
     ex.synchronize(s);
-    expect_taken_from(ex, before, d, gpu ? bytes : 0,
+    // Only the other devices' figures judge managed memory: a GPU driver takes device memory for
+    // managed allocations in chunks of its own and keeps them after a free, so the device's own
+    // figure need not drop for a prefetch of a few granules (seen on two H100s: 8 MiB prefetched
+    // to a device whose free memory did not move; see RESULTS.md, "After the battery fixes").
+    expect_taken_from(ex, before, d, 0,
                       detail::concat(bytes, " bytes of managed memory prefetched", on));
   }
 }

@@ -385,6 +385,33 @@ TEST_F(CudaExecutor, AGraphDestroyedWhileRunningKeepsItsHostFunctionsUntilDone) 
   EXPECT_EQ(token.use_count(), 1);
 }
 
+// One thread capturing two streams at once (as it does one stream per GPU around an NCCL group)
+// ends the captures one after the other: the first graph is instantiated while the second capture
+// is still open on the thread.
+TEST_F(CudaExecutor, CapturesOpenTogetherOnOneThreadEndOneAfterTheOther) {
+  ok::stream other(*ex);
+  ok::buffer counter(*ex, ok::memory_kind::device, 2 * sizeof(unsigned long long));
+  ex->fill(counter.data(), 0, counter.size(), s);
+  s.synchronize();
+  ex->begin_capture(s);
+  ex->begin_capture(other);
+  ok::launch(*ex, 1, increment{counter.as<unsigned long long>()}, s);
+  ok::launch(*ex, 1, increment{counter.as<unsigned long long>() + 1}, other);
+  ok::graph first(*ex, ex->end_capture(s));
+  ok::graph second(*ex, ex->end_capture(other));
+  first.replay(s);
+  second.replay(other);
+  second.replay(other);
+  s.synchronize();
+  other.synchronize();
+  EXPECT_EQ(read_back<unsigned long long>(counter.data(), 2),
+            (std::vector<unsigned long long>{1, 2}));
+  // The thread's capture mode is its own again: an unsafe call during a capture is refused.
+  ex->begin_capture(s);
+  EXPECT_THROW(s.synchronize(), ok::cuda_error);
+  EXPECT_THROW((void)ex->end_capture(s), ok::cuda_error);
+}
+
 TEST_F(CudaExecutor, AFailedCaptureFreesItsHostFunctionsAndLeavesTheStreamUsable) {
   auto token = std::make_shared<int>(0);
   ex->begin_capture(s);
