@@ -722,8 +722,9 @@ void cuda_executor::do_set_access(void* va, std::size_t bytes, int device) {
 
 namespace {
 
-/// Relaxes the calling thread's stream capture mode while it lives (cudaThreadExchangeStreamCapture
-/// Mode), so that a call the thread's open captures would refuse runs; restores it after.
+/// Relaxes the calling thread's stream capture mode while it lives, so that a call which the
+/// thread's open captures would refuse can run; restores the mode after
+/// (cudaThreadExchangeStreamCaptureMode both ways).
 class relaxed_capture_mode {
  public:
   relaxed_capture_mode() { OFFLOADKIT_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&previous_)); }

@@ -975,7 +975,7 @@ void device_placement(executor& ex) {
     // Only the other devices' figures judge managed memory: a GPU driver takes device memory for
     // managed allocations in chunks of its own and keeps them after a free, so the device's own
     // figure need not drop for a prefetch of a few granules (seen on two H100s: 8 MiB prefetched
-    // to a device whose free memory did not move; see RESULTS.md, "After the battery fixes").
+    // to a device whose free memory did not move; see RESULTS.md, "Two GPUs, run on two GPUs").
     expect_taken_from(ex, before, d, 0,
                       detail::concat(bytes, " bytes of managed memory prefetched", on));
   }
