@@ -190,7 +190,11 @@ std::unique_ptr<executor> benchmark_executor(const std::string& name, std::strin
   return std::make_unique<cuda_executor>();
 }
 
-std::string json_string(const std::string& text) { return nlohmann::json(text).dump(); }
+std::string json_string(const std::string& text) {
+  // A command line or a file name need not be UTF-8: bytes that are not become U+FFFD rather than
+  // an exception after the run whose figures are being written.
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 CLI::Validator integer_range(std::int64_t lo, std::int64_t hi) {
   const std::string range = range_text(std::to_string(lo), std::to_string(hi));

@@ -93,7 +93,8 @@ CLI::Option* add_json_option(CLI::App& app, std::string& path);
 std::unique_ptr<executor> benchmark_executor(const std::string& name, std::string& skipped);
 
 /// `text` as a JSON string, quotes included and every character that needs it escaped (for a
-/// command line or an error message written into a benchmark's JSON).
+/// command line or an error message written into a benchmark's JSON); bytes that are not UTF-8
+/// become U+FFFD.
 std::string json_string(const std::string& text);
 
 /// Validators that check a value against its valid range and rewrite it in the one form CLI11

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/region/vmm_region.hpp"
@@ -38,6 +39,7 @@ namespace {
 
 using namespace offloadkit;
 using clock_type = std::chrono::steady_clock;
+using tools::json_string;
 constexpr std::size_t mib = std::size_t{1} << 20;
 constexpr const char* program = "bench_multigpu";
 constexpr const char* usage_line =
@@ -430,23 +432,6 @@ void print_rows(const std::vector<figure>& rows, const std::vector<aggregate>& a
         "all", a.what.c_str(), "", a.sum_alone_gbps, a.together_s * 1e3, all,
         all / a.sum_alone_gbps);
   }
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 /// A JSON number, or null where there is none (not measured, not finite).

@@ -13,6 +13,7 @@
 namespace {
 
 using offloadkit::tools::integer_range;
+using offloadkit::tools::json_string;
 using offloadkit::tools::make_app;
 using offloadkit::tools::one_of;
 using offloadkit::tools::parse_arguments;
@@ -145,6 +146,14 @@ TEST(CliCommon, AProgramWithoutCommandsParsesItsArgumentsAndSaysWhatToDo) {
   EXPECT_EQ(err.str(),
             "bench_thing: --reps: 0 is out of range: valid range 1..100\n"
             "(bench_thing --help shows the usage)\n");
+}
+
+TEST(CliCommon, JsonStringEscapesAndReplacesWhatIsNotUtf8) {
+  EXPECT_EQ(json_string("plain"), "\"plain\"");
+  EXPECT_EQ(json_string("a \"b\" c\\d\ne"), "\"a \\\"b\\\" c\\\\d\\ne\"");
+  EXPECT_EQ(json_string(std::string("x\x01y", 3)), "\"x\\u0001y\"");
+  EXPECT_EQ(json_string("caf\xc3\xa9"), "\"caf\xc3\xa9\"");
+  EXPECT_EQ(json_string("bad \xff byte"), "\"bad \xef\xbf\xbd byte\"");
 }
 
 }  // namespace
