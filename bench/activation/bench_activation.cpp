@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
@@ -37,6 +38,7 @@
 namespace {
 
 using namespace offloadkit;
+using bench::median;
 using namespace offloadkit::activation;
 
 struct args {
@@ -97,11 +99,6 @@ double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host, int reps)
     best = std::min(best, seconds_since(t0));
   }
   return static_cast<double>(bytes) / best;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct row {

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
@@ -51,6 +52,7 @@
 namespace {
 
 using namespace offloadkit;
+using bench::median;
 using namespace offloadkit::activation;
 using bf16 = __nv_bfloat16;
 
@@ -478,11 +480,6 @@ struct memory_row {
   std::size_t none = 0, offload = 0, unbounded = 0;
   double unbounded_s = 0, none_s = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// A phase's medians over the repetitions; the ratio is the median of each repetition's ratio to
 /// its own limit.

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
@@ -35,6 +36,7 @@
 namespace {
 
 using namespace offloadkit;
+using bench::median;
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t mib = std::size_t{1} << 20;
 
@@ -46,12 +48,6 @@ struct options {
   bool no_swap = false;
   std::string json;
 };
-
-/// The median of `x` (not empty).
-double median(std::vector<double> x) {
-  std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
-  return x[x.size() / 2];
-}
 
 template <class F>
 double seconds(F&& f) {

@@ -28,8 +28,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
@@ -81,10 +83,8 @@ std::vector<double> median_ms(executor& ex, stream_ref s, int iters, int windows
     }
   }
   std::vector<double> out;
-  for (auto& x : t) {
-    std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
-    out.push_back(x[x.size() / 2]);
-  }
+  out.reserve(t.size());
+  for (auto& x : t) out.push_back(bench::median(std::move(x)));
   return out;
 }
 
