@@ -109,7 +109,12 @@ double mlp_step_s(const std::string& path) {
   if (path.empty()) return 0;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("--mlp-json " + path + ": cannot open the file");
-  const auto doc = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in, nullptr, false);
+  } catch (const std::exception& e) {  // a read error of the stream itself (a folder, say)
+    throw std::runtime_error("--mlp-json " + path + ": cannot read the file: " + e.what());
+  }
   if (doc.is_discarded() || !doc.contains("rows") || !doc["rows"].is_array()) {
     throw std::runtime_error("--mlp-json " + path + ": not bench_activation_mlp's JSON");
   }
