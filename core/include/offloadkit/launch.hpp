@@ -20,11 +20,39 @@ namespace detail {
 
 #if defined(__CUDACC__)
 template <class Body>
-__global__ void launch_kernel(Body body, std::size_t n) {
+__device__ inline void run_indices(const Body& body, std::size_t n) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     body(i);
+  }
+}
+
+template <class Body>
+__global__ void launch_kernel(Body body, std::size_t n) {
+  run_indices(body, n);
+}
+
+/// The kernel of a body that declares `max_block_threads` and `min_blocks_per_sm`: compiled so
+/// that that many blocks of at most that many threads fit on a multiprocessor at once.
+template <class Body>
+__global__ void __launch_bounds__(Body::max_block_threads, Body::min_blocks_per_sm)
+    bounded_launch_kernel(Body body, std::size_t n) {
+  run_indices(body, n);
+}
+
+template <class Body, class = void>
+struct has_launch_bounds : std::false_type {};
+template <class Body>
+struct has_launch_bounds<Body, std::void_t<decltype(Body::min_blocks_per_sm)>> : std::true_type {};
+
+/// The kernel that runs `Body` (for launches and occupancy queries).
+template <class Body>
+constexpr auto kernel_for() {
+  if constexpr (has_launch_bounds<Body>::value) {
+    return &bounded_launch_kernel<Body>;
+  } else {
+    return &launch_kernel<Body>;
   }
 }
 
@@ -35,9 +63,9 @@ void device_launch(const void* body, std::size_t n, unsigned block, void* cuda_s
   constexpr std::size_t max_blocks = 65535;
   std::size_t blocks = (n + block - 1) / block;
   if (blocks > max_blocks) blocks = max_blocks;
-  launch_kernel<Body>
-      <<<static_cast<unsigned>(blocks), block, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
-          *static_cast<const Body*>(body), n);
+  kernel_for<
+      Body>()<<<static_cast<unsigned>(blocks), block, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
+      *static_cast<const Body*>(body), n);
 }
 #endif
 

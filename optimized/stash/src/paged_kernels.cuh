@@ -61,6 +61,18 @@ enum : std::uint32_t {
   code_rows_too_large = 4
 };
 
+/// How the workers split a key's bytes. Workers form groups of `group` consecutive indices (one
+/// thread block on a GPU, so a group's accesses coalesce); the bytes are cut into work items of at
+/// most `chunk_units` copy units, none crossing a page, and handed out by for_each_work_item. A
+/// group looks its page up once per item and its lanes copy consecutive units, so the copy runs
+/// like a plain one with one page-table read per item.
+struct unit_walk {
+  std::uint64_t unit;             ///< bytes per copy unit (16, 8, 4, 2 or 1)
+  std::uint64_t page_units;       ///< units per page
+  std::uint64_t chunk_units;      ///< units per work item
+  std::uint64_t chunks_per_page;  ///< work items of a full page
+};
+
 /// Pointers and sizes of one pool; trivially copyable, captured by value into every body.
 struct pool_view {
   control_block* control;
@@ -76,6 +88,9 @@ struct pool_view {
   std::uint64_t max_pages;  ///< page-table width: pages of max_rows rows
   std::uint64_t workers;    ///< the fixed index space of stash and restore (groups * group)
   std::uint64_t group;      ///< workers per group (copy_rows); a thread block on a GPU
+  /// walk_of_unit of each copy unit (1, 2, 4, 8 and 16 bytes; index: the unit's log2), so that a
+  /// batch's plan looks a key's walk up instead of dividing for it (set_walks).
+  unit_walk walks[5];
 };
 
 /// Loads one copy unit (16, 8, 4, 2 or 1 bytes, aligned to its size) into a register.
@@ -247,18 +262,6 @@ OFFLOADKIT_HD inline std::uint64_t ring_pos(std::uint64_t head_mod, std::uint64_
   return pos >= capacity ? pos - capacity : pos;
 }
 
-/// How the workers split a key's bytes. Workers form groups of `group` consecutive indices (one
-/// thread block on a GPU, so a group's accesses coalesce); the bytes are cut into work items of at
-/// most `chunk_units` copy units, none crossing a page, and handed out by for_each_work_item. A
-/// group looks its page up once per item and its lanes copy consecutive units, so the copy runs
-/// like a plain one with one page-table read per item.
-struct unit_walk {
-  std::uint64_t unit;             ///< bytes per copy unit (16, 8, 4, 2 or 1)
-  std::uint64_t page_units;       ///< units per page
-  std::uint64_t chunk_units;      ///< units per work item
-  std::uint64_t chunks_per_page;  ///< work items of a full page
-};
-
 /// Work items of a key's `units` units: chunks_per_page for each full page, and for a last
 /// partial page only as many as its units fill, so that no worker waits on an empty item.
 OFFLOADKIT_HD inline std::uint64_t items_of(const unit_walk& w, std::uint64_t units) {
@@ -327,6 +330,36 @@ OFFLOADKIT_HD inline void copy_page_span(const pool_view& v, const unit_walk& w,
   copy_span<ToPages>(w, v.group, lane, s, linear, page_address(v, id));
 }
 
+/// Worker i's group, its lane in the group and the launch's groups. On a GPU a launch runs one
+/// index per thread (its workers are whole blocks, fewer than the launch's grid cap), so these are
+/// the block, the thread and the grid, without a 64-bit division.
+OFFLOADKIT_HD inline std::uint64_t group_of(const pool_view& v, std::uint64_t i) {
+#if defined(__CUDA_ARCH__)
+  static_cast<void>(v);
+  static_cast<void>(i);
+  return blockIdx.x;
+#else
+  return i / v.group;
+#endif
+}
+OFFLOADKIT_HD inline std::uint64_t lane_of(const pool_view& v, std::uint64_t i) {
+#if defined(__CUDA_ARCH__)
+  static_cast<void>(v);
+  static_cast<void>(i);
+  return threadIdx.x;
+#else
+  return i % v.group;
+#endif
+}
+OFFLOADKIT_HD inline std::uint64_t groups_of(const pool_view& v) {
+#if defined(__CUDA_ARCH__)
+  static_cast<void>(v);
+  return gridDim.x;
+#else
+  return v.workers / v.group;
+#endif
+}
+
 /// Runs `work(t)` for the work items t in [0, items) that worker i's group takes; every group of
 /// the launch calls it with the same `items`, and each item goes to exactly one group, in
 /// increasing order within a group. Group g's first item is g. On a GPU a group then takes the
@@ -340,8 +373,8 @@ OFFLOADKIT_HD inline void copy_page_span(const pool_view& v, const unit_walk& w,
 template <class Work>
 OFFLOADKIT_HD inline void for_each_work_item(const pool_view& v, std::uint64_t i,
                                              std::uint64_t items, const Work& work) {
-  const std::uint64_t groups = v.workers / v.group;
-  std::uint64_t t = i / v.group;
+  const std::uint64_t groups = groups_of(v);
+  std::uint64_t t = group_of(v, i);
 #if defined(__CUDA_ARCH__)
   __shared__ std::uint32_t handed[2];
   cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> next(v.control->next);
@@ -369,7 +402,7 @@ template <bool ToPages, class IdOf, class OnPage>
 OFFLOADKIT_HD inline void copy_rows(const pool_view& v, const unit_walk& w, std::uint64_t i,
                                     std::uint64_t units, unsigned char* linear, const IdOf& id_of,
                                     const OnPage& on_page) {
-  const std::uint64_t lane = i % v.group;
+  const std::uint64_t lane = lane_of(v, i);
   for_each_work_item(v, i, items_of(w, units), [&](std::uint64_t t) {
     const item_span s = span_of(w, t, units);
     copy_page_span<ToPages>(v, w, lane, s, linear, id_of(s.page), on_page);
@@ -491,43 +524,62 @@ struct restore_body {
 // A batch issues many keys (a MoE layer's experts) in one launch with the result of one launch per
 // key in batch order. The keys are distinct (checked on the host), so a key's outcome depends on
 // the batch's earlier keys only through the free pages they take (stash) or the ring positions
-// their pages return to (restore). Every worker plans the whole batch from the same device state;
-// the plan numbers the work items of all keys one after the other, and the groups take the batch's
-// items as for one key (for_each_work_item), whichever keys they belong to, so that a batch of
-// small keys spreads over the whole launch. The group that counts last commits, one key per lane
-// of its first warp, with the result that committing the keys in batch order would have.
+// their pages return to (restore). Every worker plans the whole batch from the same device state.
+// The groups copy the batch's work items whichever keys they belong to, so that a batch of small
+// keys spreads over the whole launch: first each group's fixed item (below), then the items that
+// the plan numbers, all keys' one after the other, taken as for one key (for_each_work_item). The
+// group that counts last commits, one key per lane of its first warp, with the result that
+// committing the keys in batch order would have.
 //
-// On a GPU the plan lives in the block's shared memory and warp 0 makes it: lane l reads keys 2l
-// and 2l + 1 (their row counts and entries) and the rings in one round of loads, decides what each
-// key can alone, and the warp numbers the keys with prefix sums; only when the batch asks for more
-// pages than are free (some key overflows, and which one depends on the order) does one thread
-// walk the keys in order. On host threads each worker plans alone, in order.
+// Fixed items: of a launch's B groups, group g first copies item g / n of key g % n (n keys), so
+// key k < B has ceil((B - k) / n) such groups and its first min(items, that many) items are fixed;
+// the plan numbers only the others. A group finds its fixed item from its own key's row count
+// (stash) or entry (restore), without the plan: on a GPU every thread starts loading its part of
+// it into shared memory while warp 0 plans (keys copied in 16-byte units, and for a restore only
+// from a device page), and stores it once the plan says where (a stash's pages) and whether (a
+// key that fails copies nothing).
+//
+// On a GPU the plan lives in the block's shared memory and warp 0 makes it from the block's copy
+// of the keys: lane l reads keys 2l and 2l + 1 (their row counts and entries) and the rings in one
+// round of loads, decides what each key can alone (one division for its pages, one for the items
+// of its last page; the walks come from the pool's table), and the warp numbers the keys with
+// prefix sums; only when the batch asks for more pages than are free (some key overflows, and
+// which one depends on the order) does one thread walk the keys in order. On host threads each
+// worker plans alone, in order.
 
 /// Keys per batched launch: a batch's plan lives in one thread block's shared memory on a GPU,
 /// two keys per lane of its first warp.
 constexpr std::uint32_t max_batch_keys = 64;
 
+/// Threads of a GPU group (a thread block), and 16-byte units one of them copies of a work item
+/// at most (walk_of_unit: an item is at most 4 units per lane).
+constexpr std::uint32_t gpu_group = 256;
+constexpr std::uint32_t lane_units = 4;
+
 struct batch_key {
   unsigned char* linear;  ///< stash: the source; restore: the destination
   std::uint64_t* rows;    ///< stash: the device row count; restore: rows_out (may be null)
   std::uint32_t slot;
-  std::uint32_t key;   ///< pack_key() of the key
-  std::uint32_t unit;  ///< copy unit of the linear buffer (see unit_walk)
+  std::uint32_t key;        ///< pack_key() of the key
+  std::uint32_t unit_log2;  ///< log2 of the copy unit of the linear buffer (see unit_walk)
   /// Restore: 1 when no later key of the batch names the same rows_out, so that this key's store
   /// is the one that stays, as with one launch per key in order.
   std::uint32_t last_rows;
 };
 
 /// One key of a batch: its decision (as a launch of its own would make it), how it walks its
-/// bytes, where its pages start in each ring after the batch's earlier keys, where its work items
-/// start among the batch's, and how many earlier keys of the batch fail.
+/// bytes, where its pages start in each ring after the batch's earlier keys, its work items (the
+/// fixed ones first), where its numbered ones start among the batch's, and how many earlier keys
+/// of the batch fail.
 struct key_plan {
   stash_decision d;
   unit_walk walk;
   std::uint64_t device_at;
   std::uint64_t pinned_at;
-  std::uint64_t item_base;
-  std::uint64_t units;  ///< copy units of the key's rows, computed once for all its work items
+  std::uint64_t units;      ///< copy units of the key's rows
+  std::uint64_t items;      ///< work items of the key's rows
+  std::uint64_t fixed;      ///< of them the fixed ones (fixed_items)
+  std::uint64_t item_base;  ///< numbered items of the batch's earlier keys
   std::uint64_t failed_before;
 };
 
@@ -535,16 +587,58 @@ OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t un
   const std::uint64_t page_units = v.page_bytes / unit;
   // On a GPU an item is one load batch per lane; on host threads a whole page.
   std::uint64_t chunk = page_units;
-  if (v.group != 1 && 4 * v.group < chunk) chunk = 4 * v.group;
+  if (v.group != 1 && lane_units * v.group < chunk) chunk = lane_units * v.group;
   return unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
 }
 
-/// Work items and pages a planned key contributes (none unless it succeeds).
+/// Fills the pool's table of walks (after its row and page sizes and its group) for the units that
+/// divide a row (unit_for picks no other); the others stay empty.
+inline void set_walks(pool_view& v) {
+  for (std::uint64_t s = 0; s < 5; ++s) {
+    const std::uint64_t unit = std::uint64_t{1} << s;
+    v.walks[s] = v.row_bytes % unit == 0 ? walk_of_unit(v, unit) : unit_walk{};
+  }
+}
+
+/// Pages, copy units and work items of `rows` rows (at most max_rows) copied in units of
+/// 2^unit_log2 bytes; the same counts as items_of, with a page holding rows_per_page rows.
+struct row_count {
+  std::uint64_t need, units, items;
+};
+OFFLOADKIT_HD inline row_count count_rows(const pool_view& v, std::uint32_t unit_log2,
+                                          std::uint64_t rows) {
+  const unit_walk& w = v.walks[unit_log2];
+  const std::uint64_t full = rows / v.rows_per_page;
+  const std::uint64_t rest_rows = rows - full * v.rows_per_page;
+  const std::uint64_t rest = (rest_rows * v.row_bytes) >> unit_log2;
+  return row_count{full + (rest_rows != 0 ? 1 : 0), (rows * v.row_bytes) >> unit_log2,
+                   full * w.chunks_per_page + (rest + w.chunk_units - 1) / w.chunk_units};
+}
+
+/// Fixed items of key k of a batch of n keys with `items` work items, in a launch of `groups`.
+OFFLOADKIT_HD inline std::uint64_t fixed_items(std::uint64_t items, std::uint32_t k,
+                                               std::uint32_t n, std::uint64_t groups) {
+  if (k >= groups) return 0;
+  const std::uint64_t share = (groups - k + n - 1) / n;
+  return items < share ? items : share;
+}
+
+/// A group's fixed item: item `item` of key `key`. On a GPU `staged` says that the calling thread
+/// has its units of it loading into the block's staging buffer (stage_units), and a restore keeps
+/// the page id it read them from.
+struct fixed_item {
+  std::uint32_t key;
+  std::uint64_t item;
+  bool staged;
+  std::uint32_t id;
+};
+
+/// Pages and numbered work items a planned key contributes (none unless it succeeds).
 OFFLOADKIT_HD inline std::uint64_t plan_pages(const key_plan& p) {
   return p.d.code == code_ok ? p.d.need : 0;
 }
 OFFLOADKIT_HD inline std::uint64_t plan_items(const key_plan& p) {
-  return p.d.code == code_ok ? items_of(p.walk, p.units) : 0;
+  return p.d.code == code_ok ? p.items - p.fixed : 0;
 }
 /// Device and pinned pages a planned key moves (stash: takes; restore: gives back).
 OFFLOADKIT_HD inline std::uint64_t plan_device_pages(const key_plan& p) {
@@ -570,18 +664,87 @@ OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t 
   return lo;
 }
 
-/// Worker i's share of a planned batch: `copy(k, span)` for each work item of the batch that its
-/// group takes (for_each_work_item), with k its key and span where it lies in the key. A group's
-/// items only grow, so each search starts at the previous item's key.
+#if defined(__CUDA_ARCH__)
+/// Starts loading the calling thread's 16-byte units of `s` (those copy_span gives its lane), read
+/// from `from` (the span's page or the linear buffer at the span's first unit), into `buf`: unit
+/// lane + j * group for its j-th. Sizes and addresses are multiples of 16 (unit 16 only).
+__device__ inline bool stage_units(uint4* buf, const item_span& s, const unsigned char* from) {
+#if __CUDA_ARCH__ >= 800
+  for (std::uint32_t j = 0; j < lane_units; ++j) {
+    const std::uint64_t u = s.begin + threadIdx.x + std::uint64_t{j} * blockDim.x;
+    if (u >= s.end) break;
+    const auto to =
+        static_cast<unsigned>(__cvta_generic_to_shared(buf + threadIdx.x + j * blockDim.x));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to),
+                 "l"(__cvta_generic_to_global(from + u * 16))
+                 : "memory");
+  }
+  return true;
+#else
+  static_cast<void>(buf);
+  static_cast<void>(s);
+  static_cast<void>(from);
+  return false;
+#endif
+}
+
+/// Waits for the calling thread's stage_units loads.
+__device__ inline void wait_staged() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/// Stores the calling thread's staged units of `s` to `to` (as stage_units' `from`).
+__device__ inline void store_staged(const uint4* buf, const item_span& s, unsigned char* to) {
+  wait_staged();
+  for (std::uint32_t j = 0; j < lane_units; ++j) {
+    const std::uint64_t u = s.begin + threadIdx.x + std::uint64_t{j} * blockDim.x;
+    if (u >= s.end) break;
+    *reinterpret_cast<uint4*>(to + u * 16) = buf[threadIdx.x + j * blockDim.x];
+  }
+}
+#endif
+
+/// copy_span, or on a GPU the store of the calling thread's staged units when `staged` is set.
+template <bool ToPages>
+OFFLOADKIT_HD inline void copy_item(const pool_view& v, const unit_walk& w, std::uint64_t lane,
+                                    const item_span& s, unsigned char* linear, unsigned char* paged,
+                                    const uint4* staged) {
+#if defined(__CUDA_ARCH__)
+  if (staged != nullptr) {
+    store_staged(staged, s, ToPages ? paged : linear + s.first * 16);
+    return;
+  }
+#else
+  static_cast<void>(staged);
+#endif
+  copy_span<ToPages>(w, v.group, lane, s, linear, paged);
+}
+
+/// Worker i's share of a planned batch: `copy(k, span, staged)` for its group's fixed item (with
+/// `staged` the staging buffer when the calling thread staged it, else null), then for each
+/// numbered item that the group takes (for_each_work_item), with k its key and span where it lies
+/// in the key. A group's numbered items only grow, so each search starts at the previous item's
+/// key.
 template <class Copy>
 OFFLOADKIT_HD inline void for_each_item(const pool_view& v, const key_plan* plan, std::uint32_t n,
-                                        std::uint64_t i, const Copy& copy) {
+                                        std::uint64_t i, const fixed_item& f, const uint4* staged,
+                                        const Copy& copy) {
+  const key_plan& pf = plan[f.key];
+  if (pf.d.code == code_ok && f.item < pf.items) {
+    copy(f.key, span_of(pf.walk, f.item, pf.units), f.staged ? staged : nullptr);
+  } else if (f.staged) {
+#if defined(__CUDA_ARCH__)
+    wait_staged();  // the key fails: its loads are dropped, but finish before the thread goes on
+#endif
+  }
   const key_plan& last = plan[n - 1];
   std::uint32_t k = 0;
   for_each_work_item(v, i, last.item_base + plan_items(last), [&](std::uint64_t t) {
     k = find_key(plan, k, n, t);
     const key_plan& p = plan[k];
-    copy(k, span_of(p.walk, t - p.item_base, p.units));
+    copy(k, span_of(p.walk, p.fixed + (t - p.item_base), p.units), nullptr);
   });
 }
 
@@ -609,47 +772,66 @@ OFFLOADKIT_HD inline void commit_batch(const pool_view& v, std::uint32_t before,
 #endif
 }
 
-/// Four counts summed together in a warp scan.
-struct counts {
-  std::uint64_t a, b, c, d;
+/// Counts summed in warp 0's scan: a stash's pages (64-bit: their sum is checked against the
+/// free pages before anything trusts it), numbered items and failed keys, a restore's device and
+/// pinned pages (the pages of distinct held keys, so fewer than either tier), numbered items and
+/// failed keys (a launch numbers fewer than 2^32 items).
+struct stash_counts {
+  std::uint64_t pages;
+  std::uint32_t items, failed;
+  OFFLOADKIT_HD stash_counts operator+(const stash_counts& y) const {
+    return stash_counts{pages + y.pages, items + y.items, failed + y.failed};
+  }
+  OFFLOADKIT_HD stash_counts operator-(const stash_counts& y) const {
+    return stash_counts{pages - y.pages, items - y.items, failed - y.failed};
+  }
+#if defined(__CUDA_ARCH__)
+  template <class Shfl>
+  __device__ stash_counts each(const Shfl& shfl) const {
+    return stash_counts{shfl(pages), shfl(items), shfl(failed)};
+  }
+#endif
 };
-OFFLOADKIT_HD inline counts operator+(const counts& x, const counts& y) {
-  return counts{x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d};
-}
-OFFLOADKIT_HD inline counts operator-(const counts& x, const counts& y) {
-  return counts{x.a - y.a, x.b - y.b, x.c - y.c, x.d - y.d};
-}
+struct restore_counts {
+  std::uint32_t device, pinned, items, failed;
+  OFFLOADKIT_HD restore_counts operator+(const restore_counts& y) const {
+    return restore_counts{device + y.device, pinned + y.pinned, items + y.items, failed + y.failed};
+  }
+  OFFLOADKIT_HD restore_counts operator-(const restore_counts& y) const {
+    return restore_counts{device - y.device, pinned - y.pinned, items - y.items, failed - y.failed};
+  }
+#if defined(__CUDA_ARCH__)
+  template <class Shfl>
+  __device__ restore_counts each(const Shfl& shfl) const {
+    return restore_counts{shfl(device), shfl(pinned), shfl(items), shfl(failed)};
+  }
+#endif
+};
 
 #if defined(__CUDA_ARCH__)
-/// Inclusive prefix sums over the 32 lanes of warp 0.
-__device__ inline counts warp_inclusive_scan(counts x) {
-  const unsigned lane = threadIdx.x & 31u;
-  for (unsigned s = 1; s < 32; s *= 2) {
-    const counts y{__shfl_up_sync(0xffffffffu, x.a, s), __shfl_up_sync(0xffffffffu, x.b, s),
-                   __shfl_up_sync(0xffffffffu, x.c, s), __shfl_up_sync(0xffffffffu, x.d, s)};
-    if (lane >= s) x = x + y;
-  }
-  return x;
-}
-
 /// The lane's two keys (2 * lane, 2 * lane + 1) as counts `of(plan[k])`: their exclusive prefix
-/// sums over the batch, and the sum over all keys.
+/// sums over the batch (warp 0's inclusive scan of the pairs), and the sum over all keys.
+template <class Counts>
 struct lane_scan {
-  counts first, second, total;
+  Counts first, second, total;
 };
-template <class Of>
-__device__ inline lane_scan scan_pairs(const key_plan* plan, std::uint32_t n, const Of& of) {
+template <class Counts, class Of>
+__device__ inline lane_scan<Counts> scan_pairs(const key_plan* plan, std::uint32_t n,
+                                               const Of& of) {
   const unsigned lane = threadIdx.x & 31u;
   const std::uint32_t k0 = 2 * lane, k1 = k0 + 1;
-  const counts x0 = k0 < n ? of(plan[k0]) : counts{0, 0, 0, 0};
-  const counts x1 = k1 < n ? of(plan[k1]) : counts{0, 0, 0, 0};
-  const counts pair = x0 + x1;
-  const counts incl = warp_inclusive_scan(pair);
-  lane_scan r;
+  const Counts x0 = k0 < n ? of(plan[k0]) : Counts{};
+  const Counts x1 = k1 < n ? of(plan[k1]) : Counts{};
+  const Counts pair = x0 + x1;
+  Counts incl = pair;
+  for (unsigned s = 1; s < 32; s *= 2) {
+    const Counts y = incl.each([s](auto x) { return __shfl_up_sync(0xffffffffu, x, s); });
+    if (lane >= s) incl = incl + y;
+  }
+  lane_scan<Counts> r;
   r.first = incl - pair;
   r.second = r.first + x0;
-  r.total = counts{__shfl_sync(0xffffffffu, incl.a, 31), __shfl_sync(0xffffffffu, incl.b, 31),
-                   __shfl_sync(0xffffffffu, incl.c, 31), __shfl_sync(0xffffffffu, incl.d, 31)};
+  r.total = incl.each([](auto x) { return __shfl_sync(0xffffffffu, x, 31); });
   return r;
 }
 #endif
@@ -657,36 +839,64 @@ __device__ inline lane_scan scan_pairs(const key_plan* plan, std::uint32_t n, co
 /// Reads every key (`fetch`, loads only, so that one key's loads need not wait for another's
 /// decision) and the rings, decides each key alone (`decide`), numbers the keys (`scan` on a GPU;
 /// `sequence` where the scan cannot settle the batch, and on host threads), then runs
-/// `work(plan, rings)`. On a GPU warp 0 plans in the block's shared memory.
+/// `work(plan, rings, fixed, staged)` with worker i's fixed item. On a GPU warp 0 plans in the
+/// block's shared memory, and every thread first reads its group's fixed key (`fetch_fixed`) and
+/// stages its units of the fixed item (`stage_fixed`) while warp 0 plans.
 template <class Body, class Work>
-OFFLOADKIT_HD inline void with_plan(const Body& b, const Work& work) {
+OFFLOADKIT_HD inline void with_plan(const Body& b, std::uint64_t i, const Work& work) {
+  const std::uint64_t groups = groups_of(b.v);
+  const auto g = static_cast<std::uint32_t>(group_of(b.v, i));
+  fixed_item f{g % b.n, g / b.n, false, 0};
 #if defined(__CUDA_ARCH__)
   __shared__ key_plan plan[max_batch_keys];
   __shared__ ring_view shared_rings;
+  __shared__ uint4 staged[lane_units * gpu_group];
+  __shared__ batch_key keys[max_batch_keys];
+  const typename Body::fixed_input fin = b.fetch_fixed(f);
+  // The keys into shared memory, a parameter word per thread: reads of distinct parameter words
+  // in one warp are served one after the other, so warp 0 reading its lanes' keys itself would
+  // wait for up to 32 of them per word.
+  {
+    const auto* from = reinterpret_cast<const std::uint64_t*>(b.keys);
+    auto* to = reinterpret_cast<std::uint64_t*>(keys);
+    constexpr std::uint32_t words = sizeof(batch_key) / sizeof(std::uint64_t);
+    for (std::uint32_t w = threadIdx.x; w < b.n * words; w += blockDim.x) to[w] = from[w];
+  }
+  __syncthreads();
+  const std::uint32_t k0 = 2 * threadIdx.x, k1 = k0 + 1;
+  typename Body::input in0{}, in1{};
+  ring_view rings{};
   if (threadIdx.x < 32) {
-    const std::uint32_t k0 = 2 * threadIdx.x, k1 = k0 + 1;
-    typename Body::input in0{}, in1{};
-    if (k0 < b.n) in0 = b.fetch(k0);
-    if (k1 < b.n) in1 = b.fetch(k1);
-    const ring_view rings = read_rings(b.v);
-    if (k0 < b.n) b.decide(k0, in0, plan[k0]);
-    if (k1 < b.n) b.decide(k1, in1, plan[k1]);
+    if (k0 < b.n) in0 = b.fetch(keys[k0]);
+    if (k1 < b.n) in1 = b.fetch(keys[k1]);
+    rings = read_rings(b.v);
+  }
+  b.stage_fixed(f, fin, staged);
+  if (threadIdx.x < 32) {
+    if (k0 < b.n) b.decide(k0, keys[k0], in0, groups, plan[k0]);
+    if (k1 < b.n) b.decide(k1, keys[k1], in1, groups, plan[k1]);
     __syncwarp();
     if (!b.scan(plan, rings) && threadIdx.x == 0) b.sequence(plan, rings);
     if (threadIdx.x == 0) shared_rings = rings;
   }
   __syncthreads();
-  work(static_cast<const key_plan*>(plan), static_cast<const ring_view&>(shared_rings));
+  work(static_cast<const key_plan*>(plan), static_cast<const ring_view&>(shared_rings), f,
+       static_cast<const uint4*>(staged));
 #else
   key_plan plan[max_batch_keys];
-  for (std::uint32_t k = 0; k < b.n; ++k) b.decide(k, b.fetch(k), plan[k]);
+  for (std::uint32_t k = 0; k < b.n; ++k)
+    b.decide(k, b.keys[k], b.fetch(b.keys[k]), groups, plan[k]);
   const ring_view rings = read_rings(b.v);
   b.sequence(plan, rings);
-  work(static_cast<const key_plan*>(plan), rings);
+  work(static_cast<const key_plan*>(plan), rings, f, static_cast<const uint4*>(nullptr));
 #endif
 }
 
 struct stash_batch_body {
+  /// Three blocks per multiprocessor: the launch is one wave (workers_for), so its bandwidth
+  /// needs blocks more than registers.
+  static constexpr unsigned max_block_threads = gpu_group;
+  static constexpr unsigned min_blocks_per_sm = 3;
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
@@ -695,18 +905,50 @@ struct stash_batch_body {
     std::uint32_t state;
     std::uint64_t rows;
   };
-  OFFLOADKIT_HD input fetch(std::uint32_t k) const {
-    return input{v.entries[keys[k].slot].state, *keys[k].rows};
+  OFFLOADKIT_HD input fetch(const batch_key& key) const {
+    return input{v.entries[key.slot].state, *key.rows};
   }
 
   /// What key k's own launch decides without looking at the free pages: rows past max_rows, a
-  /// key that still holds rows, or the pages it needs.
-  OFFLOADKIT_HD void decide(std::uint32_t k, const input& in, key_plan& p) const {
-    constexpr std::uint64_t unlimited = ~std::uint64_t{0} / 4;
-    p.d = decide_stash_with(v, in.state, in.rows, unlimited, unlimited);
-    p.walk = walk_of_unit(v, keys[k].unit);
-    p.units = p.d.code == code_ok ? p.d.rows * v.row_bytes / p.walk.unit : 0;
+  /// key that still holds rows, or the pages it needs; and its work items.
+  OFFLOADKIT_HD void decide(std::uint32_t k, const batch_key& key, const input& in,
+                            std::uint64_t groups, key_plan& p) const {
+    p.d = stash_decision{};
+    p.d.rows = in.rows;
+    p.walk = v.walks[key.unit_log2];
+    p.units = p.items = p.fixed = 0;
+    if (in.rows > v.max_rows) {
+      p.d.code = code_rows_too_large;
+      return;
+    }
+    const row_count c = count_rows(v, key.unit_log2, in.rows);
+    p.d.need = c.need;
+    if (in.state != entry_empty) {
+      p.d.code = code_double_stash;
+      return;
+    }
+    p.d.code = code_ok;
+    p.units = c.units;
+    p.items = c.items;
+    p.fixed = fixed_items(c.items, k, n, groups);
   }
+
+#if defined(__CUDA_ARCH__)
+  /// The fixed key's row count.
+  using fixed_input = std::uint64_t;
+  __device__ fixed_input fetch_fixed(const fixed_item& f) const { return *keys[f.key].rows; }
+
+  /// Stages the fixed item from the key's source when it has the item (its rows within max_rows:
+  /// a stash that fails for its state or the free pages copies nothing, but its source holds its
+  /// rows) and copies in 16-byte units.
+  __device__ void stage_fixed(fixed_item& f, std::uint64_t rows, uint4* buf) const {
+    if (keys[f.key].unit_log2 != 4 || rows > v.max_rows) return;
+    const row_count c = count_rows(v, 4, rows);
+    if (f.item >= c.items) return;
+    const item_span s = span_of(v.walks[4], f.item, c.units);
+    f.staged = stage_units(buf, s, keys[f.key].linear + s.first * 16);
+  }
+#endif
 
   /// Decides the keys in batch order against the free pages the earlier ones leave.
   OFFLOADKIT_HD void sequence(key_plan* plan, const ring_view& rings) const {
@@ -740,24 +982,25 @@ struct stash_batch_body {
   /// key's place follows from prefix sums of the pages and items before it: it takes device pages
   /// while the device tier lasts, then pinned ones. Returns false (nothing written) otherwise.
   __device__ bool scan(key_plan* plan, const ring_view& rings) const {
-    const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
-      return counts{plan_pages(p), plan_items(p), 0, p.d.code != code_ok ? 1u : 0u};
+    const auto s = scan_pairs<stash_counts>(plan, n, [](const key_plan& p) {
+      return stash_counts{plan_pages(p), static_cast<std::uint32_t>(plan_items(p)),
+                          p.d.code != code_ok ? 1u : 0u};
     });
     const std::uint64_t free_device = rings.free(0), free_pinned = rings.free(1);
-    if (s.total.a > free_device + free_pinned) return false;
+    if (s.total.pages > free_device + free_pinned) return false;
     const unsigned lane = threadIdx.x & 31u;
     for (std::uint32_t half = 0; half < 2; ++half) {
       const std::uint32_t k = 2 * lane + half;
       if (k >= n) continue;
       key_plan& p = plan[k];
-      const counts& before = half == 0 ? s.first : s.second;
-      const std::uint64_t on_device = before.a < free_device ? before.a : free_device;
+      const stash_counts& before = half == 0 ? s.first : s.second;
+      const std::uint64_t on_device = before.pages < free_device ? before.pages : free_device;
       p.device_at = on_device;
-      p.pinned_at = before.a - on_device;
+      p.pinned_at = before.pages - on_device;
       p.d.free_device = free_device - on_device;
       p.d.free_pinned = free_pinned - p.pinned_at;
-      p.item_base = before.b;
-      p.failed_before = before.d;
+      p.item_base = before.items;
+      p.failed_before = before.failed;
       if (p.d.code == code_ok) {
         p.d.device_take = p.d.need < p.d.free_device ? p.d.need : p.d.free_device;
       }
@@ -767,68 +1010,119 @@ struct stash_batch_body {
 #endif
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
-      const std::uint64_t lane = i % v.group;
-      // Warp 0 read the state for the whole block, before with_plan's barrier.
-      const std::uint32_t before = count_planned(v);
-      const std::uint64_t h0m = ring_mod(v, 0, rings.head[0]);
-      const std::uint64_t h1m = ring_mod(v, 1, rings.head[1]);
-      // The copies, and each key's page-table row entry by entry as each page's first item is
-      // copied: written only for keys that succeed, and valid from the commit on.
-      for_each_item(v, plan, n, i, [&](std::uint32_t k, const item_span& s) {
-        const key_plan& p = plan[k];
-        const fresh_page pages{&v, p.d.device_take, ring_pos(h0m, p.device_at, v.capacity[0]),
-                               ring_pos(h1m, p.pinned_at, v.capacity[1])};
-        std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-        copy_page_span<true>(v, p.walk, lane, s, keys[k].linear, pages(s.page),
-                             [row](std::uint64_t j, std::uint32_t id) { row[j] = id; });
-      });
-      commit_batch(
-          v, before, n,
-          [&](std::uint32_t k) {
-            const stash_decision& d = plan[k].d;
-            if (d.code != code_ok) {
-              if (plan[k].failed_before == 0) {
-                record_status(v, d.code, keys[k].key, d.rows, d.need, d.free_device, d.free_pinned);
-              }
-              return;
-            }
-            page_entry& e = v.entries[keys[k].slot];
-            e.key = keys[k].key;
-            e.rows = d.rows;
-            e.device_pages = static_cast<std::uint32_t>(d.device_take);
-            e.pages = static_cast<std::uint32_t>(d.need);
-            e.state = entry_stashed;
-          },
-          [&] {
-            const key_plan& last = plan[n - 1];
-            v.control->ring[0].head += last.device_at + plan_device_pages(last);
-            v.control->ring[1].head += last.pinned_at + plan_pinned_pages(last);
-          });
-    });
+    with_plan(
+        *this, i,
+        [&](const key_plan* plan, const ring_view& rings, const fixed_item& f,
+            const uint4* staged) {
+          const std::uint64_t lane = lane_of(v, i);
+          // Warp 0 read the state for the whole block, before with_plan's barrier.
+          const std::uint32_t before = count_planned(v);
+          const std::uint64_t h0m = ring_mod(v, 0, rings.head[0]);
+          const std::uint64_t h1m = ring_mod(v, 1, rings.head[1]);
+          // The copies, and each key's page-table row entry by entry as each page's first item is
+          // copied: written only for keys that succeed, and valid from the commit on.
+          for_each_item(v, plan, n, i, f, staged,
+                        [&](std::uint32_t k, const item_span& s, const uint4* from) {
+                          const key_plan& p = plan[k];
+                          const fresh_page pages{&v, p.d.device_take,
+                                                 ring_pos(h0m, p.device_at, v.capacity[0]),
+                                                 ring_pos(h1m, p.pinned_at, v.capacity[1])};
+                          const std::uint32_t id = pages(s.page);
+                          if (s.begin == 0 && lane == 0) {
+                            v.table[std::uint64_t{keys[k].slot} * v.max_pages + s.page] = id;
+                          }
+                          copy_item<true>(v, p.walk, lane, s, keys[k].linear, page_address(v, id),
+                                          from);
+                        });
+          commit_batch(
+              v, before, n,
+              [&](std::uint32_t k) {
+                const stash_decision& d = plan[k].d;
+                if (d.code != code_ok) {
+                  if (plan[k].failed_before == 0) {
+                    record_status(v, d.code, keys[k].key, d.rows, d.need, d.free_device,
+                                  d.free_pinned);
+                  }
+                  return;
+                }
+                page_entry& e = v.entries[keys[k].slot];
+                e.key = keys[k].key;
+                e.rows = d.rows;
+                e.device_pages = static_cast<std::uint32_t>(d.device_take);
+                e.pages = static_cast<std::uint32_t>(d.need);
+                e.state = entry_stashed;
+              },
+              [&] {
+                // The heads the launch started from (nothing moved them since) past every key's
+                // pages.
+                const key_plan& last = plan[n - 1];
+                v.control->ring[0].head = rings.head[0] + last.device_at + plan_device_pages(last);
+                v.control->ring[1].head = rings.head[1] + last.pinned_at + plan_pinned_pages(last);
+              });
+        });
   }
 };
 
 struct restore_batch_body {
+  /// Three blocks per multiprocessor: the launch is one wave (workers_for), so its bandwidth
+  /// needs blocks more than registers.
+  static constexpr unsigned max_block_threads = gpu_group;
+  static constexpr unsigned min_blocks_per_sm = 3;
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
 
   using input = page_entry;
-  OFFLOADKIT_HD input fetch(std::uint32_t k) const { return v.entries[keys[k].slot]; }
+  OFFLOADKIT_HD input fetch(const batch_key& key) const { return v.entries[key.slot]; }
 
   /// Key k's entry: a held key moves its pages back, an empty one fails as its own launch would.
-  OFFLOADKIT_HD void decide(std::uint32_t k, const input& e, key_plan& p) const {
+  OFFLOADKIT_HD void decide(std::uint32_t k, const batch_key& key, const input& e,
+                            std::uint64_t groups, key_plan& p) const {
     p.d = stash_decision{};
-    p.d.code = e.state == entry_stashed ? code_ok : code_restore_empty;
-    if (p.d.code == code_ok) {
-      p.d.rows = e.rows;
-      p.d.need = e.pages;
-      p.d.device_take = e.device_pages;
+    p.walk = v.walks[key.unit_log2];
+    p.units = p.items = p.fixed = 0;
+    if (e.state != entry_stashed) {
+      p.d.code = code_restore_empty;
+      return;
     }
-    p.walk = walk_of_unit(v, keys[k].unit);
-    p.units = p.d.code == code_ok ? p.d.rows * v.row_bytes / p.walk.unit : 0;
+    p.d.code = code_ok;
+    p.d.rows = e.rows;
+    p.d.need = e.pages;
+    p.d.device_take = e.device_pages;
+    const row_count c = count_rows(v, key.unit_log2, e.rows);
+    p.units = c.units;
+    p.items = c.items;
+    p.fixed = fixed_items(c.items, k, n, groups);
   }
+
+#if defined(__CUDA_ARCH__)
+  /// The fixed key's entry, and the id of the page that holds the fixed item (read before the
+  /// entry says whether the key holds pages; used only when it does).
+  struct fixed_input {
+    page_entry e;
+    std::uint32_t id;
+  };
+  __device__ fixed_input fetch_fixed(const fixed_item& f) const {
+    fixed_input in{v.entries[keys[f.key].slot], 0};
+    if (keys[f.key].unit_log2 != 4) return in;
+    const std::uint64_t page = f.item / v.walks[4].chunks_per_page;
+    if (page < v.max_pages) in.id = v.table[std::uint64_t{keys[f.key].slot} * v.max_pages + page];
+    return in;
+  }
+
+  /// Stages the fixed item from its page when the key holds it and copies in 16-byte units.
+  __device__ void stage_fixed(fixed_item& f, const fixed_input& in, uint4* buf) const {
+    if (keys[f.key].unit_log2 != 4 || in.e.state != entry_stashed) return;
+    const row_count c = count_rows(v, 4, in.e.rows);
+    if (f.item >= c.items) return;
+    // Only from a device page: loads of pinned pages wait on the link, and while they do, warp
+    // 0's loads of the plan queue behind them.
+    if (in.id >= v.capacity[0]) return;
+    const item_span s = span_of(v.walks[4], f.item, c.units);
+    f.id = in.id;
+    f.staged = stage_units(buf, s, page_address(v, in.id));
+  }
+#endif
 
   /// Places each held key's pages past the tails after the earlier keys' pages; an empty key
   /// records the free pages a restore of its own would have seen.
@@ -852,66 +1146,78 @@ struct restore_batch_body {
 #if defined(__CUDA_ARCH__)
   /// Warp 0: the same numbering from prefix sums (a restore never depends on free pages).
   __device__ bool scan(key_plan* plan, const ring_view& rings) const {
-    const lane_scan s = scan_pairs(plan, n, [](const key_plan& p) {
-      return counts{plan_device_pages(p), plan_pinned_pages(p), plan_items(p),
-                    p.d.code != code_ok ? 1u : 0u};
+    const auto s = scan_pairs<restore_counts>(plan, n, [](const key_plan& p) {
+      return restore_counts{static_cast<std::uint32_t>(plan_device_pages(p)),
+                            static_cast<std::uint32_t>(plan_pinned_pages(p)),
+                            static_cast<std::uint32_t>(plan_items(p)),
+                            p.d.code != code_ok ? 1u : 0u};
     });
     const unsigned lane = threadIdx.x & 31u;
     for (std::uint32_t half = 0; half < 2; ++half) {
       const std::uint32_t k = 2 * lane + half;
       if (k >= n) continue;
       key_plan& p = plan[k];
-      const counts& before = half == 0 ? s.first : s.second;
-      p.device_at = before.a;
-      p.pinned_at = before.b;
-      p.item_base = before.c;
-      p.failed_before = before.d;
-      p.d.free_device = rings.free(0) + before.a;
-      p.d.free_pinned = rings.free(1) + before.b;
+      const restore_counts& before = half == 0 ? s.first : s.second;
+      p.device_at = before.device;
+      p.pinned_at = before.pinned;
+      p.item_base = before.items;
+      p.failed_before = before.failed;
+      p.d.free_device = rings.free(0) + before.device;
+      p.d.free_pinned = rings.free(1) + before.pinned;
     }
     return true;
   }
 #endif
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
-    with_plan(*this, [&](const key_plan* plan, const ring_view& rings) {
-      const std::uint64_t lane = i % v.group;
-      // Warp 0 read the state for the whole block, before with_plan's barrier.
-      const std::uint32_t before = count_planned(v);
-      const std::uint64_t t0m = ring_mod(v, 0, rings.tail[0]);
-      const std::uint64_t t1m = ring_mod(v, 1, rings.tail[1]);
-      // The copies, and the pages back into the free slots past each ring's tail, after the
-      // earlier keys', as each page's first item is copied.
-      for_each_item(v, plan, n, i, [&](std::uint32_t k, const item_span& s) {
-        const key_plan& p = plan[k];
-        const std::uint32_t* row = v.table + std::uint64_t{keys[k].slot} * v.max_pages;
-        copy_page_span<false>(
-            v, p.walk, lane, s, keys[k].linear, row[s.page],
-            page_return{&v, p.d.device_take, ring_pos(t0m, p.device_at, v.capacity[0]),
-                        ring_pos(t1m, p.pinned_at, v.capacity[1])});
-      });
-      commit_batch(
-          v, before, n,
-          [&](std::uint32_t k) {
-            const key_plan& p = plan[k];
-            std::uint64_t* rows_out = keys[k].last_rows != 0 ? keys[k].rows : nullptr;
-            if (p.d.code != code_ok) {
-              if (p.failed_before == 0) {
-                record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device,
-                              p.d.free_pinned);
-              }
-              if (rows_out != nullptr) *rows_out = 0;
-              return;
-            }
-            if (rows_out != nullptr) *rows_out = p.d.rows;
-            v.entries[keys[k].slot].state = entry_empty;
-          },
-          [&] {
-            const key_plan& last = plan[n - 1];
-            v.control->ring[0].tail += last.device_at + plan_device_pages(last);
-            v.control->ring[1].tail += last.pinned_at + plan_pinned_pages(last);
-          });
-    });
+    with_plan(
+        *this, i,
+        [&](const key_plan* plan, const ring_view& rings, const fixed_item& f,
+            const uint4* staged) {
+          const std::uint64_t lane = lane_of(v, i);
+          // Warp 0 read the state for the whole block, before with_plan's barrier.
+          const std::uint32_t before = count_planned(v);
+          const std::uint64_t t0m = ring_mod(v, 0, rings.tail[0]);
+          const std::uint64_t t1m = ring_mod(v, 1, rings.tail[1]);
+          // The copies, and the pages back into the free slots past each ring's tail, after the
+          // earlier keys', as each page's first item is copied.
+          for_each_item(
+              v, plan, n, i, f, staged,
+              [&](std::uint32_t k, const item_span& s, const uint4* from) {
+                const key_plan& p = plan[k];
+                const std::uint32_t id =
+                    from != nullptr ? f.id
+                                    : v.table[std::uint64_t{keys[k].slot} * v.max_pages + s.page];
+                if (s.begin == 0 && lane == 0) {
+                  page_return{&v, p.d.device_take, ring_pos(t0m, p.device_at, v.capacity[0]),
+                              ring_pos(t1m, p.pinned_at, v.capacity[1])}(s.page, id);
+                }
+                copy_item<false>(v, p.walk, lane, s, keys[k].linear, page_address(v, id), from);
+              });
+          commit_batch(
+              v, before, n,
+              [&](std::uint32_t k) {
+                const key_plan& p = plan[k];
+                std::uint64_t* rows_out = keys[k].last_rows != 0 ? keys[k].rows : nullptr;
+                if (p.d.code != code_ok) {
+                  if (p.failed_before == 0) {
+                    record_status(v, code_restore_empty, keys[k].key, 0, 0, p.d.free_device,
+                                  p.d.free_pinned);
+                  }
+                  if (rows_out != nullptr) *rows_out = 0;
+                  return;
+                }
+                if (rows_out != nullptr) *rows_out = p.d.rows;
+                v.entries[keys[k].slot].state = entry_empty;
+              },
+              [&] {
+                // The tails the launch started from (nothing moved them since) past every key's
+                // pages.
+                const key_plan& last = plan[n - 1];
+                v.control->ring[0].tail = rings.tail[0] + last.device_at + plan_device_pages(last);
+                v.control->ring[1].tail = rings.tail[1] + last.pinned_at + plan_pinned_pages(last);
+              });
+        });
   }
 };
 

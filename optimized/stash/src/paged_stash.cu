@@ -27,7 +27,7 @@ std::uint64_t resident_blocks(int device) {
                           "device = ", device);
   int per_sm = 0;
   for (const void* kernel :
-       {reinterpret_cast<const void*>(&offloadkit::detail::launch_kernel<Bodies>)...}) {
+       {reinterpret_cast<const void*>(offloadkit::detail::kernel_for<Bodies>())...}) {
     int blocks = 0;
     OFFLOADKIT_CUDA_TRY_CTX(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 256, 0),
                             "device = ", device);
@@ -83,8 +83,13 @@ struct paged_stash::impl {
     }
     return unit;
   }
+  [[nodiscard]] static std::uint32_t log2_of(std::uint32_t unit) {
+    std::uint32_t s = 0;
+    while ((1u << s) < unit) ++s;
+    return s;
+  }
   [[nodiscard]] dk::unit_walk walk_for(const void* p) const {
-    return dk::walk_of_unit(view, unit_for(p));
+    return view.walks[log2_of(unit_for(p))];
   }
 
   // How many of a batch's items a launch of their own each would accept (pointers present, key in
@@ -122,7 +127,7 @@ struct paged_stash::impl {
                                      const_cast<std::uint64_t*>(rows(it)),
                                      slot_of(it.key),
                                      pack_key(it.key.vp, it.key.layer, it.key.microbatch),
-                                     unit_for(p),
+                                     log2_of(unit_for(p)),
                                      1};
         // A restore's rows_out named again later in the batch: the later key's store stays.
         for (std::uint32_t j = 0; j < k; ++j) {
@@ -180,7 +185,7 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   // as a full buffer has work items of 16-byte units, capped at one wave of blocks; on host
   // single-worker groups, a few per host thread.
   if (ex.kind() == backend::cuda) {
-    v.group = 256;
+    v.group = dk::gpu_group;
     m.single_groups =
         std::min(resident_blocks<dk::stash_body, dk::restore_body>(config.device), max_gpu_groups);
     m.batch_groups =
@@ -189,6 +194,7 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   } else {
     v.group = 1;
   }
+  dk::set_walks(v);
   v.workers = m.workers_for(1, m.single_groups);
   do_reset(s);
 }
