@@ -566,6 +566,8 @@ struct batch_key {
   /// is the one that stays, as with one launch per key in order.
   std::uint32_t last_rows;
 };
+static_assert(sizeof(batch_key) % sizeof(std::uint64_t) == 0,
+              "with_plan copies the keys to shared memory in 8-byte words");
 
 /// One key of a batch: its decision (as a launch of its own would make it), how it walks its
 /// bytes, where its pages start in each ring after the batch's earlier keys, its work items (the
