@@ -212,6 +212,11 @@ struct stash_decision {
   std::uint64_t free_pinned;
 };
 
+/// Pages of `rows` rows.
+OFFLOADKIT_HD inline std::uint64_t pages_of(const pool_view& v, std::uint64_t rows) {
+  return (rows + v.rows_per_page - 1) / v.rows_per_page;
+}
+
 /// The decision for a key in `state` with `rows` rows when the tiers have the given free pages.
 OFFLOADKIT_HD inline stash_decision decide_stash_with(const pool_view& v, std::uint32_t state,
                                                       std::uint64_t rows, std::uint64_t free_device,
@@ -224,7 +229,7 @@ OFFLOADKIT_HD inline stash_decision decide_stash_with(const pool_view& v, std::u
     d.code = code_rows_too_large;
     return d;
   }
-  d.need = (rows + v.rows_per_page - 1) / v.rows_per_page;
+  d.need = pages_of(v, rows);
   if (state != entry_empty) {
     d.code = code_double_stash;
     return d;
@@ -594,7 +599,7 @@ OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t un
 }
 
 /// Fills the pool's table of walks (after its row and page sizes and its group) for the units that
-/// divide a row (unit_for picks no other); the others stay empty.
+/// divide a row (unit_log2_for picks no other); the others stay empty.
 inline void set_walks(pool_view& v) {
   for (std::uint64_t s = 0; s < 5; ++s) {
     const std::uint64_t unit = std::uint64_t{1} << s;
@@ -602,18 +607,18 @@ inline void set_walks(pool_view& v) {
   }
 }
 
-/// Pages, copy units and work items of `rows` rows (at most max_rows) copied in units of
-/// 2^unit_log2 bytes; the same counts as items_of, with a page holding rows_per_page rows.
+/// Copy units and work items of `rows` rows (at most max_rows) on their `need` pages (pages_of),
+/// copied in units of 2^unit_log2 bytes: the same counts as items_of, with one division (for the
+/// items of a last partial page) instead of two.
 struct row_count {
-  std::uint64_t need, units, items;
+  std::uint64_t units, items;
 };
 OFFLOADKIT_HD inline row_count count_rows(const pool_view& v, std::uint32_t unit_log2,
-                                          std::uint64_t rows) {
+                                          std::uint64_t rows, std::uint64_t need) {
   const unit_walk& w = v.walks[unit_log2];
-  const std::uint64_t full = rows / v.rows_per_page;
-  const std::uint64_t rest_rows = rows - full * v.rows_per_page;
-  const std::uint64_t rest = (rest_rows * v.row_bytes) >> unit_log2;
-  return row_count{full + (rest_rows != 0 ? 1 : 0), (rows * v.row_bytes) >> unit_log2,
+  const std::uint64_t full = need * v.rows_per_page == rows ? need : need - 1;
+  const std::uint64_t rest = ((rows - full * v.rows_per_page) * v.row_bytes) >> unit_log2;
+  return row_count{(rows * v.row_bytes) >> unit_log2,
                    full * w.chunks_per_page + (rest + w.chunk_units - 1) / w.chunk_units};
 }
 
@@ -623,6 +628,16 @@ OFFLOADKIT_HD inline std::uint64_t fixed_items(std::uint64_t items, std::uint32_
   if (k >= groups) return 0;
   const std::uint64_t share = (groups - k + n - 1) / n;
   return items < share ? items : share;
+}
+
+/// Key k's copy units and work items (the fixed ones among them), from its plan's rows and pages.
+OFFLOADKIT_HD inline void count_key_items(const pool_view& v, std::uint32_t unit_log2,
+                                          std::uint32_t k, std::uint32_t n, std::uint64_t groups,
+                                          key_plan& p) {
+  const row_count c = count_rows(v, unit_log2, p.d.rows, p.d.need);
+  p.units = c.units;
+  p.items = c.items;
+  p.fixed = fixed_items(c.items, k, n, groups);
 }
 
 /// A group's fixed item: item `item` of key `key`. On a GPU `staged` says that the calling thread
@@ -667,6 +682,16 @@ OFFLOADKIT_HD inline std::uint32_t find_key(const key_plan* plan, std::uint32_t 
 }
 
 #if defined(__CUDA_ARCH__)
+/// Where item `item` lies in a key of `rows` rows on `need` pages copied in 16-byte units; false
+/// when the key has no such item.
+__device__ inline bool fixed_span(const pool_view& v, std::uint64_t item, std::uint64_t rows,
+                                  std::uint64_t need, item_span& s) {
+  const row_count c = count_rows(v, 4, rows, need);
+  if (item >= c.items) return false;
+  s = span_of(v.walks[4], item, c.units);
+  return true;
+}
+
 /// Starts loading the calling thread's 16-byte units of `s` (those copy_span gives its lane), read
 /// from `from` (the span's page or the linear buffer at the span's first unit), into `buf`: unit
 /// lane + j * group for its j-th. Sizes and addresses are multiples of 16 (unit 16 only).
@@ -915,24 +940,11 @@ struct stash_batch_body {
   /// key that still holds rows, or the pages it needs; and its work items.
   OFFLOADKIT_HD void decide(std::uint32_t k, const batch_key& key, const input& in,
                             std::uint64_t groups, key_plan& p) const {
-    p.d = stash_decision{};
-    p.d.rows = in.rows;
+    constexpr std::uint64_t unlimited = ~std::uint64_t{0} / 4;
+    p.d = decide_stash_with(v, in.state, in.rows, unlimited, unlimited);
     p.walk = v.walks[key.unit_log2];
     p.units = p.items = p.fixed = 0;
-    if (in.rows > v.max_rows) {
-      p.d.code = code_rows_too_large;
-      return;
-    }
-    const row_count c = count_rows(v, key.unit_log2, in.rows);
-    p.d.need = c.need;
-    if (in.state != entry_empty) {
-      p.d.code = code_double_stash;
-      return;
-    }
-    p.d.code = code_ok;
-    p.units = c.units;
-    p.items = c.items;
-    p.fixed = fixed_items(c.items, k, n, groups);
+    if (p.d.code == code_ok) count_key_items(v, key.unit_log2, k, n, groups, p);
   }
 
 #if defined(__CUDA_ARCH__)
@@ -944,10 +956,11 @@ struct stash_batch_body {
   /// a stash that fails for its state or the free pages copies nothing, but its source holds its
   /// rows) and copies in 16-byte units.
   __device__ void stage_fixed(fixed_item& f, std::uint64_t rows, uint4* buf) const {
-    if (keys[f.key].unit_log2 != 4 || rows > v.max_rows) return;
-    const row_count c = count_rows(v, 4, rows);
-    if (f.item >= c.items) return;
-    const item_span s = span_of(v.walks[4], f.item, c.units);
+    item_span s{};
+    if (keys[f.key].unit_log2 != 4 || rows > v.max_rows ||
+        !fixed_span(v, f.item, rows, pages_of(v, rows), s)) {
+      return;
+    }
     f.staged = stage_units(buf, s, keys[f.key].linear + s.first * 16);
   }
 #endif
@@ -1091,10 +1104,7 @@ struct restore_batch_body {
     p.d.rows = e.rows;
     p.d.need = e.pages;
     p.d.device_take = e.device_pages;
-    const row_count c = count_rows(v, key.unit_log2, e.rows);
-    p.units = c.units;
-    p.items = c.items;
-    p.fixed = fixed_items(c.items, k, n, groups);
+    count_key_items(v, key.unit_log2, k, n, groups, p);
   }
 
 #if defined(__CUDA_ARCH__)
@@ -1114,13 +1124,13 @@ struct restore_batch_body {
 
   /// Stages the fixed item from its page when the key holds it and copies in 16-byte units.
   __device__ void stage_fixed(fixed_item& f, const fixed_input& in, uint4* buf) const {
-    if (keys[f.key].unit_log2 != 4 || in.e.state != entry_stashed) return;
-    const row_count c = count_rows(v, 4, in.e.rows);
-    if (f.item >= c.items) return;
     // Only from a device page: loads of pinned pages wait on the link, and while they do, warp
     // 0's loads of the plan queue behind them.
-    if (in.id >= v.capacity[0]) return;
-    const item_span s = span_of(v.walks[4], f.item, c.units);
+    item_span s{};
+    if (keys[f.key].unit_log2 != 4 || in.e.state != entry_stashed || in.id >= v.capacity[0] ||
+        !fixed_span(v, f.item, in.e.rows, in.e.pages, s)) {
+      return;
+    }
     f.id = in.id;
     f.staged = stage_units(buf, s, page_address(v, in.id));
   }

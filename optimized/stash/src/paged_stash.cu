@@ -72,25 +72,20 @@ struct paged_stash::impl {
     return std::clamp<std::uint64_t>(full_items, 1, max_groups) * view.group;
   }
 
-  // The widest copy unit that divides the row size and keeps both sides aligned.
-  [[nodiscard]] std::uint32_t unit_for(const void* p) const {
-    std::uint32_t unit = 16;
+  // The log2 of the widest copy unit (16 bytes at most) that divides the row size and keeps both
+  // sides aligned.
+  [[nodiscard]] std::uint32_t unit_log2_for(const void* p) const {
+    std::uint32_t s = 4;
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     const auto pools = reinterpret_cast<std::uintptr_t>(view.pool[0]) |
                        reinterpret_cast<std::uintptr_t>(view.pool[1]);
-    while (unit > 1 && (cfg.row_bytes % unit != 0 || addr % unit != 0 || pools % unit != 0)) {
-      unit /= 2;
-    }
-    return unit;
-  }
-  [[nodiscard]] static std::uint32_t log2_of(std::uint32_t unit) {
-    std::uint32_t s = 0;
-    while ((1u << s) < unit) ++s;
+    const auto misfits = [&](std::uint64_t unit) {
+      return cfg.row_bytes % unit != 0 || addr % unit != 0 || pools % unit != 0;
+    };
+    while (s > 0 && misfits(std::uint64_t{1} << s)) --s;
     return s;
   }
-  [[nodiscard]] dk::unit_walk walk_for(const void* p) const {
-    return view.walks[log2_of(unit_for(p))];
-  }
+  [[nodiscard]] dk::unit_walk walk_for(const void* p) const { return view.walks[unit_log2_for(p)]; }
 
   // How many of a batch's items a launch of their own each would accept (pointers present, key in
   // range, a slot free for a new key); a batch issues those and then lets the first refused item
@@ -127,7 +122,7 @@ struct paged_stash::impl {
                                      const_cast<std::uint64_t*>(rows(it)),
                                      slot_of(it.key),
                                      pack_key(it.key.vp, it.key.layer, it.key.microbatch),
-                                     log2_of(unit_for(p)),
+                                     unit_log2_for(p),
                                      1};
         // A restore's rows_out named again later in the batch: the later key's store stays.
         for (std::uint32_t j = 0; j < k; ++j) {

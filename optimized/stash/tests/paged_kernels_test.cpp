@@ -1,6 +1,6 @@
-// The batch plan's arithmetic on the host: count_rows gives the pages, units and work items that a
-// key's own launch counts (items_of over its units), and the fixed items of a launch's groups are
-// each key's first fixed_items() items, each taken by exactly one group.
+// The batch plan's arithmetic on the host: pages_of and count_rows give the pages, units and work
+// items that a key's own launch counts (items_of over its units), and the fixed items of a launch's
+// groups are each key's first fixed_items() items, each taken by exactly one group.
 #include "paged_kernels.cuh"
 
 #include <gtest/gtest.h>
@@ -35,10 +35,11 @@ TEST(PagedKernels, CountRowsMatchesTheCountsOfOneKeysLaunch) {
         const std::uint64_t unit = std::uint64_t{1} << s;
         if (row_bytes % unit != 0) continue;
         const std::uint64_t rows = rng() % (6 * rows_per_page + 1);
-        const dk::row_count c = dk::count_rows(v, s, rows);
+        const std::uint64_t need = dk::pages_of(v, rows);
+        const dk::row_count c = dk::count_rows(v, s, rows, need);
         const dk::unit_walk w = dk::walk_of_unit(v, unit);
         const std::uint64_t units = rows * row_bytes / unit;
-        ASSERT_EQ(c.need, (rows + rows_per_page - 1) / rows_per_page)
+        ASSERT_EQ(need, (rows + rows_per_page - 1) / rows_per_page)
             << "rows " << rows << ", rows per page " << rows_per_page;
         ASSERT_EQ(c.units, units) << "rows " << rows << ", row bytes " << row_bytes;
         ASSERT_EQ(c.items, dk::items_of(w, units))
