@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "offloadkit/cuda_executor.hpp"
@@ -78,6 +79,19 @@ struct spin {
     while (clock64() - start < cycles) {
     }
 #endif
+  }
+};
+
+// Adds one to each element of `from` into `to`; launched programmatically when `Programmatic`
+// (launch.hpp), reading only after wait_for_prior_grids.
+template <bool Programmatic>
+struct add_one {
+  static constexpr bool programmatic_launch = Programmatic;
+  const std::uint32_t* from;
+  std::uint32_t* to;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+    ok::wait_for_prior_grids();
+    to[i] = from[i] + 1;
   }
 };
 
@@ -215,6 +229,76 @@ TEST_F(CudaExecutor, CheckCatchesABodyThatSkipsAnIndex) {
              count_and_write{counter.as<unsigned long long>(), out.as<std::uint32_t>(), n - 1}, s);
   const auto count = read_back<unsigned long long>(counter.data(), 1)[0];
   EXPECT_NE(check_count_and_write(count, read_back<std::uint32_t>(out.data(), n), n), "");
+}
+
+TEST_F(CudaExecutor, AProgrammaticBodyFollowsAKernelOnAProgrammaticEdgeAndReadsItsWrites) {
+  // Each body's kernel writes what the next one reads: a programmatic body launched while the
+  // kernel before it finishes must still read all of its writes.
+  constexpr std::size_t n = std::size_t{1} << 22;
+  ok::buffer a(*ex, ok::memory_kind::device, n * sizeof(std::uint32_t));
+  ok::buffer b(*ex, ok::memory_kind::device, n * sizeof(std::uint32_t));
+  ok::buffer c(*ex, ok::memory_kind::device, n * sizeof(std::uint32_t));
+  auto* pa = a.as<std::uint32_t>();
+  auto* pb = b.as<std::uint32_t>();
+  auto* pc = c.as<std::uint32_t>();
+  const auto issue = [&](std::uint32_t salt) {
+    ok::launch(*ex, n, write_pattern{pa, salt}, "write_pattern", s);
+    ok::launch(*ex, n, add_one<true>{pa, pb}, "add_one_programmatic", s);
+    ok::launch(*ex, n, add_one<false>{pb, pc}, "add_one", s);
+  };
+  const auto check = [&](std::uint32_t salt) {
+    const auto got = read_back<std::uint32_t>(pc, n);
+    std::vector<std::uint32_t> want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = (static_cast<std::uint32_t>(i) ^ salt) + 2;
+    EXPECT_EQ(got, want) << "salt " << salt;
+  };
+  for (std::uint32_t salt : {0x1234u, 0xbeefu, 0x5a5au}) {
+    issue(salt);
+    check(salt);
+  }
+
+  // Captured: the programmatic body's edge from the kernel before it is programmatic where the
+  // device and the compiled code allow it, and the plain body's edge is a full one.
+  int device = 0;
+  int major = 0;
+  OFFLOADKIT_CUDA_TRY(cudaGetDevice(&device));
+  OFFLOADKIT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const bool programmatic = ok::detail::programmatic_launch_allowed_here<add_one<true>>();
+  cudaFuncAttributes attributes{};
+  OFFLOADKIT_CUDA_TRY(cudaFuncGetAttributes(
+      &attributes, reinterpret_cast<const void*>(ok::detail::kernel_for<add_one<true>>())));
+  EXPECT_EQ(programmatic, major >= 9 && attributes.ptxVersion >= 90)
+      << "compute capability " << major << ", PTX " << attributes.ptxVersion;
+  auto native = static_cast<cudaStream_t>(s.ref().native);
+  s.synchronize();
+  OFFLOADKIT_CUDA_TRY(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal));
+  issue(0x77u);
+  cudaGraph_t graph = nullptr;
+  OFFLOADKIT_CUDA_TRY(cudaStreamEndCapture(native, &graph));
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, decltype(&cudaGraphDestroy)> owned(
+      graph, &cudaGraphDestroy);
+  std::size_t edges = 0;
+  OFFLOADKIT_CUDA_TRY(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+  ASSERT_EQ(edges, 2u);
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  OFFLOADKIT_CUDA_TRY(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges));
+  // The node each edge leads to, by its kernel's first parameter: add_one's `from`.
+  for (std::size_t e = 0; e < edges; ++e) {
+    cudaKernelNodeParams params{};
+    OFFLOADKIT_CUDA_TRY(cudaGraphKernelNodeGetParams(to[e], &params));
+    const auto* body = static_cast<const add_one<true>*>(params.kernelParams[0]);
+    const bool to_programmatic = body->from == pa;
+    EXPECT_EQ(data[e].type, to_programmatic && programmatic ? cudaGraphDependencyTypeProgrammatic
+                                                            : cudaGraphDependencyTypeDefault)
+        << "edge into the " << (to_programmatic ? "programmatic" : "plain") << " body";
+  }
+  cudaGraphExec_t exec = nullptr;
+  OFFLOADKIT_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, decltype(&cudaGraphExecDestroy)>
+      owned_exec(exec, &cudaGraphExecDestroy);
+  OFFLOADKIT_CUDA_TRY(cudaGraphLaunch(exec, native));
+  check(0x77u);
 }
 
 TEST_F(CudaExecutor, RefusesABodyNotCompiledByNvcc) {

@@ -450,6 +450,8 @@ OFFLOADKIT_HD inline std::uint64_t ring_mod(const pool_view& v, int tier, std::u
 }
 
 struct stash_body {
+  /// Launched programmatically (launch.hpp): nothing touches global memory before the wait.
+  static constexpr bool programmatic_launch = true;
   pool_view v;
   unit_walk walk;
   const unsigned char* src;
@@ -458,6 +460,7 @@ struct stash_body {
   std::uint32_t key;
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
+    wait_for_prior_grids();
     const ring_view rings = read_rings(v);
     const stash_decision d = decide_stash(v, rings, slot, *rows);
     const std::uint32_t before = count_planned_block(v);
@@ -489,6 +492,8 @@ struct stash_body {
 };
 
 struct restore_body {
+  /// Launched programmatically (launch.hpp): nothing touches global memory before the wait.
+  static constexpr bool programmatic_launch = true;
   pool_view v;
   unit_walk walk;
   unsigned char* dst;
@@ -497,6 +502,7 @@ struct restore_body {
   std::uint32_t key;
 
   OFFLOADKIT_HD void operator()(std::size_t i) const {
+    wait_for_prior_grids();
     const page_entry e = v.entries[slot];
     const ring_view rings = read_rings(v);
     const std::uint32_t before = count_planned_block(v);
@@ -879,16 +885,18 @@ OFFLOADKIT_HD inline void with_plan(const Body& b, std::uint64_t i, const Work& 
   __shared__ ring_view shared_rings;
   __shared__ uint4 staged[lane_units * gpu_group];
   __shared__ batch_key keys[max_batch_keys];
-  const typename Body::fixed_input fin = b.fetch_fixed(f);
   // The keys into shared memory, a parameter word per thread: reads of distinct parameter words
   // in one warp are served one after the other, so warp 0 reading its lanes' keys itself would
-  // wait for up to 32 of them per word.
+  // wait for up to 32 of them per word. They are the launch's own: launched programmatically,
+  // the block copies them while the kernel before it in the stream may still be finishing.
   {
     const auto* from = reinterpret_cast<const std::uint64_t*>(b.keys);
     auto* to = reinterpret_cast<std::uint64_t*>(keys);
     constexpr std::uint32_t words = sizeof(batch_key) / sizeof(std::uint64_t);
     for (std::uint32_t w = threadIdx.x; w < b.n * words; w += blockDim.x) to[w] = from[w];
   }
+  wait_for_prior_grids();
+  const typename Body::fixed_input fin = b.fetch_fixed(f);
   __syncthreads();
   const std::uint32_t k0 = 2 * threadIdx.x, k1 = k0 + 1;
   typename Body::input in0{}, in1{};
@@ -924,6 +932,9 @@ struct stash_batch_body {
   /// needs blocks more than registers.
   static constexpr unsigned max_block_threads = gpu_group;
   static constexpr unsigned min_blocks_per_sm = 3;
+  /// Launched programmatically (launch.hpp): with_plan copies the keys to shared memory before
+  /// the wait and touches global memory only after it.
+  static constexpr bool programmatic_launch = true;
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
@@ -1083,6 +1094,9 @@ struct restore_batch_body {
   /// needs blocks more than registers.
   static constexpr unsigned max_block_threads = gpu_group;
   static constexpr unsigned min_blocks_per_sm = 3;
+  /// Launched programmatically (launch.hpp): with_plan copies the keys to shared memory before
+  /// the wait and touches global memory only after it.
+  static constexpr bool programmatic_launch = true;
   pool_view v;
   std::uint32_t n;
   batch_key keys[max_batch_keys];
