@@ -1,8 +1,9 @@
 // Smoke tests of the cuda back end on a real GPU: memory kinds and classification, copies and
-// fills, a cuda::atomic_ref body issued through offloadkit::launch, host functions, events,
-// virtual memory (release really frees device memory; a graph captured before unmap replays after
-// remap), graph lifetime, failure paths and device restoration. Every suite carries "Cuda", so
-// ctest runs them in the .cuda entry, which is skipped where no GPU is usable.
+// fills, a cuda::atomic_ref body issued through offloadkit::launch, a programmatic launch (its wait
+// for the kernel before it, its captured edge), host functions, events, virtual memory (release
+// really frees device memory; a graph captured before unmap replays after remap), graph lifetime,
+// failure paths and device restoration. Every suite carries "Cuda", so ctest runs them in the
+// .cuda entry, which is skipped where no GPU is usable.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -79,6 +80,26 @@ struct spin {
     while (clock64() - start < cycles) {
     }
 #endif
+  }
+};
+
+// write_pattern that lets the kernel after it start at once (an early trigger) and then spins for
+// about `cycles` clock ticks before it writes, so that a kernel after it that does not wait reads
+// what was there before.
+struct write_pattern_late {
+  std::uint32_t* p;
+  std::uint32_t salt;
+  long long cycles;
+  OFFLOADKIT_HD void operator()(std::size_t i) const {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+#endif
+    p[i] = static_cast<std::uint32_t>(i) ^ salt;
   }
 };
 
@@ -255,6 +276,20 @@ TEST_F(CudaExecutor, AProgrammaticBodyFollowsAKernelOnAProgrammaticEdgeAndReadsI
   for (std::uint32_t salt : {0x1234u, 0xbeefu, 0x5a5au}) {
     issue(salt);
     check(salt);
+  }
+  // A kernel before it that lets it start early and writes late: only the wait keeps the read
+  // after the write.
+  constexpr std::size_t late = std::size_t{1} << 16;
+  ex->fill(pa, 0, late * sizeof(std::uint32_t), s);
+  ok::launch(*ex, late, write_pattern_late{pa, 0x3c3cu, 200000}, "write_pattern_late", s);
+  ok::launch(*ex, late, add_one<true>{pa, pb}, "add_one_programmatic", s);
+  {
+    const auto got = read_back<std::uint32_t>(pb, late);
+    std::size_t stale = 0;
+    for (std::size_t i = 0; i < late; ++i) {
+      stale += got[i] != (static_cast<std::uint32_t>(i) ^ 0x3c3cu) + 1 ? 1 : 0;
+    }
+    EXPECT_EQ(stale, 0u) << "of " << late << " elements read before the kernel before wrote them";
   }
 
   // Captured: the programmatic body's edge from the kernel before it is programmatic where the
