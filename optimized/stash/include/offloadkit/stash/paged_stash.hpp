@@ -2,7 +2,8 @@
 // host memory), device-resident freelists, page table and status word, and one fused launch per
 // stash and per restore, or per batch of up to 64 keys. The row count never leaves the device and
 // no call synchronizes the host, so a graph captured for one step replays correctly with other row
-// counts.
+// counts. On compute capability 9.0 and later the launches are programmatic (launch.hpp): each
+// starts while the kernel before it in the stream ends, and waits for it before touching memory.
 #pragma once
 
 #include <cstdint>
