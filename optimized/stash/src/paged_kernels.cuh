@@ -286,13 +286,18 @@ struct item_span {
   std::uint64_t end;
 };
 
+/// The key's page that holds work item `item` (span_of's `page`).
+OFFLOADKIT_HD inline std::uint64_t page_of_item(const unit_walk& w, std::uint64_t item) {
+  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
+  return item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
+             ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
+             : item / w.chunks_per_page;
+}
+
 OFFLOADKIT_HD inline item_span span_of(const unit_walk& w, std::uint64_t item,
                                        std::uint64_t units) {
   item_span s{};
-  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
-  s.page = item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
-               ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
-               : item / w.chunks_per_page;
+  s.page = page_of_item(w, item);
   s.first = s.page * w.page_units;
   s.begin = (item - s.page * w.chunks_per_page) * w.chunk_units;
   s.end = s.begin + w.chunk_units;
@@ -1131,7 +1136,7 @@ struct restore_batch_body {
   __device__ fixed_input fetch_fixed(const fixed_item& f) const {
     fixed_input in{v.entries[keys[f.key].slot], 0};
     if (keys[f.key].unit_log2 != 4) return in;
-    const std::uint64_t page = f.item / v.walks[4].chunks_per_page;
+    const std::uint64_t page = page_of_item(v.walks[4], f.item);
     if (page < v.max_pages) in.id = v.table[std::uint64_t{keys[f.key].slot} * v.max_pages + page];
     return in;
   }

@@ -17,7 +17,7 @@ namespace dk = kernels;
 // Groups of a GPU launch at most, on a device of any size.
 constexpr std::uint64_t max_gpu_groups = 1024;
 
-// Thread blocks of 256 threads that `device` runs at once of whichever of the bodies' kernels
+// Thread blocks of gpu_group threads that `device` runs at once of whichever of the bodies' kernels
 // fits fewer (its multiprocessors times the blocks of that kernel that fit on one).
 template <class... Bodies>
 std::uint64_t resident_blocks(int device) {
@@ -29,7 +29,8 @@ std::uint64_t resident_blocks(int device) {
   for (const void* kernel :
        {reinterpret_cast<const void*>(offloadkit::detail::kernel_for<Bodies>())...}) {
     int blocks = 0;
-    OFFLOADKIT_CUDA_TRY_CTX(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 256, 0),
+    OFFLOADKIT_CUDA_TRY_CTX(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                &blocks, kernel, static_cast<int>(dk::gpu_group), 0),
                             "device = ", device);
     per_sm = per_sm == 0 ? blocks : std::min(per_sm, blocks);
   }
@@ -66,7 +67,7 @@ struct paged_stash::impl {
   [[nodiscard]] std::uint64_t workers_for(std::uint64_t keys, std::uint64_t max_groups) const {
     const bool gpu = view.group != 1;
     const std::uint64_t item_bytes =
-        gpu ? 16 * 4 * view.group : std::max<std::uint64_t>(view.page_bytes, 1);
+        gpu ? 16 * dk::lane_units * view.group : std::max<std::uint64_t>(view.page_bytes, 1);
     const std::uint64_t full_items = std::max<std::uint64_t>(
         view.max_pages, keys * ((cfg.max_rows * cfg.row_bytes + item_bytes - 1) / item_bytes));
     return std::clamp<std::uint64_t>(full_items, 1, max_groups) * view.group;
