@@ -21,6 +21,47 @@
 
 namespace offloadkit::stash::kernels {
 
+/// A divisor fixed when the pool is built, divided by without a division: on a GPU a 64-bit
+/// division is a subroutine of a hundred-odd dependent instructions, and a batch's plan would make
+/// several per key. The quotient is estimated as the high half of n * m, m = floor((2^64 - 1) / d):
+/// since m * d > 2^64 - 1 - d, n * m / 2^64 > n / d - 1 for every 64-bit n, so the estimate is
+/// floor(n / d) or one less, and one correction makes it exact for every dividend.
+struct divisor {
+  std::uint64_t d;  ///< the divisor; 0 in a divisor that is never used (an empty tier, a walk)
+  std::uint64_t m;  ///< floor((2^64 - 1) / d)
+};
+
+OFFLOADKIT_HD inline divisor make_divisor(std::uint64_t d) {
+  return divisor{d, d == 0 ? 0 : ~std::uint64_t{0} / d};
+}
+
+/// The high 64 bits of the 128-bit product a * b.
+OFFLOADKIT_HD inline std::uint64_t mul_high(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  constexpr std::uint64_t low = 0xffffffffu;
+  const std::uint64_t ll = (a & low) * (b & low), lh = (a & low) * (b >> 32);
+  const std::uint64_t hl = (a >> 32) * (b & low), hh = (a >> 32) * (b >> 32);
+  const std::uint64_t mid = (ll >> 32) + (lh & low) + (hl & low);
+  return hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
+}
+
+struct quotient {
+  std::uint64_t q, r;
+};
+
+OFFLOADKIT_HD inline quotient divide(std::uint64_t n, const divisor& x) {
+  std::uint64_t q = mul_high(n, x.m);
+  std::uint64_t r = n - q * x.d;
+  if (r >= x.d) {
+    ++q;
+    r -= x.d;
+  }
+  return quotient{q, r};
+}
+
 struct ring_state {
   std::uint64_t head;  ///< position of the next page to hand out (monotonic)
   std::uint64_t tail;  ///< position where the next returned page goes (monotonic)
@@ -71,6 +112,7 @@ struct unit_walk {
   std::uint64_t page_units;       ///< units per page
   std::uint64_t chunk_units;      ///< units per work item
   std::uint64_t chunks_per_page;  ///< work items of a full page
+  divisor by_page_units, by_chunk_units, by_chunks_per_page;
 };
 
 /// Pointers and sizes of one pool; trivially copyable, captured by value into every body.
@@ -89,8 +131,10 @@ struct pool_view {
   std::uint64_t workers;    ///< the fixed index space of stash and restore (groups * group)
   std::uint64_t group;      ///< workers per group (copy_rows); a thread block on a GPU
   /// walk_of_unit of each copy unit (1, 2, 4, 8 and 16 bytes; index: the unit's log2), so that a
-  /// batch's plan looks a key's walk up instead of dividing for it (set_walks).
+  /// batch's plan looks a key's walk up instead of dividing for it (derive_view).
   unit_walk walks[5];
+  divisor by_rows_per_page;
+  divisor by_capacity[2];
 };
 
 /// Loads one copy unit (16, 8, 4, 2 or 1 bytes, aligned to its size) into a register.
@@ -214,7 +258,7 @@ struct stash_decision {
 
 /// Pages of `rows` rows.
 OFFLOADKIT_HD inline std::uint64_t pages_of(const pool_view& v, std::uint64_t rows) {
-  return (rows + v.rows_per_page - 1) / v.rows_per_page;
+  return divide(rows + v.rows_per_page - 1, v.by_rows_per_page).q;
 }
 
 /// The decision for a key in `state` with `rows` rows when the tiers have the given free pages.
@@ -270,9 +314,8 @@ OFFLOADKIT_HD inline std::uint64_t ring_pos(std::uint64_t head_mod, std::uint64_
 /// Work items of a key's `units` units: chunks_per_page for each full page, and for a last
 /// partial page only as many as its units fill, so that no worker waits on an empty item.
 OFFLOADKIT_HD inline std::uint64_t items_of(const unit_walk& w, std::uint64_t units) {
-  const std::uint64_t full = units / w.page_units;
-  const std::uint64_t rest = units - full * w.page_units;
-  return full * w.chunks_per_page + (rest + w.chunk_units - 1) / w.chunk_units;
+  const quotient pages = divide(units, w.by_page_units);
+  return pages.q * w.chunks_per_page + divide(pages.r + w.chunk_units - 1, w.by_chunk_units).q;
 }
 
 /// Where work item `item` of a key's `units` units lies: the key's page `page`, whose first unit
@@ -288,10 +331,7 @@ struct item_span {
 
 /// The key's page that holds work item `item` (span_of's `page`).
 OFFLOADKIT_HD inline std::uint64_t page_of_item(const unit_walk& w, std::uint64_t item) {
-  // A 32-bit division where it is exact: a 64-bit one is a long instruction sequence on a GPU.
-  return item <= 0xffffffffu && w.chunks_per_page <= 0xffffffffu
-             ? static_cast<std::uint32_t>(item) / static_cast<std::uint32_t>(w.chunks_per_page)
-             : item / w.chunks_per_page;
+  return divide(item, w.by_chunks_per_page).q;
 }
 
 OFFLOADKIT_HD inline item_span span_of(const unit_walk& w, std::uint64_t item,
@@ -451,7 +491,7 @@ struct page_return {
 
 /// A ring position reduced modulo its tier (0 for an empty tier).
 OFFLOADKIT_HD inline std::uint64_t ring_mod(const pool_view& v, int tier, std::uint64_t pos) {
-  return v.capacity[tier] != 0 ? pos % v.capacity[tier] : 0;
+  return v.capacity[tier] != 0 ? divide(pos, v.by_capacity[tier]).r : 0;
 }
 
 struct stash_body {
@@ -606,16 +646,27 @@ OFFLOADKIT_HD inline unit_walk walk_of_unit(const pool_view& v, std::uint64_t un
   // On a GPU an item is one load batch per lane; on host threads a whole page.
   std::uint64_t chunk = page_units;
   if (v.group != 1 && lane_units * v.group < chunk) chunk = lane_units * v.group;
-  return unit_walk{unit, page_units, chunk, (page_units + chunk - 1) / chunk};
+  const std::uint64_t chunks = (page_units + chunk - 1) / chunk;
+  return unit_walk{unit,
+                   page_units,
+                   chunk,
+                   chunks,
+                   make_divisor(page_units),
+                   make_divisor(chunk),
+                   make_divisor(chunks)};
 }
 
-/// Fills the pool's table of walks (after its row and page sizes and its group) for the units that
-/// divide a row (unit_log2_for picks no other); the others stay empty.
-inline void set_walks(pool_view& v) {
+/// Fills what the view derives from its sizes (set first: rows and bytes per page, row bytes,
+/// capacities, group): the walks of the units that divide a row (unit_log2_for picks no other;
+/// the others stay empty) and the divisors.
+inline void derive_view(pool_view& v) {
   for (std::uint64_t s = 0; s < 5; ++s) {
     const std::uint64_t unit = std::uint64_t{1} << s;
     v.walks[s] = v.row_bytes % unit == 0 ? walk_of_unit(v, unit) : unit_walk{};
   }
+  v.by_rows_per_page = make_divisor(v.rows_per_page);
+  v.by_capacity[0] = make_divisor(v.capacity[0]);
+  v.by_capacity[1] = make_divisor(v.capacity[1]);
 }
 
 /// Copy units and work items of `rows` rows (at most max_rows) on their `need` pages (pages_of),
@@ -630,14 +681,15 @@ OFFLOADKIT_HD inline row_count count_rows(const pool_view& v, std::uint32_t unit
   const std::uint64_t full = need * v.rows_per_page == rows ? need : need - 1;
   const std::uint64_t rest = ((rows - full * v.rows_per_page) * v.row_bytes) >> unit_log2;
   return row_count{(rows * v.row_bytes) >> unit_log2,
-                   full * w.chunks_per_page + (rest + w.chunk_units - 1) / w.chunk_units};
+                   full * w.chunks_per_page + divide(rest + w.chunk_units - 1, w.by_chunk_units).q};
 }
 
 /// Fixed items of key k of a batch of n keys with `items` work items, in a launch of `groups`.
 OFFLOADKIT_HD inline std::uint64_t fixed_items(std::uint64_t items, std::uint32_t k,
                                                std::uint32_t n, std::uint64_t groups) {
   if (k >= groups) return 0;
-  const std::uint64_t share = (groups - k + n - 1) / n;
+  // 32-bit: a launch has at most 1024 groups on a GPU (max_gpu_groups) and a few per host thread.
+  const auto share = static_cast<std::uint32_t>(groups - k + n - 1) / n;
   return items < share ? items : share;
 }
 

@@ -190,7 +190,7 @@ paged_stash::paged_stash(executor& ex, const stash_config& config, stream_ref s)
   } else {
     v.group = 1;
   }
-  dk::set_walks(v);
+  dk::derive_view(v);
   v.workers = m.workers_for(1, m.single_groups);
   do_reset(s);
 }

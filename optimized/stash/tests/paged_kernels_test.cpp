@@ -1,6 +1,7 @@
-// The batch plan's arithmetic on the host: pages_of and count_rows give the pages, units and work
-// items that a key's own launch counts (items_of over its units), and the fixed items of a launch's
-// groups are each key's first fixed_items() items, each taken by exactly one group.
+// The batch plan's arithmetic on the host: division by a pool's fixed divisors is exact, pages_of
+// and count_rows give the pages, units and work items that a key's own launch counts (items_of over
+// its units), and the fixed items of a launch's groups are each key's first fixed_items() items,
+// each taken by exactly one group.
 #include "paged_kernels.cuh"
 
 #include <gtest/gtest.h>
@@ -19,8 +20,29 @@ dk::pool_view view_of(std::uint64_t row_bytes, std::uint64_t rows_per_page, std:
   v.rows_per_page = rows_per_page;
   v.page_bytes = row_bytes * rows_per_page;
   v.group = group;
-  dk::set_walks(v);
+  dk::derive_view(v);
   return v;
+}
+
+TEST(PagedKernels, DivideByAFixedDivisorIsExact) {
+  std::mt19937_64 rng(5);
+  constexpr std::uint64_t top = ~std::uint64_t{0};
+  std::vector<std::uint64_t> divisors{
+      1, 2, 3, 7, 64, 1000, 32768, 0x80000000u, 0xffffffffu, 0x100000001u, top / 3, top - 1, top};
+  for (int i = 0; i < 200; ++i) divisors.push_back(1 + (rng() >> (rng() % 64)));
+  int checked = 0;
+  for (const std::uint64_t d : divisors) {
+    const dk::divisor x = dk::make_divisor(d);
+    std::vector<std::uint64_t> dividends{0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, top - 1, top};
+    for (int i = 0; i < 200; ++i) dividends.push_back(rng() >> (rng() % 64));
+    for (const std::uint64_t n : dividends) {
+      const dk::quotient q = dk::divide(n, x);
+      ASSERT_EQ(q.q, n / d) << n << " / " << d;
+      ASSERT_EQ(q.r, n % d) << n << " % " << d;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 40000);
 }
 
 TEST(PagedKernels, CountRowsMatchesTheCountsOfOneKeysLaunch) {
