@@ -1,14 +1,16 @@
-// bench_stash_floor: how close a kernel bound by the batched stash's contract can come to a plain
-// copy on this device. The paged stash's batch kernels (optimized/stash/src/paged_kernels.cuh)
-// plan on the device (the keys' row counts and states are read there and their pages numbered by
-// prefix sums), look each page up in a freelist, count their blocks so that the last one commits,
-// stage each block's first item in shared memory while the plan is made, hand the other items out
-// from a counter, and write a page-table entry per page. Here an SM copy kernel (16 KiB items, 256
-// threads a block, three blocks a multiprocessor, launched programmatically like the stash's
-// kernels) takes those steps on one at a time, each with the stash's dependences (a store waits
-// for the plan and its page id, the counter's answer for the next item) but none of its
-// bookkeeping: no decisions, one tier, the copy unit fixed at 16 bytes. So each figure is an
-// optimistic floor, a ratio that a stash kernel taking the same steps would not beat.
+// bench_stash_floor: the time floor of the batched stash on this device, as ratios to a plain
+// copy. The paged stash's batch kernels (optimized/stash/src/paged_kernels.cuh) plan on the device
+// (the keys' row counts and states are read there and their pages numbered by prefix sums), look
+// each page up in a freelist, count their blocks so that the last one commits, write a page-table
+// entry per page, stage each block's first item in shared memory while the plan is made, and hand
+// the other items out from a counter. Here an SM copy kernel (16 KiB items, 256 threads a block,
+// three blocks a multiprocessor, launched programmatically like the stash's kernels) takes those
+// steps on one at a time, each with the stash's dependences (a store waits for the plan and for
+// its page's id, the next item for the counter's answer) but none of its bookkeeping: no
+// decisions, one tier, 16-byte units. So each ratio is a ceiling that a stash kernel taking the
+// same steps would not beat. The rungs up to +table are the steps that the batch's contract (the
+// result of one launch per key in order, page ids included, with row counts read on the device)
+// leaves no such kernel without; staging and the counter are the stash kernels' own choices.
 //
 // Every step copies a layer out and back (two launches) and is timed against two
 // cudaMemcpyAsync of the same bytes in the same run, as bench_stash's batch rows are; every
@@ -105,6 +107,8 @@ __global__ void __launch_bounds__(block_threads<Steps>(), 3) floor_kernel(floor_
   __shared__ std::uint32_t handed;
   offloadkit::wait_for_prior_grids();
   const std::size_t items = (a.units + item_units - 1) / item_units;
+  static_assert((Steps & helper) == 0 || (Steps & (plan | count)) == (plan | count),
+                "the helper warp counts once the plan is made");
   if ((Steps & helper) != 0 && threadIdx.x >= copy_threads) {
     __syncthreads();  // the plan
     if (threadIdx.x == copy_threads) {
@@ -291,10 +295,9 @@ result run_layer(const std::vector<rung>& rungs, std::uint64_t mib, std::uint64_
   const std::size_t bytes = mib << 20, units = bytes / 16;
   const std::uint64_t row_bytes = 8192, total_rows = bytes / row_bytes;
   const std::vector<std::uint64_t> rows = layer_rows(keys, total_rows);
+  // The keys' pages, each key's rounded up: at least the layer's, so every item's page has an id.
   std::uint64_t pages = 0;
   for (const std::uint64_t c : rows) pages += (c + 63) / 64;
-  pages = std::max<std::uint64_t>(
-      pages, (units + item_units * items_per_page - 1) / (item_units * items_per_page));
   int device = 0, sms = 0;
   OFFLOADKIT_CUDA_TRY(cudaGetDevice(&device));
   OFFLOADKIT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

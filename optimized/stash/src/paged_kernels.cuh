@@ -112,6 +112,7 @@ struct unit_walk {
   std::uint64_t page_units;       ///< units per page
   std::uint64_t chunk_units;      ///< units per work item
   std::uint64_t chunks_per_page;  ///< work items of a full page
+  /// page_units, chunk_units and chunks_per_page as divisors (divide)
   divisor by_page_units, by_chunk_units, by_chunks_per_page;
 };
 
@@ -133,8 +134,8 @@ struct pool_view {
   /// walk_of_unit of each copy unit (1, 2, 4, 8 and 16 bytes; index: the unit's log2), so that a
   /// batch's plan looks a key's walk up instead of dividing for it (derive_view).
   unit_walk walks[5];
-  divisor by_rows_per_page;
-  divisor by_capacity[2];
+  divisor by_rows_per_page;  ///< rows_per_page as a divisor (pages_of)
+  divisor by_capacity[2];    ///< capacity[t] as a divisor (ring_mod)
 };
 
 /// Loads one copy unit (16, 8, 4, 2 or 1 bytes, aligned to its size) into a register.
