@@ -33,6 +33,7 @@
 
 #include "bench_stats.hpp"
 #include "cli_common.hpp"
+#include "moe_layer.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
@@ -158,23 +159,6 @@ struct layer_row {
   std::uint64_t wrong = 0;
 };
 
-/// Row counts of a layer's `keys` experts: log-normal (sigma 0.8) scaled to `total` rows.
-std::vector<std::uint64_t> layer_rows(std::uint64_t keys, std::uint64_t total, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::lognormal_distribution<double> dist(0.0, 0.8);
-  std::vector<double> w(keys);
-  double sum = 0;
-  for (auto& x : w) sum += (x = dist(rng));
-  std::vector<std::uint64_t> out(keys);
-  std::uint64_t given = 0;
-  for (std::uint64_t k = 0; k < keys; ++k) {
-    out[k] = static_cast<std::uint64_t>(static_cast<double>(total) * w[k] / sum);
-    given += out[k];
-  }
-  out[0] += total - given;
-  return out;
-}
-
 /// A layer of `keys` experts: stash_batch + restore_batch, then stash + restore per key, against
 /// one plain copy out and back of the layer's total bytes (device to device, or through pinned
 /// memory for the pinned tier).
@@ -187,7 +171,8 @@ layer_row run_layer(executor& ex, stream_ref s, bool pinned_tier, std::uint64_t 
   r.rows = total_rows;
   const std::uint64_t row_bytes = hidden * 2;  // bf16
   r.bytes = total_rows * row_bytes;
-  const std::vector<std::uint64_t> counts = layer_rows(keys, total_rows, keys * 7919 + hidden);
+  const std::vector<std::uint64_t> counts =
+      bench::layer_rows(keys, total_rows, keys * 7919 + hidden);
   stash_config cfg;
   cfg.row_bytes = row_bytes;
   cfg.rows_per_page = 64;

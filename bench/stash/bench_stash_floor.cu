@@ -37,6 +37,7 @@
 
 #include "bench_stats.hpp"
 #include "cli_common.hpp"
+#include "moe_layer.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/cuda_try.hpp"
 #include "offloadkit/host_device.hpp"
@@ -263,23 +264,6 @@ struct result {
   std::vector<std::uint64_t> wrong;
 };
 
-/// Log-normal row counts (sigma 0.8) of `keys` keys summing to `total`, as bench_stash's layers.
-std::vector<std::uint64_t> layer_rows(std::uint64_t keys, std::uint64_t total) {
-  std::mt19937_64 rng(keys * 7919 + 4096);
-  std::lognormal_distribution<double> dist(0.0, 0.8);
-  std::vector<double> w(keys);
-  double sum = 0;
-  for (auto& x : w) sum += (x = dist(rng));
-  std::vector<std::uint64_t> out(keys);
-  std::uint64_t given = 0;
-  for (std::uint64_t k = 0; k < keys; ++k) {
-    out[k] = static_cast<std::uint64_t>(static_cast<double>(total) * w[k] / sum);
-    given += out[k];
-  }
-  out[0] += total - given;
-  return out;
-}
-
 template <class T>
 T* device_alloc(std::size_t count) {
   void* p = nullptr;
@@ -294,7 +278,9 @@ result run_layer(const std::vector<rung>& rungs, std::uint64_t mib, std::uint64_
   r.keys = keys;
   const std::size_t bytes = mib << 20, units = bytes / 16;
   const std::uint64_t row_bytes = 8192, total_rows = bytes / row_bytes;
-  const std::vector<std::uint64_t> rows = layer_rows(keys, total_rows);
+  // The rows of bench_stash's layers of hidden 4096 (its seed).
+  const std::vector<std::uint64_t> rows =
+      offloadkit::bench::layer_rows(keys, total_rows, keys * 7919 + 4096);
   // The keys' pages, each key's rounded up: at least the layer's, so every item's page has an id.
   std::uint64_t pages = 0;
   for (const std::uint64_t c : rows) pages += (c + 63) / 64;
