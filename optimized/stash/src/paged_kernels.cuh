@@ -689,7 +689,7 @@ OFFLOADKIT_HD inline row_count count_rows(const pool_view& v, std::uint32_t unit
 OFFLOADKIT_HD inline std::uint64_t fixed_items(std::uint64_t items, std::uint32_t k,
                                                std::uint32_t n, std::uint64_t groups) {
   if (k >= groups) return 0;
-  // 32-bit: a launch has at most 1024 groups on a GPU (max_gpu_groups) and a few per host thread.
+  // 32-bit: a launch has at most 1024 groups (max_gpu_groups on a GPU, 32 on host threads).
   const auto share = static_cast<std::uint32_t>(groups - k + n - 1) / n;
   return items < share ? items : share;
 }
