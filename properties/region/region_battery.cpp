@@ -341,9 +341,6 @@ struct reuse_cmd final : region_command {
   }
 };
 
-/// Model-based: random writes of sub-ranges, pauses in both modes, resumes, graph replays, reads
-/// and reuse of released memory, each on one of two streams, against a model of which words hold
-/// which pattern.
 /// A discarding pause, then new contents kept through a preserving pause: a sequence of five
 /// steps that the random sequences below hold only by chance.
 void discard_then_preserve(executor& ex, const region_implementation& impl, const shape& sh) {
@@ -359,6 +356,9 @@ void discard_then_preserve(executor& ex, const region_implementation& impl, cons
   s.synchronize();
 }
 
+/// Model-based: random writes of sub-ranges, pauses in both modes, resumes, graph replays, reads
+/// and reuse of released memory, each on one of two streams, against a model of which words hold
+/// which pattern.
 void model_based(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 4);
   // The first case of every run checks the fixed sequence too, so that a region whose preserving
