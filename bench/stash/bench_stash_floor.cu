@@ -101,112 +101,122 @@ __device__ inline void commit_if_last(const floor_args& a, std::uint32_t before,
   *a.head += delta;
 }
 
+/// The kernel of a rung, as a launch body (launch.hpp), so that it is launched as the stash's
+/// bodies are: programmatically where the device and the compiled code allow it.
 template <unsigned Steps>
-__global__ void __launch_bounds__(block_threads<Steps>(), 3) floor_kernel(floor_args a) {
-  __shared__ std::uint64_t plan_total, plan_head;
-  __shared__ uint4 stage[item_units];
-  __shared__ std::uint32_t handed;
-  offloadkit::wait_for_prior_grids();
-  const std::size_t items = (a.units + item_units - 1) / item_units;
-  static_assert((Steps & helper) == 0 || (Steps & (plan | count)) == (plan | count),
-                "the helper warp counts once the plan is made");
-  if ((Steps & helper) != 0 && threadIdx.x >= copy_threads) {
-    __syncthreads();  // the plan
-    if (threadIdx.x == copy_threads) {
-      commit_if_last(a, count_block(a), plan_total - a.pages);
-    }
-    return;
-  }
-  std::size_t t = blockIdx.x;
-  const bool copies = t < items;  // a block past the layer's items neither copies nor asks
-  // The first item's loads, before anything else: into registers, or staged in shared memory.
-  uint4 r[lane_units];
-  for (unsigned j = 0; j < lane_units; ++j) {
-    const std::size_t u = t * item_units + threadIdx.x + j * copy_threads;
-    if (!copies || u >= a.units) continue;
-    if ((Steps & staged) != 0) {
-      const auto to =
-          static_cast<unsigned>(__cvta_generic_to_shared(stage + threadIdx.x + j * copy_threads));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to),
-                   "l"(__cvta_generic_to_global(a.src + u))
-                   : "memory");
-    } else {
-      r[j] = a.src[u];
-    }
-  }
-  // Every store's offset is 0 when the plan, the page ids and the head hold what they should; the
-  // stores depend on those loads as a stash's stores depend on its plan and pages.
-  std::int64_t planned = 0;
-  if ((Steps & plan) != 0) {
-    if (threadIdx.x < 32) {
-      const unsigned lane = threadIdx.x;
-      // Both of the lane's keys are loaded before either is used: one round of loads.
-      const std::uint32_t k0 = lane, k1 = lane + 32;
-      std::uint64_t rows0 = 0, rows1 = 0;
-      std::uint32_t state0 = 1, state1 = 1;
-      if (k0 < a.keys) {
-        rows0 = a.rows[k0];
-        state0 = a.states[k0];
+struct floor_body {
+  static constexpr bool programmatic_launch = true;
+  static constexpr unsigned max_block_threads = block_threads<Steps>();
+  static constexpr unsigned min_blocks_per_sm = 3;
+  floor_args a;
+  // One index per thread: the grid is exactly the launch's blocks.
+  __device__ void operator()(std::size_t) const {
+    __shared__ std::uint64_t plan_total, plan_head;
+    __shared__ uint4 stage[item_units];
+    __shared__ std::uint32_t handed;
+    offloadkit::wait_for_prior_grids();
+    const std::size_t items = (a.units + item_units - 1) / item_units;
+    static_assert((Steps & helper) == 0 || (Steps & (plan | count)) == (plan | count),
+                  "the helper warp counts once the plan is made");
+    if ((Steps & helper) != 0 && threadIdx.x >= copy_threads) {
+      __syncthreads();  // the plan
+      if (threadIdx.x == copy_threads) {
+        commit_if_last(a, count_block(a), plan_total - a.pages);
       }
-      if (k1 < a.keys) {
-        rows1 = a.rows[k1];
-        state1 = a.states[k1];
-      }
-      std::uint64_t pages =
-          (state0 == 0 ? (rows0 + 63) / 64 : 0) + (state1 == 0 ? (rows1 + 63) / 64 : 0);
-      for (unsigned o = 16; o > 0; o /= 2) pages += __shfl_xor_sync(0xffffffffu, pages, o);
-      if (lane == 0) {
-        plan_total = pages;
-        plan_head = *a.head;
-      }
+      return;
     }
-    __syncthreads();
-    planned = static_cast<std::int64_t>(plan_total - a.pages);
-  }
-  std::uint32_t before = 0;
-  if ((Steps & count) != 0 && (Steps & helper) == 0 && threadIdx.x == 0) before = count_block(a);
-  for (unsigned round = 0; copies; ++round) {
-    std::uint32_t asked = 0;
-    if ((Steps & counter) != 0 && threadIdx.x == 0) asked = atomicAdd(a.next, 1u);
-    std::int64_t off = planned;
-    const std::size_t page = t / items_per_page;
-    std::uint32_t id = static_cast<std::uint32_t>(page);
-    if ((Steps & page_id) != 0) {
-      static_assert((Steps & page_id) == 0 || (Steps & plan) != 0, "page ids need the plan's head");
-      std::uint64_t at = plan_head + page;
-      if (at >= a.pages) at -= a.pages;
-      id = a.ids[at];
-      off += static_cast<std::int64_t>(id) - static_cast<std::int64_t>(at);
-    }
-    if ((Steps & table) != 0 && threadIdx.x == 0 && t % items_per_page == 0) a.table[page] = id;
-    if (round == 0 && (Steps & staged) != 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    std::size_t t = blockIdx.x;
+    const bool copies = t < items;  // a block past the layer's items neither copies nor asks
+    // The first item's loads, before anything else: into registers, or staged in shared memory.
+    uint4 r[lane_units];
     for (unsigned j = 0; j < lane_units; ++j) {
       const std::size_t u = t * item_units + threadIdx.x + j * copy_threads;
-      if (u >= a.units) continue;
-      a.dst[static_cast<std::int64_t>(u) + off] =
-          round == 0 && (Steps & staged) != 0 ? stage[threadIdx.x + j * copy_threads] : r[j];
-    }
-    if ((Steps & counter) != 0) {
-      if (threadIdx.x == 0) {
-        handed = asked;
-        if (asked == items - 1) *a.next = 0;
+      if (!copies || u >= a.units) continue;
+      if ((Steps & staged) != 0) {
+        const auto to =
+            static_cast<unsigned>(__cvta_generic_to_shared(stage + threadIdx.x + j * copy_threads));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to),
+                     "l"(__cvta_generic_to_global(a.src + u))
+                     : "memory");
+      } else {
+        r[j] = a.src[u];
       }
-      copy_barrier();
-      t = gridDim.x + handed;
-      copy_barrier();  // thread 0 writes `handed` again only after every thread has read it
-    } else {
-      t += gridDim.x;
     }
-    if (t >= items) break;
-    for (unsigned j = 0; j < lane_units; ++j) {
-      const std::size_t u = t * item_units + threadIdx.x + j * copy_threads;
-      if (u < a.units) r[j] = a.src[u];
+    // Every store's offset is 0 when the plan, the page ids and the head hold what they should; the
+    // stores depend on those loads as a stash's stores depend on its plan and pages.
+    std::int64_t planned = 0;
+    if ((Steps & plan) != 0) {
+      if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
+        // Both of the lane's keys are loaded before either is used: one round of loads.
+        const std::uint32_t k0 = lane, k1 = lane + 32;
+        std::uint64_t rows0 = 0, rows1 = 0;
+        std::uint32_t state0 = 1, state1 = 1;
+        if (k0 < a.keys) {
+          rows0 = a.rows[k0];
+          state0 = a.states[k0];
+        }
+        if (k1 < a.keys) {
+          rows1 = a.rows[k1];
+          state1 = a.states[k1];
+        }
+        std::uint64_t pages =
+            (state0 == 0 ? (rows0 + 63) / 64 : 0) + (state1 == 0 ? (rows1 + 63) / 64 : 0);
+        for (unsigned o = 16; o > 0; o /= 2) pages += __shfl_xor_sync(0xffffffffu, pages, o);
+        if (lane == 0) {
+          plan_total = pages;
+          plan_head = *a.head;
+        }
+      }
+      __syncthreads();
+      planned = static_cast<std::int64_t>(plan_total - a.pages);
+    }
+    std::uint32_t before = 0;
+    if ((Steps & count) != 0 && (Steps & helper) == 0 && threadIdx.x == 0) before = count_block(a);
+    for (unsigned round = 0; copies; ++round) {
+      std::uint32_t asked = 0;
+      if ((Steps & counter) != 0 && threadIdx.x == 0) asked = atomicAdd(a.next, 1u);
+      std::int64_t off = planned;
+      const std::size_t page = t / items_per_page;
+      std::uint32_t id = static_cast<std::uint32_t>(page);
+      if ((Steps & page_id) != 0) {
+        static_assert((Steps & page_id) == 0 || (Steps & plan) != 0,
+                      "page ids need the plan's head");
+        std::uint64_t at = plan_head + page;
+        if (at >= a.pages) at -= a.pages;
+        id = a.ids[at];
+        off += static_cast<std::int64_t>(id) - static_cast<std::int64_t>(at);
+      }
+      if ((Steps & table) != 0 && threadIdx.x == 0 && t % items_per_page == 0) a.table[page] = id;
+      if (round == 0 && (Steps & staged) != 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
+      for (unsigned j = 0; j < lane_units; ++j) {
+        const std::size_t u = t * item_units + threadIdx.x + j * copy_threads;
+        if (u >= a.units) continue;
+        a.dst[static_cast<std::int64_t>(u) + off] =
+            round == 0 && (Steps & staged) != 0 ? stage[threadIdx.x + j * copy_threads] : r[j];
+      }
+      if ((Steps & counter) != 0) {
+        if (threadIdx.x == 0) {
+          handed = asked;
+          if (asked == items - 1) *a.next = 0;
+        }
+        copy_barrier();
+        t = gridDim.x + handed;
+        copy_barrier();  // thread 0 writes `handed` again only after every thread has read it
+      } else {
+        t += gridDim.x;
+      }
+      if (t >= items) break;
+      for (unsigned j = 0; j < lane_units; ++j) {
+        const std::size_t u = t * item_units + threadIdx.x + j * copy_threads;
+        if (u < a.units) r[j] = a.src[u];
+      }
+    }
+    if ((Steps & count) != 0 && (Steps & helper) == 0 && threadIdx.x == 0) {
+      commit_if_last(a, before, static_cast<std::uint64_t>(planned));
     }
   }
-  if ((Steps & count) != 0 && (Steps & helper) == 0 && threadIdx.x == 0) {
-    commit_if_last(a, before, static_cast<std::uint64_t>(planned));
-  }
-}
+};
 
 struct rung {
   const char* name;
@@ -218,25 +228,17 @@ struct rung {
 
 template <unsigned Steps>
 void launch_floor(const floor_args& a, unsigned blocks, cudaStream_t s) {
-  const void* kernel = reinterpret_cast<const void*>(&floor_kernel<Steps>);
-  int device = 0;
-  OFFLOADKIT_CUDA_TRY(cudaGetDevice(&device));
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed =
-      offloadkit::detail::programmatic_launch_allowed(kernel, device) ? 1 : 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(block_threads<Steps>());
-  config.stream = s;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  OFFLOADKIT_CUDA_TRY(cudaLaunchKernelEx(&config, &floor_kernel<Steps>, a));
+  const floor_body<Steps> body{a};
+  constexpr unsigned threads = block_threads<Steps>();
+  offloadkit::detail::device_launch<floor_body<Steps>>(&body, std::size_t{blocks} * threads,
+                                                       threads, s);
+  OFFLOADKIT_CUDA_TRY(cudaGetLastError());
 }
 
 template <unsigned Steps>
 rung make_rung(const char* name, const char* adds) {
-  return rung{name, adds, &launch_floor<Steps>, reinterpret_cast<const void*>(&floor_kernel<Steps>),
+  return rung{name, adds, &launch_floor<Steps>,
+              reinterpret_cast<const void*>(offloadkit::detail::kernel_for<floor_body<Steps>>()),
               block_threads<Steps>()};
 }
 
