@@ -155,8 +155,10 @@ event coalesced_offloader::do_offload(tensor_set_view set, stream_ref s) {
   if (pending_) ex_->wait(last_use_, s);
   issue(plan->runs, set, true, s);
   fence(s);
+  // The copy is held only once nothing can fail: an offload that throws holds no copy.
+  event done = completion(s);
   held_ = std::move(plan);
-  return completion(s);
+  return done;
 }
 
 event coalesced_offloader::do_reload(tensor_set_view set, stream_ref s) {

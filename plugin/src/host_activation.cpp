@@ -38,6 +38,11 @@ class plugin_activation final : public activation::offloader {
     okit_error err{};
     const okit_status st = t_->pack(obj_.self, &err, &c, &h, to_c(s));
     if (st != OKIT_OK) {
+#if defined(OFFLOADKIT_PLANTED_WRAPPER_RELEASE_ON_FAILED_PACK)
+      // A planted bug, compiled only into plugin/tests' planted host: the source goes back to
+      // its owner although the pack failed and the caller still owns it.
+      if (c.release.call != nullptr) c.release.call(c.release.ctx);
+#endif
       // The plugin did not take the release callback: drop our copy without calling it (the
       // caller's tensor still owns the buffer).
       if (c.release.drop != nullptr) c.release.drop(c.release.ctx);

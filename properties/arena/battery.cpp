@@ -30,6 +30,7 @@ std::vector<check_case> arena_battery(const arena_implementation& impl) {
   if (impl.support.executor_allocations) {
     out.push_back(make("fault_allocation", &props::prop_fault_allocation, 15));
     out.push_back(make("fault_copy", &props::prop_fault_copy, 15));
+    out.push_back(make("fault_countdown", &props::prop_fault_countdown, 15));
   }
   out.push_back(make("concurrent", &props::prop_concurrent, 15));
   out.push_back(make("model_sequence", &props::prop_model_sequence, 40));

@@ -377,7 +377,11 @@ class NumpyArena(ok.Arena):
                                    f"({nbytes} bytes) to the host failed") from e
             issued = True
         done = self._record(stream)
-        self._replace_written(stream)
+        try:
+            self._replace_written(stream)
+        except BaseException:
+            self.ex.destroy_event(done)  # never handed out: nobody else would destroy it
+            raise
         self._drop_events(self.readers)
         self.readers = []
         self.sizes = [t.nbytes for t in tensors]
@@ -407,7 +411,11 @@ class NumpyArena(ok.Arena):
                                    "host copy is kept, retry reload()") from e
             issued = True
         done = self._record(stream)
-        self.readers.append(self._record(stream))
+        try:
+            self.readers.append(self._record(stream))
+        except BaseException:
+            self.ex.destroy_event(done)  # never handed out: nobody else would destroy it
+            raise
         return done
 
     def release(self):

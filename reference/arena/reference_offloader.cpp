@@ -32,10 +32,11 @@ event reference_offloader::do_offload(tensor_set_view set, stream_ref s) {
                                        " (", set[i].bytes, " bytes) to the host failed"));
     }
   }
-  host_ = std::move(fresh);
-  valid_ = true;
+  // The copy is held only once nothing can fail: an offload that throws holds no copy.
   event done(*ex_, s.device);
   ex_->record(done, s);
+  host_ = std::move(fresh);
+  valid_ = true;
   return done;
 }
 

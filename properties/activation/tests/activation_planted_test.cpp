@@ -100,6 +100,9 @@ TEST(ActivationPlanted, PrefetchOneLayerLateOnlyInSteadyStateDemandUploads) {
 TEST(ActivationPlanted, ZeroPrefetchLayersAsUnlimitedOnlyInConfigEdges) {
   OFFLOADKIT_EXPECT_FAILING(zero_layers_unlimited, "config_edges");
 }
+TEST(ActivationPlanted, SourceGivenBackByAFailedPackOnlyInFaultCountdown) {
+  OFFLOADKIT_EXPECT_FAILING(release_on_failed_pack, "fault_countdown");
+}
 
 // Bugs that more than one property sees, each for its own reason.
 TEST(ActivationPlanted, PrefetchBeyondTheBound) {

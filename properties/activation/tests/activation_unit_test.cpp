@@ -1,6 +1,7 @@
 // Unit checks of the activation offloaders on both executors: typed errors for bad input, the
-// keep-on-device threshold, sources given back exactly once (also on destruction), and no new
-// pinned or device allocation once a repeated training step has warmed the pools.
+// keep-on-device threshold, and no new pinned or device allocation once a repeated training step
+// has warmed the pools. Failed calls and sources given back exactly once (also on destruction)
+// are the battery's fault_countdown property, which every implementation faces.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -88,34 +89,6 @@ TYPED_TEST_P(ActivationUnit, BelowThresholdStaysOnTheDevice) {
   }
 }
 
-TYPED_TEST_P(ActivationUnit, DestructionGivesBackEverySourceOnce) {
-  executor& ex = *this->ex_;
-  stream s(ex);
-  std::vector<buffer> bufs;
-  bufs.reserve(4);
-  for (int i = 0; i < 4; ++i) bufs.emplace_back(ex, memory_kind::device, 4096);
-  for (const auto& make : implementations()) {
-    std::vector<int> released(bufs.size(), 0);
-    {
-      offload_options o;
-      o.keep_threshold = 2048;
-      auto off = make(ex, o);
-      for (std::size_t i = 0; i < bufs.size(); ++i) {
-        const std::size_t bytes = i % 2 == 0 ? 4096 : 1024;  // offloaded and kept alike
-        (void)off->pack({bufs[i].data(),
-                         bytes,
-                         0,
-                         dtype::u8,
-                         {static_cast<std::int64_t>(bytes)},
-                         [&released, i] { ++released[i]; }},
-                        s);
-      }
-    }
-    for (std::size_t i = 0; i < released.size(); ++i) EXPECT_EQ(released[i], 1) << i;
-  }
-  s.synchronize();
-}
-
 TYPED_TEST_P(ActivationUnit, SteadyStateAllocatesNothingNew) {
   executor& ex = *this->ex_;
   std::vector<layer_spec> layers(4);
@@ -146,85 +119,9 @@ TYPED_TEST_P(ActivationUnit, NoOffloadBaselineIsExact) {
   EXPECT_EQ(rep.tensors, 9u);
 }
 
-// Countdown fault injection (fail the Nth allocation, copy, record or wait for N = 0, 1, ...): a
-// failed pack leaves the source with the caller, a failed unpack leaves the handle packed; after
-// retrying every failed call, every tensor comes back exact and every source is given back once.
-TYPED_TEST_P(ActivationUnit, FailedCallsLoseNothing) {
-  executor& ex = *this->ex_;
-  constexpr int n = 4;
-  constexpr std::size_t bytes = 3000;
-  stream s(ex);
-  std::vector<buffer> src;
-  src.reserve(n);
-  for (int i = 0; i < n; ++i) src.emplace_back(ex, memory_kind::device, bytes);
-  buffer host(ex, memory_kind::pageable, bytes);
-  for (const auto& make : implementations()) {
-    for (std::size_t nth = 0;; ++nth) {
-      fault_injection_adaptor faults(ex);
-      offload_options o;
-      o.keep_threshold = 0;
-      o.prefetch_bytes = 2 * bytes;
-      std::vector<int> released(n, 0);
-      std::size_t failures = 0;
-      bool fired = false;
-      {
-        auto off = make(faults, o);
-        faults.arm({op_kind::allocate_device, op_kind::allocate_pinned, op_kind::allocate_pageable,
-                    op_kind::copy, op_kind::record, op_kind::wait},
-                   nth);
-        // Retries a failed call once with injection off: the first failure must leave it retryable.
-        auto retry = [&](auto&& call) {
-          try {
-            return call();
-          } catch (const std::exception&) {
-            ++failures;
-            faults.disarm();
-            return call();
-          }
-        };
-        std::vector<handle> handles;
-        for (int i = 0; i < n; ++i) {
-          ex.fill(src[i].data(), i + 1, bytes, s);
-          tensor t{src[i].data(), bytes, 0, dtype::u8, {static_cast<std::int64_t>(bytes)}, nullptr};
-          void* p = src[i].data();
-          t.release = [&ex, &released, &s, i, p] {
-            ++released[i];
-            ex.fill(p, 0xEE, bytes, s);  // the owner reuses it at once
-          };
-          handles.push_back(retry([&] { return off->pack(t, s); }));
-          off->forward_layer_end(i, s);
-        }
-        for (int i = n; i-- > 0;) {
-          retry([&] {
-            off->backward_layer_begin(i, s);
-            return 0;
-          });
-          tensor back = retry([&] { return off->unpack(handles[i], s); });
-          ASSERT_EQ(back.device, 0);
-          ex.copy(host.data(), back.data, bytes, s);
-          s.synchronize();
-          for (std::size_t b = 0; b < bytes; ++b) {
-            ASSERT_EQ(host.as<unsigned char>()[b], i + 1)
-                << off->name() << " tensor " << i << " byte " << b << " after failing call " << nth;
-          }
-          back.release();
-        }
-        off->synchronize();
-        fired = faults.fired();
-      }
-      s.synchronize();
-      for (int i = 0; i < n; ++i) {
-        EXPECT_EQ(released[i], 1) << "tensor " << i << " after failing call " << nth;
-      }
-      if (!fired) break;  // every instrumented call has been failed once
-      EXPECT_LE(failures, 1u);
-    }
-  }
-}
-
-REGISTER_TYPED_TEST_SUITE_P(ActivationUnit, FailedCallsLoseNothing, BadInputThrowsTypedErrors,
-                            BelowThresholdStaysOnTheDevice, DestructionGivesBackEverySourceOnce,
-                            SteadyStateAllocatesNothingNew, NoOffloadBaselineIsExact);
+REGISTER_TYPED_TEST_SUITE_P(ActivationUnit, BadInputThrowsTypedErrors,
+                            BelowThresholdStaysOnTheDevice, SteadyStateAllocatesNothingNew,
+                            NoOffloadBaselineIsExact);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ActivationUnit, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ActivationUnit, offloadkit::testing::cuda_backend);
 

@@ -32,11 +32,14 @@ enum class bug {
   forward_order_prefetch,  ///< prefetches a layer's tensors in pack order, not in backward order
   late_prefetch,           ///< prefetch starts one layer below the one whose backward begins
   zero_layers_unlimited,   ///< prefetch_layers = 0 read as "no limit" instead of "none"
+  release_on_failed_pack,  ///< a pack whose copy fails gives the source back, which is the caller's
 };
 
 /// A compact asynchronous offloader: side-stream copy into fresh pinned memory, upload on another
 /// stream, a bounded backward-order prefetch and a cache of device buffers (a buffer serves a
 /// tensor up to about half its size, as the optimized offloader's does), with exactly one bug B.
+/// A call that fails changes nothing: a failed pack leaves the source with the caller, a failed
+/// unpack leaves the tensor packed (with its upload, if it got that far).
 template <bug B>
 class planted_offloader final : public offloader {
  public:
@@ -98,25 +101,31 @@ class planted_offloader final : public offloader {
     entry e;
     e.layer = layer_;
     const bool kept = t.bytes < options_.keep_threshold;
-    if (!kept || B != bug::uncounted_kept) stats_.packed += 1;
     if (kept) {
       e.kept = true;
       stats_.kept += 1;
     } else {
       auto& l = lane(t.device);
       const event_ref ready = fresh_event(s.device);
-      ex_.record(ready, s);
-      ex_.wait(ready, l.copy);
-      e.pinned = ex_.allocate(memory_kind::pinned, t.bytes);
-      if (t.bytes > 0) ex_.copy(e.pinned, t.data, t.bytes, l.copy);
-      stats_.offloaded_bytes += t.bytes;
-      if (B == bug::stream_ordered_release) {
-        // Ordered after the copy on the producer's stream only: right if the owner reuses the
-        // buffer there, a race on any other stream.
-        const event_ref copied = fresh_event(t.device);
-        ex_.record(copied, l.copy);
-        ex_.wait(copied, s);
+      try {
+        ex_.record(ready, s);
+        ex_.wait(ready, l.copy);
+        e.pinned = ex_.allocate(memory_kind::pinned, t.bytes);
+        if (t.bytes > 0) ex_.copy(e.pinned, t.data, t.bytes, l.copy);
+        if (B == bug::stream_ordered_release) {
+          // Ordered after the copy on the producer's stream only: right if the owner reuses the
+          // buffer there, a race on any other stream.
+          const event_ref copied = fresh_event(t.device);
+          ex_.record(copied, l.copy);
+          ex_.wait(copied, s);
+        }
+      } catch (...) {
+        l.copy.synchronize();  // a copy issued before the failure may still read the source
+        if (e.pinned != nullptr) ex_.deallocate(memory_kind::pinned, e.pinned, t.bytes);
+        if (B == bug::release_on_failed_pack && t.release) t.release();  // the planted bug
+        throw;
       }
+      stats_.offloaded_bytes += t.bytes;
       if (B == bug::early_release || B == bug::stream_ordered_release) {
         auto f = std::move(t.release);
         t.release = nullptr;
@@ -125,6 +134,7 @@ class planted_offloader final : public offloader {
         pending_.push_back(h.id);
       }
     }
+    if (!kept || B != bug::uncounted_kept) stats_.packed += 1;
     // Within max_pending_bytes the simple way: wait for every copy and give every source back.
     const bool room = B == bug::per_tensor_pending ? t.bytes <= options_.max_pending_bytes
                                                    : B == bug::unbounded_pending;
@@ -168,8 +178,9 @@ class planted_offloader final : public offloader {
       }
       if (held() + bytes > options_.prefetch_bytes) return {};
     }
+    void* p = ex_.allocate(memory_kind::device, bytes, device);
     stats_.device_allocations += 1;
-    return {ex_.allocate(memory_kind::device, bytes, device), bytes, device};
+    return {p, bytes, device};
   }
   void give_back_device(block b) {
     if (held() + b.capacity <= options_.prefetch_bytes) {
@@ -206,7 +217,12 @@ class planted_offloader final : public offloader {
       if (e.kept || e.dev.ptr != nullptr || e.layer > high || e.layer < low) return true;
       const block b = take_device(e.source.bytes, e.source.device, true);
       if (b.ptr == nullptr) return false;  // the bound is reached: stay in backward order
-      upload_into(e, b.ptr);
+      try {
+        upload_into(e, b.ptr);
+      } catch (...) {
+        give_back_device(b);
+        throw;
+      }
       e.dev = b;
       prefetched_ += b.capacity;
       stats_.prefetched += 1;
@@ -227,19 +243,32 @@ class planted_offloader final : public offloader {
     give_back_sources();
     auto it = entries_.find(h.id);
     OFFLOADKIT_EXPECTS(it != entries_.end(), out_of_range, "handle ", h.id, " is not packed");
-    entry e = std::move(it->second);
-    entries_.erase(it);
-    if (e.kept) return std::move(e.source);
-    const int device = B == bug::current_device ? s.device : e.source.device;
-    block b = e.dev;
-    if (b.ptr != nullptr) {
-      prefetched_ -= b.capacity;
-    } else {
-      b = take_device(e.source.bytes, device, false);
-      upload_into(e, b.ptr);
-      stats_.demand_uploads += 1;
+    if (it->second.kept) {
+      entry e = std::move(it->second);
+      entries_.erase(it);
+      return std::move(e.source);
     }
-    if (B != bug::unpack_no_wait) ex_.wait(e.uploaded, s);
+    entry& held = it->second;
+    const int device = B == bug::current_device ? s.device : held.source.device;
+    if (held.dev.ptr == nullptr) {
+      const block b = take_device(held.source.bytes, device, false);
+      try {
+        upload_into(held, b.ptr);
+      } catch (...) {
+        give_back_device(b);
+        throw;
+      }
+      stats_.demand_uploads += 1;
+      // Held like a prefetched upload until the unpack commits, so that a failed wait below
+      // leaves the tensor packed with its upload.
+      held.dev = b;
+      prefetched_ += b.capacity;
+    }
+    if (B != bug::unpack_no_wait) ex_.wait(held.uploaded, s);
+    entry e = std::move(held);
+    entries_.erase(it);
+    const block b = e.dev;
+    prefetched_ -= b.capacity;
     uploaded_.emplace_back(e.pinned, e.source.bytes);  // freed once the uploads are synchronized
     tensor t = std::move(e.source);
     t.data = b.ptr;
@@ -251,7 +280,13 @@ class planted_offloader final : public offloader {
       lent_slack_ -= slack;
       give_back_device(b);
     };
-    prefetch();  // the bound may have room again
+    try {
+      prefetch();  // the bound may have room again
+    } catch (...) {
+      // This unpack has succeeded: the tensors not prefetched are uploaded on demand when
+      // unpacked, and the failure is counted for the caller to see.
+      stats_.failed_prefetches += 1;
+    }
     return t;
   }
   void do_forward_layer_end(int layer, stream_ref) override { layer_ = layer + 1; }

@@ -36,6 +36,7 @@ enum class bug {
   offload_ignores_reload,     ///< offload overwrites the arena while a reload still reads it
   drops_large_tail,           ///< copies in whole 4 MiB chunks and forgets the rest of the run
   ready_flag_on_device_0,     ///< reload's device-side ready flag lives on device 0, not the set's
+  drops_copy_on_failed_wait,  ///< a reload whose wait for the arena's last use fails drops the copy
 };
 
 /// Copies of more than this are issued in chunks of it (drops_large_tail forgets the remainder).
@@ -142,7 +143,14 @@ class planted final : public offloader {
   }
   event do_reload(tensor_set_view set, stream_ref s) override {
     arena::detail::expect_sizes(sizes_, set, "planted reload");
-    if (pending_ && B != bug::unordered_reload) ex_->wait(last_, s);
+    if (pending_ && B != bug::unordered_reload) {
+      try {
+        ex_->wait(last_, s);
+      } catch (...) {
+        if (B == bug::drops_copy_on_failed_wait) valid_ = false;  // the planted bug
+        throw;
+      }
+    }
     copies(set, false, s);
     if (B == bug::ready_flag_on_device_0) set_ready_flag(s);
     event done(*ex_, s.device);
@@ -267,6 +275,9 @@ TEST(ArenaSuiteCatches, LostTailOfLargeRunOnlyInBoundaryShapes) {
 }
 TEST(ArenaSuiteCatches, ReloadFlagOnDeviceZeroOnlyInMultiDevice) {
   OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(ready_flag_on_device_0, "multi_device");
+}
+TEST(ArenaSuiteCatches, CopyDroppedOnAFailedWaitOnlyInFaultCountdown) {
+  OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(drops_copy_on_failed_wait, "fault_countdown");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "offloadkit/testing/arena_checks.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/device_memory.hpp"
+#include "offloadkit/testing/fault_countdown.hpp"
 #include "offloadkit/testing/implementation.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
 
@@ -372,6 +373,92 @@ inline void prop_fault_copy(const arena_implementation& impl, executor& base) {
     assert_same(expected, read_set(base, a.view(), s), "reload after a failed reload");
     if (!fired) break;
   }
+}
+
+/// For N = 0, 1, 2, ... the Nth allocation, copy, fill, launch, host function, event record or
+/// wait the offloader makes fails, in an offload of a smaller set (so that the next one grows the
+/// host memory), an offload, a reload in place and one into other buffers, on a fresh offloader
+/// each run. Each failure reaches the caller as a typed error; after a failed offload() the
+/// device tensors are untouched and no copy is held (reload() is a state_error); after a failed
+/// reload() the host copy is still held; the failed call, retried once on the same offloader,
+/// succeeds and every byte comes back. Once the offloader is released (or, in half the cases,
+/// destroyed without release()) it holds nothing: no allocation, stream or event (the resource
+/// ledger), and nothing it freed was freed twice.
+inline void prop_fault_countdown(const arena_implementation& impl, executor& base) {
+  stream s(base);
+  const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
+  set_spec half = spec;
+  half.tensors.resize(spec.tensors.size() / 2);
+  device_set h = make_device_set(base, half);
+  device_set a = make_device_set(base, spec);
+  device_set b = make_device_set(base, *gen_regrouped(spec));
+  const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
+  fill_pattern(base, h.view(), seed + 1, s);
+  fill_pattern(base, a.view(), seed, s);
+  const snapshot expected = read_set(base, a.view(), s);
+  const bool release_first = *rc::gen::arbitrary<bool>();
+  const offloadkit::testing::sync_on_exit drain(base, {s});
+  offloadkit::testing::run_fault_countdown(
+      base, offloadkit::testing::offload_fault_kinds(), [&](offloadkit::testing::countdown_run run) {
+        std::string failed_call;
+        // Runs `move` (an offload or reload, waited for); on an injected failure checks the
+        // offloader with `after_failure`, disarms and runs it once more, which must succeed.
+        const auto retried = [&](const char* what, auto&& move, auto&& after_failure) {
+          try {
+            run.ex.synchronize(move().ref());
+            return;
+          } catch (const std::exception& e) {
+            offloadkit::testing::expect_injected(e, what);
+            if (!failed_call.empty()) {
+              RC_FAIL(std::string(what) + " failed after " + failed_call +
+                      " had failed, with one fault armed");
+            }
+            failed_call = what;
+          }
+          base.synchronize(s);
+          after_failure();
+          run.faults.disarm();
+          run.ex.synchronize(move().ref());
+        };
+        auto off = make_offloader(impl, run.ex);
+        const auto failed_offload = [&](const device_set& set, const char* what) {
+          return [&, what] {
+            if (off->holds_copy()) {
+              RC_FAIL(std::string("holds_copy() after a failed ") + what);
+            }
+            expect_throw<state_error>([&] { off->reload(set.view(), s); },
+                                      "reload after a failed offload");
+          };
+        };
+        retried("offload of the smaller set", [&] { return off->offload(h.view(), s); },
+                failed_offload(h, "offload of the smaller set"));
+        retried("offload", [&] { return off->offload(a.view(), s); },
+                [&] {
+                  assert_same(expected, read_set(base, a.view(), s),
+                              "device tensors after a failed offload");
+                  failed_offload(a, "offload")();
+                });
+        scribble(base, a.view(), 0x3c, s);
+        const auto still_held = [&] {
+          if (!off->holds_copy()) RC_FAIL("a failed reload() dropped the host copy");
+        };
+        retried("reload in place", [&] { return off->reload(a.view(), s); }, still_held);
+        assert_same(expected, read_set(base, a.view(), s),
+                    ("reload in place" +
+                     (failed_call.empty() ? std::string() : " after a failed " + failed_call))
+                        .c_str());
+        scribble(base, b.view(), 0xc3, s);
+        retried("reload into other buffers", [&] { return off->reload(b.view(), s); }, still_held);
+        assert_same(expected, read_set(base, b.view(), s),
+                    ("reload into other buffers" +
+                     (failed_call.empty() ? std::string() : " after a failed " + failed_call))
+                        .c_str());
+        run.faults.disarm();  // release() and destruction have no caller to report to
+        if (release_first) {
+          off->release();
+          RC_ASSERT(off->host_bytes() == 0u);
+        }
+      });
 }
 
 /// Offload of set A and reload of set B at once on two streams, with delays injected on both,
