@@ -29,10 +29,9 @@ TEST(PluginHostWrapper, ActivationBatteryFailsExactlyTheExpectedProperty) {
   const std::string expected = OFFLOADKIT_EXPECT_FAILING;
   const std::set<std::string> want =
       expected.empty() ? std::set<std::string>{} : std::set<std::string>{expected};
-  EXPECT_EQ(offloadkit::run_battery(offloadkit::testing::activation_battery(*impl), cfg,
-                                    [&ex](const offloadkit::check_case&) -> offloadkit::executor& {
-                                      return ex;
-                                    })
+  EXPECT_EQ(offloadkit::run_battery(
+                offloadkit::testing::activation_battery(*impl), cfg,
+                [&ex](const offloadkit::check_case&) -> offloadkit::executor& { return ex; })
                 .failed,
             want)
       << "seed " << offloadkit::testing::seed();

@@ -885,7 +885,6 @@ void config_edges(executor& ex, const activation_implementation& impl) {
   }
 }
 
-
 // ---- fault countdown ---------------------------------------------------------------------------
 
 /// For N = 0, 1, 2, ... the Nth allocation, copy, fill, launch, host function, event record or
@@ -904,9 +903,11 @@ void fault_countdown(executor& ex, const activation_implementation& impl) {
     int layer;
   };
   std::vector<planned> plan;
-  const int layers = *inRange(1, 4);
+  // At full size: rapidcheck scales inRange by the case's size, which would leave the first cases
+  // without tensors. The first layer has at least one.
+  const int layers = *rc::gen::resize(100, inRange(1, 4));
   for (int l = 0; l < layers; ++l) {
-    for (int k = *inRange(0, 4); k > 0; --k) {
+    for (int k = *rc::gen::resize(100, inRange(l == 0 ? 1 : 0, 4)); k > 0; --k) {
       plan.push_back({*rc::gen::element<std::size_t>(0, 1, 64, 3000, 65536), l});
     }
   }
@@ -919,6 +920,12 @@ void fault_countdown(executor& ex, const activation_implementation& impl) {
   const std::size_t left_packed =
       plan.empty() ? 0 : *rc::gen::element<std::size_t>(0, 0, 0, 1, plan.size());
   RC_TAG(offloadkit::detail::concat(plan.size(), " tensors"));
+  RC_LOG() << "keep_threshold=" << o.keep_threshold << " prefetch_bytes=" << o.prefetch_bytes
+           << " prefetch_layers=" << o.prefetch_layers
+           << " max_pending_bytes=" << o.max_pending_bytes << " left_packed=" << left_packed
+           << " tensors (layer:bytes):";
+  for (const planned& p : plan) RC_LOG() << " " << p.layer << ":" << p.bytes;
+  RC_LOG() << "\n";
 
   stream s(ex);
   std::vector<buffer> sources;

@@ -9,9 +9,15 @@
 namespace offloadkit::testing {
 namespace {
 
-constexpr std::array<const char*, 9> resource_names = {
-    "device allocation", "pinned allocation", "pageable allocation",
-    "managed allocation", "stream", "event", "reservation", "physical allocation", "mapping"};
+constexpr std::array<const char*, 9> resource_names = {"device allocation",
+                                                       "pinned allocation",
+                                                       "pageable allocation",
+                                                       "managed allocation",
+                                                       "stream",
+                                                       "event",
+                                                       "reservation",
+                                                       "physical allocation",
+                                                       "mapping"};
 
 const char* name_of(unsigned kind) noexcept {
   return kind < resource_names.size() ? resource_names[kind] : "resource";

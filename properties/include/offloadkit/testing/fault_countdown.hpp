@@ -23,9 +23,15 @@ namespace offloadkit::testing {
 /// Every kind of call an offload implementation makes on the stream side, and its allocations:
 /// what a countdown fails one at a time.
 inline std::vector<op_kind> offload_fault_kinds() {
-  return {op_kind::allocate_device, op_kind::allocate_pinned, op_kind::allocate_pageable,
-          op_kind::copy,            op_kind::fill,            op_kind::launch,
-          op_kind::host_function,   op_kind::record,          op_kind::wait};
+  return {op_kind::allocate_device,
+          op_kind::allocate_pinned,
+          op_kind::allocate_pageable,
+          op_kind::copy,
+          op_kind::fill,
+          op_kind::launch,
+          op_kind::host_function,
+          op_kind::record,
+          op_kind::wait};
 }
 
 /// One run of a countdown: the executor to build the implementation on (faults armed), the
@@ -42,8 +48,9 @@ struct countdown_run {
 inline std::string expect_injected(const std::exception& e, const std::string& call) {
   if (dynamic_cast<const offloadkit::runtime_error*>(&e) == nullptr &&
       dynamic_cast<const offloadkit::bad_alloc*>(&e) == nullptr) {
-    RC_FAIL(call + " failed on an injected fault with an error that is not offloadkit's "
-                   "runtime_error or bad_alloc: " +
+    RC_FAIL(call +
+            " failed on an injected fault with an error that is not offloadkit's "
+            "runtime_error or bad_alloc: " +
             e.what());
   }
   return e.what();

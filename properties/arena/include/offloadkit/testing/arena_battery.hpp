@@ -399,7 +399,8 @@ inline void prop_fault_countdown(const arena_implementation& impl, executor& bas
   const bool release_first = *rc::gen::arbitrary<bool>();
   const offloadkit::testing::sync_on_exit drain(base, {s});
   offloadkit::testing::run_fault_countdown(
-      base, offloadkit::testing::offload_fault_kinds(), [&](offloadkit::testing::countdown_run run) {
+      base, offloadkit::testing::offload_fault_kinds(),
+      [&](offloadkit::testing::countdown_run run) {
         std::string failed_call;
         // Runs `move` (an offload or reload, waited for); on an injected failure checks the
         // offloader with `after_failure`, disarms and runs it once more, which must succeed.
@@ -430,25 +431,29 @@ inline void prop_fault_countdown(const arena_implementation& impl, executor& bas
                                       "reload after a failed offload");
           };
         };
-        retried("offload of the smaller set", [&] { return off->offload(h.view(), s); },
-                failed_offload(h, "offload of the smaller set"));
-        retried("offload", [&] { return off->offload(a.view(), s); },
-                [&] {
-                  assert_same(expected, read_set(base, a.view(), s),
-                              "device tensors after a failed offload");
-                  failed_offload(a, "offload")();
-                });
+        retried(
+            "offload of the smaller set", [&] { return off->offload(h.view(), s); },
+            failed_offload(h, "offload of the smaller set"));
+        retried(
+            "offload", [&] { return off->offload(a.view(), s); },
+            [&] {
+              assert_same(expected, read_set(base, a.view(), s),
+                          "device tensors after a failed offload");
+              failed_offload(a, "offload")();
+            });
         scribble(base, a.view(), 0x3c, s);
         const auto still_held = [&] {
           if (!off->holds_copy()) RC_FAIL("a failed reload() dropped the host copy");
         };
-        retried("reload in place", [&] { return off->reload(a.view(), s); }, still_held);
+        retried(
+            "reload in place", [&] { return off->reload(a.view(), s); }, still_held);
         assert_same(expected, read_set(base, a.view(), s),
                     ("reload in place" +
                      (failed_call.empty() ? std::string() : " after a failed " + failed_call))
                         .c_str());
         scribble(base, b.view(), 0xc3, s);
-        retried("reload into other buffers", [&] { return off->reload(b.view(), s); }, still_held);
+        retried(
+            "reload into other buffers", [&] { return off->reload(b.view(), s); }, still_held);
         assert_same(expected, read_set(base, b.view(), s),
                     ("reload into other buffers" +
                      (failed_call.empty() ? std::string() : " after a failed " + failed_call))
