@@ -441,23 +441,20 @@ inline void prop_fault_countdown(const arena_implementation& impl, executor& bas
                           "device tensors after a failed offload");
               failed_offload(a, "offload")();
             });
-        scribble(base, a.view(), 0x3c, s);
         const auto still_held = [&] {
           if (!off->holds_copy()) RC_FAIL("a failed reload() dropped the host copy");
         };
-        retried(
-            "reload in place", [&] { return off->reload(a.view(), s); }, still_held);
-        assert_same(expected, read_set(base, a.view(), s),
-                    ("reload in place" +
-                     (failed_call.empty() ? std::string() : " after a failed " + failed_call))
-                        .c_str());
-        scribble(base, b.view(), 0xc3, s);
-        retried(
-            "reload into other buffers", [&] { return off->reload(b.view(), s); }, still_held);
-        assert_same(expected, read_set(base, b.view(), s),
-                    ("reload into other buffers" +
-                     (failed_call.empty() ? std::string() : " after a failed " + failed_call))
-                        .c_str());
+        // In place, then into other buffers of the same sizes.
+        for (const device_set* into : {&a, &b}) {
+          const std::string what = into == &a ? "reload in place" : "reload into other buffers";
+          scribble(base, into->view(), into == &a ? 0x3c : 0xc3, s);
+          retried(
+              what.c_str(), [&] { return off->reload(into->view(), s); }, still_held);
+          assert_same(
+              expected, read_set(base, into->view(), s),
+              (what + (failed_call.empty() ? std::string() : " after a failed " + failed_call))
+                  .c_str());
+        }
         run.faults.disarm();  // release() and destruction have no caller to report to
         if (release_first) {
           off->release();
