@@ -88,9 +88,10 @@ static okit_status offload(void* self, okit_error* err, const okit_tensor* t, si
   }
   a->count = n;
   st = a->ex->synchronize_stream(a->ex->self, err, s);
-  if (st != OKIT_OK) return st;
-  a->valid = 1;
-  return done_event(a, err, done, s);
+  if (st == OKIT_OK) st = done_event(a, err, done, s);
+  /* Only an offload that reports success holds a copy: after a failed one, reload is refused. */
+  a->valid = st == OKIT_OK;
+  return st;
 }
 
 static okit_status reload(void* self, okit_error* err, const okit_tensor* t, size_t n,

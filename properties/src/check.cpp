@@ -20,9 +20,16 @@
 namespace offloadkit {
 namespace {
 
+/// The draws one fixed_then_random() call site has made in a run: each random source it was
+/// given, with the index it was given first.
+struct fixed_draws {
+  std::size_t next = 0;
+  std::map<rc::Random, std::size_t> index;
+};
+
 /// What each fixed_then_random() call site has drawn in the run_check() run in progress on this
 /// thread.
-thread_local std::map<std::string, std::size_t> tls_fixed_cases_drawn;
+thread_local std::map<std::string, fixed_draws> tls_fixed_cases_drawn;
 
 // rapidcheck's global listener prints to stderr and, at exit, a hint in RC_PARAMS terms; offloadkit
 // reports the seed and the command that replays it itself, so the run listens to nothing.
@@ -68,7 +75,12 @@ std::string describe(const rc::detail::FailureResult& f, const observations& see
 }  // namespace
 
 namespace testing::detail {
-std::size_t& fixed_cases_drawn(const char* tag) { return tls_fixed_cases_drawn[tag]; }
+std::size_t fixed_case_index(const char* tag, const rc::Random& r) {
+  fixed_draws& draws = tls_fixed_cases_drawn[tag];
+  const auto [it, fresh] = draws.index.try_emplace(r, draws.next);
+  if (fresh) ++draws.next;
+  return it->second;
+}
 }  // namespace testing::detail
 
 int planned_cases(const check_case& c, const check_config& cfg) {

@@ -13,20 +13,23 @@
 namespace offloadkit::testing {
 
 namespace detail {
-/// How many values the call site `tag` has drawn in the run_check() run in progress on this
-/// thread; the count starts again at 0 with every run.
-std::size_t& fixed_cases_drawn(const char* tag);
+/// The index of the draw at call site `tag` whose random source is `r`, in the run_check() run in
+/// progress on this thread: 0, 1, 2, ... in the order first seen, and the same index each time the
+/// same draw is made again (rapidcheck re-runs a case from its seed to describe it). Indices start
+/// again at 0 with every run.
+std::size_t fixed_case_index(const char* tag, const rc::Random& r);
 }  // namespace detail
 
 /// Yields fixed[0], fixed[1], ... for the first fixed.size() cases of a run (each as drawn, never
-/// shrunk), then values of `random`. `tag` names the call site (one draw per case); a replayed
-/// or shrunk case keeps the value it was given, since rapidcheck replays recorded draws.
+/// shrunk), then values of `random`. `tag` names the call site (one draw per case). A case keeps
+/// the value it was given when it is shrunk (rapidcheck replays recorded draws) and when it is run
+/// again from its random source to describe a failure (the index is keyed by that source).
 template <class T>
 rc::Gen<T> fixed_then_random(const char* tag, std::vector<T> fixed, rc::Gen<T> random) {
   return rc::Gen<T>([tag, fixed = std::move(fixed), random = std::move(random)](
                         const rc::Random& r, int size) -> rc::Shrinkable<T> {
-    std::size_t& drawn = detail::fixed_cases_drawn(tag);
-    if (drawn < fixed.size()) return rc::shrinkable::just(fixed[drawn++]);
+    const std::size_t index = detail::fixed_case_index(tag, r);
+    if (index < fixed.size()) return rc::shrinkable::just(fixed[index]);
     return random(r, size);
   });
 }

@@ -450,10 +450,9 @@ inline void prop_fault_countdown(const arena_implementation& impl, executor& bas
           scribble(base, into->view(), into == &a ? 0x3c : 0xc3, s);
           retried(
               what.c_str(), [&] { return off->reload(into->view(), s); }, still_held);
-          assert_same(
-              expected, read_set(base, into->view(), s),
-              (what + (failed_call.empty() ? std::string() : " after a failed " + failed_call))
-                  .c_str());
+          std::string checked = what;
+          if (!failed_call.empty()) checked.append(" after a failed ").append(failed_call);
+          assert_same(expected, read_set(base, into->view(), s), checked.c_str());
         }
         run.faults.disarm();  // release() and destruction have no caller to report to
         if (release_first) {
