@@ -424,10 +424,14 @@ void print_table(const std::vector<property_row>& rows_in) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& row : rows_in) {
     const auto& o = row.outcome;
-    std::string result = o.passed ? "ok" : o.skipped ? o.message : "FAILED";
+    // Why a property does not apply is on its progress line: the column stays narrow.
+    std::string result = o.passed           ? "ok"
+                         : o.not_applicable ? "n/a"
+                         : o.skipped        ? o.message
+                                            : "FAILED";
     if (!row.abnormal_end.empty()) result += ", " + row.abnormal_end;
     rows.push_back({o.feature, o.implementation, o.name, o.executor_name,
-                    row.has_result ? std::to_string(o.cases_run) : "-", result,
+                    row.has_result && !o.not_applicable ? std::to_string(o.cases_run) : "-", result,
                     o.passed || o.skipped ? "" : std::to_string(o.seed)});
   }
   std::vector<std::size_t> width(header.size());
@@ -466,12 +470,17 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
       static_cast<std::size_t>(std::count_if(rows.begin(), rows.end(), [](const property_row& r) {
         return !r.outcome.passed && !r.outcome.skipped;
       }));
-  const auto skipped = static_cast<std::size_t>(std::count_if(
-      rows.begin(), rows.end(), [](const property_row& r) { return r.outcome.skipped; }));
+  const auto not_applicable = static_cast<std::size_t>(std::count_if(
+      rows.begin(), rows.end(), [](const property_row& r) { return r.outcome.not_applicable; }));
+  const auto skipped =
+      static_cast<std::size_t>(std::count_if(
+          rows.begin(), rows.end(), [](const property_row& r) { return r.outcome.skipped; })) -
+      not_applicable;
   std::cout << "\n"
-            << rows.size() - failed - skipped << " passed, " << failed << " failed, "
-            << (skipped > 0 ? std::to_string(skipped) + " skipped, " : "") << seconds(total_s)
-            << "\n";
+            << rows.size() - failed - skipped - not_applicable << " passed, " << failed
+            << " failed, " << (skipped > 0 ? std::to_string(skipped) + " skipped, " : "")
+            << (not_applicable > 0 ? std::to_string(not_applicable) + " not applicable, " : "")
+            << seconds(total_s) << "\n";
   // What the plugin did not give to check is said next to the counts, never counted as passed.
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
   if (failed > 0) {
@@ -489,11 +498,17 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
 // ---- the child's result ------------------------------------------------------------------------
 
 nlohmann::json to_json(const check_outcome& o) {
-  return {{"feature", o.feature},     {"implementation", o.implementation},
-          {"name", o.name},           {"executor", o.executor_name},
-          {"cases_run", o.cases_run}, {"cases_planned", o.cases_planned},
-          {"passed", o.passed},       {"skipped", o.skipped},
-          {"seed", o.seed},           {"message", o.message}};
+  return {{"feature", o.feature},
+          {"implementation", o.implementation},
+          {"name", o.name},
+          {"executor", o.executor_name},
+          {"cases_run", o.cases_run},
+          {"cases_planned", o.cases_planned},
+          {"passed", o.passed},
+          {"skipped", o.skipped},
+          {"seed", o.seed},
+          {"message", o.message},
+          {"not_applicable", o.not_applicable}};
 }
 
 check_outcome outcome_from_json(const nlohmann::json& j) {
@@ -506,6 +521,7 @@ check_outcome outcome_from_json(const nlohmann::json& j) {
   o.cases_planned = j.at("cases_planned").get<int>();
   o.passed = j.at("passed").get<bool>();
   o.skipped = j.value("skipped", false);
+  o.not_applicable = j.value("not_applicable", false);
   o.seed = j.at("seed").get<std::uint64_t>();
   o.message = j.at("message").get<std::string>();
   return o;
@@ -601,13 +617,7 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
     return row;
   }
 
-  row.outcome.feature = c.feature;
-  row.outcome.implementation = c.implementation;
-  row.outcome.name = c.name;
-  row.outcome.executor_name = executor_name;
-  row.outcome.seed = cfg.seed;
-  row.outcome.cases_planned = planned_cases(c, cfg);
-  row.outcome.passed = false;
+  row.outcome = outcome_before_run(c, executor_name, cfg);
   row.abnormal_end = run.how == child_run::end::exited ? ended + " without a result" : ended;
   row.outcome.message = "the property's process " + row.abnormal_end;
   if (!unreadable.empty()) {
@@ -691,7 +701,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   if (opt.list) {
     for (const auto& c : cases) {
       std::cout << "  " << c.feature << "/" << c.implementation << " " << c.name << " ("
-                << c.default_cases << " cases by default)\n";
+                << (c.not_applicable.empty() ? std::to_string(c.default_cases) + " cases by default"
+                                             : "not applicable: " + c.not_applicable)
+                << ")\n";
     }
     return exit_status::ok;
   }
@@ -735,18 +747,16 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     const auto& c = cases[i];
     print_progress(i, cases.size(), c);
     property_row row;
-    if (opt.in_process) {
+    if (!c.not_applicable.empty()) {
+      // Nothing to run: the profile rules it out.
+      row.outcome = outcome_before_run(c, executor_name, cfg);
+    } else if (opt.in_process) {
       const auto start = std::chrono::steady_clock::now();
       try {
         row.outcome = run_check(c, *ex, cfg);
       } catch (const std::exception& e) {
         // run_check reports failures as outcomes; this is only a last line of defence.
-        row.outcome.feature = c.feature;
-        row.outcome.implementation = c.implementation;
-        row.outcome.name = c.name;
-        row.outcome.executor_name = executor_name;
-        row.outcome.seed = cfg.seed;
-        row.outcome.cases_planned = planned_cases(c, cfg);
+        row.outcome = outcome_before_run(c, executor_name, cfg);
         row.outcome.message = std::string("run_check threw: ") + e.what();
       }
       row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -92,6 +92,8 @@ int register_on(const char* executor_prefix, const std::string& suite,
                 const std::vector<check_case>& cases) {
   int n = 0;
   for (const check_case& c : cases) {
+    // What the profile rules out is no test (offloadkit check reports it as not applicable).
+    if (!c.not_applicable.empty()) continue;
     std::string suite_name = executor_prefix;
     if (std::is_same_v<Backend, cuda_backend> && c.min_devices > 1) suite_name += "MultiGpu";
     suite_name += "/";

@@ -177,3 +177,20 @@ TEST(CheckRunner, APropertyNeedingMoreDevicesIsSkippedNotPassed) {
             std::string::npos)
       << o.message;
 }
+
+TEST(CheckRunner, APropertyTheProfileRulesOutIsNotApplicableNeverRun) {
+  offloadkit::host_executor ex;
+  bool ran = false;
+  check_case c = make_case([&ran](executor&) { ran = true; });
+  c.not_applicable = "profile says no graph can capture it";
+  const auto o = run_check(c, ex, check_config{});
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(o.not_applicable);
+  EXPECT_TRUE(o.skipped);
+  EXPECT_FALSE(o.passed);
+  EXPECT_EQ(o.message, "not applicable: profile says no graph can capture it");
+  // The listing helper gives the same outcome without a body.
+  const auto listed = offloadkit::not_applicable_case("runner", "test", "graphs", "profile says x");
+  EXPECT_FALSE(static_cast<bool>(listed.property));
+  EXPECT_TRUE(run_check(listed, ex, check_config{}).not_applicable);
+}

@@ -21,6 +21,7 @@
 #include "offloadkit/activation/reference_offloader.hpp"
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
+#include "offloadkit/testing/battery_list.hpp"
 #include "offloadkit/testing/fault_countdown.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/workloads/training_step.hpp"
@@ -1092,40 +1093,30 @@ void fault_countdown(executor& ex, const activation_implementation& impl) {
 namespace offloadkit::testing {
 
 std::vector<check_case> activation_battery(const activation_implementation& impl) {
-  // Every case shares one copy of the descriptor.
-  const auto shared = std::make_shared<const activation_implementation>(impl);
-  using property_fn = void (*)(executor&, const activation_implementation&);
-  auto c = [&shared](const char* name, property_fn prop, int cases) {
-    return check_case{"activation", shared->name, name,
-                      [shared, prop](executor& ex) { prop(ex, *shared); }, cases};
-  };
   const activation_capabilities& caps = impl.caps;
-  std::vector<check_case> cases;
-  cases.push_back(c("round_trip", &activation::round_trip, 150));
-  if (caps.origin_device) {
-    check_case two = c("two_devices", &activation::two_devices, 100);
-    two.min_devices = 2;
-    cases.push_back(std::move(two));
-  }
-  if (caps.prefetch_bound) {
-    cases.push_back(c("prefetch_memory_bound", &activation::memory_bound, 150));
-  }
-  cases.push_back(c("races_with_delays", &activation::races, 100));
-  if (caps.pending_bound) {
-    cases.push_back(c("pending_source_bound", &activation::pending_bound, 100));
-  }
-  cases.push_back(c("source_reuse_other_stream", &activation::source_reuse, 60));
-  if (caps.backward_prefetch) {
-    cases.push_back(c("prefetch_order", &activation::prefetch_order, 100));
-    cases.push_back(c("steady_state_demand_uploads", &activation::steady_demand_uploads, 60));
-  }
+  battery_list<activation_implementation> list("activation", impl);
+  list.add("round_trip", &activation::round_trip, 150);
+  list.add_if(caps.origin_device, "two_devices", &activation::two_devices, 100,
+              "profile says tensors come back on the current device (origin_device not "
+              "declared)")
+      .min_devices = 2;
+  list.add_if(caps.prefetch_bound, "prefetch_memory_bound", &activation::memory_bound, 150,
+              "profile says prefetch_bytes is not honoured (prefetch_bound not declared)");
+  list.add("races_with_delays", &activation::races, 100);
+  list.add_if(caps.pending_bound, "pending_source_bound", &activation::pending_bound, 100,
+              "profile says max_pending_bytes is not honoured (pending_bound not declared)");
+  list.add("source_reuse_other_stream", &activation::source_reuse, 60);
+  const std::string no_prefetch =
+      "profile says nothing is uploaded ahead of unpack() (backward_prefetch not declared)";
+  list.add_if(caps.backward_prefetch, "prefetch_order", &activation::prefetch_order, 100,
+              no_prefetch);
+  list.add_if(caps.backward_prefetch, "steady_state_demand_uploads",
+              &activation::steady_demand_uploads, 60, no_prefetch);
   // Deterministic: the same edge configurations every case, so one case is the whole check.
-  cases.push_back(c("config_edges", &activation::config_edges, 1));
-  // The fault adaptor fails only what passes through the executor.
-  if (impl.support.executor_allocations) {
-    cases.push_back(c("fault_countdown", &activation::fault_countdown, 25));
-  }
-  return cases;
+  list.add("config_edges", &activation::config_edges, 1);
+  list.add_if(impl.support.executor_allocations, "fault_countdown", &activation::fault_countdown,
+              25, allocations_not_through_executor());
+  return std::move(list).take();
 }
 
 activation_implementation reference_activation_implementation() {

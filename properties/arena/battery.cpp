@@ -6,43 +6,39 @@
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/testing/arena_battery.hpp"
+#include "offloadkit/testing/battery_list.hpp"
 
 namespace offloadkit::testing {
 
 std::vector<check_case> arena_battery(const arena_implementation& impl) {
-  // Every case shares one copy of the descriptor; the properties read its promises.
-  const auto shared = std::make_shared<const arena_implementation>(impl);
-  using property_fn = void (*)(const arena_implementation&, executor&);
-  auto make = [&shared](const char* name, property_fn f, int cases) {
-    return check_case{"arena", shared->name, name, [shared, f](executor& ex) { f(*shared, ex); },
-                      cases};
-  };
   namespace props = arena::testing;
-  std::vector<check_case> out;
-  out.push_back(make("round_trip", &props::prop_round_trip, 60));
-  out.push_back(make("event_chain", &props::prop_event_chain, 15));
+  battery_list<arena_implementation> list("arena", impl);
+  list.add("round_trip", &props::prop_round_trip, 60);
+  list.add("event_chain", &props::prop_event_chain, 15);
   // Its figures come from an adaptor, which sees only what goes through the executor.
-  if (impl.caps.pinned_steady_state && impl.support.executor_allocations) {
-    out.push_back(make("steady_state", &props::prop_steady_state, 30));
+  list.add_if(
+      impl.caps.pinned_steady_state && impl.support.executor_allocations, "steady_state",
+      &props::prop_steady_state, 30,
+      impl.caps.pinned_steady_state
+          ? allocations_not_through_executor()
+          : "profile says a repeated shape may allocate (pinned_steady_state not declared)");
+  list.add("lifetime", &props::prop_lifetime, 20);
+  for (const auto& [name, body] : {std::pair{"fault_allocation", &props::prop_fault_allocation},
+                                   std::pair{"fault_copy", &props::prop_fault_copy},
+                                   std::pair{"fault_countdown", &props::prop_fault_countdown}}) {
+    list.add_if(impl.support.executor_allocations, name, body, 15,
+                allocations_not_through_executor());
   }
-  out.push_back(make("lifetime", &props::prop_lifetime, 20));
-  // The fault adaptor fails only what passes through the executor.
-  if (impl.support.executor_allocations) {
-    out.push_back(make("fault_allocation", &props::prop_fault_allocation, 15));
-    out.push_back(make("fault_copy", &props::prop_fault_copy, 15));
-    out.push_back(make("fault_countdown", &props::prop_fault_countdown, 15));
-  }
-  out.push_back(make("concurrent", &props::prop_concurrent, 15));
-  out.push_back(make("model_sequence", &props::prop_model_sequence, 40));
+  list.add("concurrent", &props::prop_concurrent, 15);
+  list.add("model_sequence", &props::prop_model_sequence, 40);
   // Deterministic: the same edge shapes every case, so one case is the whole check.
-  out.push_back(make("boundary_shapes", &props::prop_boundary_shapes, 1));
-  // Only where the implementation can be made for a device other than the first.
-  if (impl.make_for_device) {
-    check_case devices = make("multi_device", &props::prop_multi_device, 10);
-    devices.min_devices = 2;
-    out.push_back(std::move(devices));
-  }
-  return out;
+  list.add("boundary_shapes", &props::prop_boundary_shapes, 1);
+  list.add_if(static_cast<bool>(impl.make_for_device), "multi_device", &props::prop_multi_device,
+              10,
+              "profile says it cannot be told a device (a plugin's create() takes none): it runs "
+              "on device 0 only")
+      .min_devices = 2;
+  return std::move(list).take();
 }
 
 arena_implementation reference_arena_implementation() {

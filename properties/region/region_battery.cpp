@@ -24,6 +24,7 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/testing/battery_list.hpp"
 #include "offloadkit/testing/device_memory.hpp"
 #include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
@@ -1123,46 +1124,39 @@ void fault_countdown(executor& ex, const region_implementation& impl, phase whic
 namespace offloadkit::testing {
 
 std::vector<check_case> region_battery(const region_implementation& impl) {
-  // Every case shares one copy of the descriptor; the properties read its capabilities.
-  const auto shared = std::make_shared<const region_implementation>(impl);
-  using property_fn = void (*)(executor&, const region_implementation&);
-  auto c = [&shared](const char* name, property_fn body, int cases) {
-    return check_case{"region", shared->name, name,
-                      [shared, body](executor& ex) { body(ex, *shared); }, cases};
-  };
-  auto countdown = [&shared](const char* name, region::phase which) {
-    return check_case{
-        "region", shared->name, name,
-        [shared, which](executor& ex) { region::fault_countdown(ex, *shared, which); }, 3};
-  };
   const region_capabilities& caps = impl.caps;
-  std::vector<check_case> out;
-  out.push_back(c("model_based", &region::model_based, 30));
-  if (caps.releases_memory) out.push_back(c("release_is_real", &region::release_is_real, 10));
-  out.push_back(c("graph_replay_after_resume", &region::graph_replay_after_resume, 15));
-  out.push_back(c("swap_keeps_both", &region::swap_keeps_both, 15));
+  const std::string keeps_memory =
+      "profile says pause() keeps the device memory (releases_memory not declared)";
+  battery_list<region_implementation> list("region", impl);
+  list.add("model_based", &region::model_based, 30);
+  list.add_if(caps.releases_memory, "release_is_real", &region::release_is_real, 10, keeps_memory);
+  list.add("graph_replay_after_resume", &region::graph_replay_after_resume, 15);
+  list.add("swap_keeps_both", &region::swap_keeps_both, 15);
   // The fault adaptor fails only what passes through the executor.
-  if (impl.support.executor_allocations) {
-    out.push_back(countdown("fault_countdown_pause", region::phase::pause));
-    out.push_back(countdown("fault_countdown_resume", region::phase::resume));
-    out.push_back(c(
-        "fault_countdown_swap",
-        [](executor& ex, const region_implementation& i) { region::fault_countdown_swap(ex, i); },
-        3));
+  for (const auto& [name, which] : {std::pair{"fault_countdown_pause", region::phase::pause},
+                                    std::pair{"fault_countdown_resume", region::phase::resume}}) {
+    list.add_if(
+        impl.support.executor_allocations, name,
+        [which = which](executor& ex, const region_implementation& i) {
+          region::fault_countdown(ex, i, which);
+        },
+        3, allocations_not_through_executor());
   }
-  if (caps.releases_memory) out.push_back(c("many_cycles", &region::many_cycles, 1));
-  out.push_back(c("state_errors", &region::state_errors, 10));
-  if (caps.multi_device) {
-    check_case m = c("multi_device", &region::multi_device, 5);
-    m.min_devices = 2;
-    out.push_back(std::move(m));
-  }
-  out.push_back(c("cross_stream_order", &region::cross_stream_order, 5));
-  out.push_back(c("adjacent_allocations", &region::adjacent_allocations, 10));
-  if (caps.managed_memory) {
-    out.push_back(c("unified_release_behaviour", &region::unified_release_behaviour, 10));
-  }
-  return out;
+  list.add_if(impl.support.executor_allocations, "fault_countdown_swap",
+              &region::fault_countdown_swap, 3, allocations_not_through_executor());
+  list.add_if(caps.releases_memory, "many_cycles", &region::many_cycles, 1, keeps_memory);
+  list.add("state_errors", &region::state_errors, 10);
+  list.add_if(caps.multi_device, "multi_device", &region::multi_device, 5,
+              "profile says a region lives on the current device only (multi_device not "
+              "declared)")
+      .min_devices = 2;
+  list.add("cross_stream_order", &region::cross_stream_order, 5);
+  list.add("adjacent_allocations", &region::adjacent_allocations, 10);
+  list.add_if(caps.managed_memory, "unified_release_behaviour", &region::unified_release_behaviour,
+              10,
+              "profile says the region is not one managed allocation (managed_memory not "
+              "declared)");
+  return std::move(list).take();
 }
 
 }  // namespace offloadkit::testing

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "offloadkit/testing/fixed_cases.hpp"
 
@@ -89,14 +90,37 @@ int planned_cases(const check_case& c, const check_config& cfg) {
   return std::max(1, cfg.cases > 0 ? cfg.cases : c.default_cases);
 }
 
-check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg) {
+check_case not_applicable_case(std::string feature, std::string implementation, std::string name,
+                               std::string why) {
+  check_case c;
+  c.feature = std::move(feature);
+  c.implementation = std::move(implementation);
+  c.name = std::move(name);
+  c.not_applicable = std::move(why);
+  c.default_cases = 1;
+  return c;
+}
+
+check_outcome outcome_before_run(const check_case& c, const std::string& executor_name,
+                                 const check_config& cfg) {
   check_outcome o;
   o.feature = c.feature;
   o.implementation = c.implementation;
   o.name = c.name;
-  o.executor_name = to_string(ex.kind());
+  o.executor_name = executor_name;
   o.seed = cfg.seed != 0 ? cfg.seed : fresh_seed();
   o.cases_planned = planned_cases(c, cfg);
+  if (!c.not_applicable.empty()) {
+    o.skipped = true;
+    o.not_applicable = true;
+    o.message = "not applicable: " + c.not_applicable;
+  }
+  return o;
+}
+
+check_outcome run_check(const check_case& c, executor& ex, const check_config& cfg) {
+  check_outcome o = outcome_before_run(c, to_string(ex.kind()), cfg);
+  if (o.not_applicable) return o;
 
   if (ex.device_count() < c.min_devices) {
     o.skipped = true;

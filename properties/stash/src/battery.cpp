@@ -5,42 +5,27 @@
 
 #include "offloadkit/stash/eager_stash.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
+#include "offloadkit/testing/battery_list.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
 
 namespace offloadkit::testing {
 
 std::vector<check_case> stash_battery(const stash_implementation& impl) {
-  // Every case shares one copy of the descriptor; the properties read its capabilities.
-  const auto shared = std::make_shared<const stash_implementation>(impl);
-  using property_fn = void (*)(const stash_implementation&, executor&);
-  auto make = [&shared](const char* name, property_fn f, int cases) {
-    check_case c;
-    c.feature = "stash";
-    c.implementation = shared->name;
-    c.name = name;
-    c.property = [shared, f](executor& ex) { f(*shared, ex); };
-    c.default_cases = cases;
-    return c;
-  };
   namespace props = stash::testing;
-  std::vector<check_case> out;
-  out.push_back(make("round_trip_and_conservation", &props::prop_round_trip, 200));
-  out.push_back(make("capacity_sweep_first_overflow", &props::prop_capacity_sweep, 80));
-  out.push_back(make("key_limits", &props::prop_key_limits, 30));
-  out.push_back(make("config_limits", &props::prop_config_limits, 30));
-  // The fault adaptor fails only what passes through the executor.
-  if (impl.support.executor_allocations) {
-    out.push_back(make("injected_faults_countdown", &props::prop_injected_faults, 15));
-  }
-  out.push_back(make("model_based", &props::prop_model, 200));
-  out.push_back(make("batch_matches_per_key", &props::prop_batch_matches_per_key, 60));
-  if (impl.caps.capturable) {
-    out.push_back(make("graph_replay_row_counts", &props::prop_graph_replay, 40));
-  }
-  check_case devices = make("multi_device", &props::prop_multi_device, 8);
-  devices.min_devices = 2;
-  out.push_back(std::move(devices));
-  return out;
+  battery_list<stash_implementation> list("stash", impl);
+  list.add("round_trip_and_conservation", &props::prop_round_trip, 200);
+  list.add("capacity_sweep_first_overflow", &props::prop_capacity_sweep, 80);
+  list.add("key_limits", &props::prop_key_limits, 30);
+  list.add("config_limits", &props::prop_config_limits, 30);
+  list.add_if(impl.support.executor_allocations, "injected_faults_countdown",
+              &props::prop_injected_faults, 15, allocations_not_through_executor());
+  list.add("model_based", &props::prop_model, 200);
+  list.add("batch_matches_per_key", &props::prop_batch_matches_per_key, 60);
+  list.add_if(impl.caps.capturable, "graph_replay_row_counts", &props::prop_graph_replay, 40,
+              "profile says stash() and restore() synchronize the host (capturable not "
+              "declared): no graph can capture them");
+  list.add("multi_device", &props::prop_multi_device, 8).min_devices = 2;
+  return std::move(list).take();
 }
 
 std::vector<check_case> stash_codec_checks(const stash::testing::key_codecs& codecs) {

@@ -29,7 +29,16 @@ struct check_case {
   /// Devices the property needs on its executor. With fewer it has nothing to check there, and a
   /// runner that can say so (the ctest suites) reports it skipped rather than passed.
   int min_devices = 1;
+  /// Non-empty: the implementation's declared profile rules the property out, and this says how
+  /// ("profile says stash() synchronizes the host: not capturable"). The property is not run; its
+  /// outcome is "not applicable", never passed or failed.
+  std::string not_applicable = {};
 };
+
+/// A case that lists `name` for `implementation` as not applicable, for `why` (what the profile
+/// says), so that a report shows every property of the battery with what became of it.
+check_case not_applicable_case(std::string feature, std::string implementation, std::string name,
+                               std::string why);
 
 struct check_config {
   std::uint64_t seed = 0;  ///< 0: a fresh seed per run (printed in the result)
@@ -43,9 +52,13 @@ struct check_outcome {
   int cases_run = 0;
   int cases_planned = 0;  ///< the case count the run asked for: replaying `seed` needs the same one
   bool passed = false;
-  /// Not run: the executor lacks what the property needs (min_devices); `message` says what.
-  /// A skipped outcome is not passed and not failed.
+  /// Not run: the executor lacks what the property needs (min_devices), or the implementation's
+  /// profile rules it out (not_applicable); `message` says what. A skipped outcome is not passed
+  /// and not failed.
   bool skipped = false;
+  /// Skipped because the implementation's profile rules the property out (check_case's
+  /// not_applicable); `message` is "not applicable: profile says ...".
+  bool not_applicable = false;
   std::uint64_t seed = 0;
   std::string message;  ///< rapidcheck's counterexample and failure text; empty on success
 };
@@ -53,6 +66,12 @@ struct check_outcome {
 /// The case count run_check asks rapidcheck for: cfg.cases when set (it may lower or raise the
 /// property's default), otherwise the property's default_cases; never below 1.
 int planned_cases(const check_case& c, const check_config& cfg);
+
+/// The outcome of `c` before it runs on the executor named `executor_name`: its names, the seed
+/// (cfg's, or a fresh one) and the planned case count; for a case the profile rules out, already
+/// its whole (not applicable) outcome.
+check_outcome outcome_before_run(const check_case& c, const std::string& executor_name,
+                                 const check_config& cfg);
 
 /// Runs one property under rapidcheck with the configured seed and case count. Never throws for a
 /// failing property: the failure, its counterexample and the seed are in the outcome.

@@ -146,7 +146,7 @@ inline std::unique_ptr<offloader> make_offloader(const arena_implementation& imp
 // ---- the properties ---------------------------------------------------------------------------
 
 /// offload then reload restores every byte, in place and into other buffers of the same sizes.
-inline void prop_round_trip(const arena_implementation& impl, executor& ex) {
+inline void prop_round_trip(executor& ex, const arena_implementation& impl) {
   const set_spec spec = *gen_set_spec();
   const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
   stream s(ex);
@@ -170,7 +170,7 @@ inline void prop_round_trip(const arena_implementation& impl, executor& ex) {
 /// Cycles of changing shapes, chained through the returned events across two streams with
 /// random delays: the event of offload() must not complete before the host copy is whole, and
 /// reload() must wait for the offload() it reloads.
-inline void prop_event_chain(const arena_implementation& impl, executor& base) {
+inline void prop_event_chain(executor& base, const arena_implementation& impl) {
   delay_adaptor ex(base);
   stream s1(base), s2(base);
   ex.delay_randomly(s1, std::chrono::microseconds(*rc::gen::inRange(0, 400)),
@@ -199,7 +199,7 @@ inline void prop_event_chain(const arena_implementation& impl, executor& base) {
 
 /// After the first cycle of a shape, more cycles allocate no host memory, copy no byte through
 /// pageable memory, and issue at most one copy per run of device-contiguous tensors.
-inline void prop_steady_state(const arena_implementation& impl, executor& base) {
+inline void prop_steady_state(executor& base, const arena_implementation& impl) {
   counting_adaptor ex(base);
   auto off = make_offloader(impl, ex);
   const set_spec spec = *gen_set_spec();
@@ -226,7 +226,7 @@ inline void prop_steady_state(const arena_implementation& impl, executor& base) 
 /// release() frees all host memory; every use after it is a state_error saying so; destroying
 /// an offloader without release() frees too; an arena-backed offloader never holds two host
 /// buffers, also when it grows, and does not allocate for a set that fits.
-inline void prop_lifetime(const arena_implementation& impl, executor& base) {
+inline void prop_lifetime(executor& base, const arena_implementation& impl) {
   host_memory_tracker ex(base);
   stream s(base);
   const set_spec small = *gen_set_spec(std::size_t{1} << 19, 100);
@@ -284,7 +284,7 @@ inline void prop_lifetime(const arena_implementation& impl, executor& base) {
 
 /// Host allocation fails at every point of offload(): the error is out_of_memory naming the
 /// offload, the device tensors are untouched, and a retry round-trips every byte.
-inline void prop_fault_allocation(const arena_implementation& impl, executor& base) {
+inline void prop_fault_allocation(executor& base, const arena_implementation& impl) {
   fault_injection_adaptor ex(base);
   stream s(base);
   const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
@@ -325,7 +325,7 @@ inline void prop_fault_allocation(const arena_implementation& impl, executor& ba
 /// A copy fails at every tensor of offload() and of reload(): the error names the tensor and the
 /// direction, offload() leaves the device untouched, reload() keeps the host copy, and a retry
 /// restores every byte.
-inline void prop_fault_copy(const arena_implementation& impl, executor& base) {
+inline void prop_fault_copy(executor& base, const arena_implementation& impl) {
   fault_injection_adaptor ex(base);
   stream s(base);
   const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
@@ -384,7 +384,7 @@ inline void prop_fault_copy(const arena_implementation& impl, executor& base) {
 /// succeeds and every byte comes back. Once the offloader is released (or, in half the cases,
 /// destroyed without release()) it holds nothing: no allocation, stream or event (the resource
 /// ledger), and nothing it freed was freed twice.
-inline void prop_fault_countdown(const arena_implementation& impl, executor& base) {
+inline void prop_fault_countdown(executor& base, const arena_implementation& impl) {
   stream s(base);
   const set_spec spec = *gen_set_spec(std::size_t{256} << 10, 12);
   set_spec half = spec;
@@ -464,7 +464,7 @@ inline void prop_fault_countdown(const arena_implementation& impl, executor& bas
 
 /// Offload of set A and reload of set B at once on two streams, with delays injected on both,
 /// then A reloaded on the other stream without a host wait: always correct.
-inline void prop_concurrent(const arena_implementation& impl, executor& base) {
+inline void prop_concurrent(executor& base, const arena_implementation& impl) {
   delay_adaptor ex(base);
   stream s1(base), s2(base);
   const set_spec spec_a = *gen_set_spec(std::size_t{1} << 20, 100);
@@ -507,7 +507,7 @@ inline void prop_concurrent(const arena_implementation& impl, executor& base) {
 /// One command crosses streams: a reload on a second stream, held back by an injected delay, and
 /// at once, with no host wait, an offload of another set on the first stream. The offload must
 /// not overwrite the host copy before the reload has read it.
-inline void prop_model_sequence(const arena_implementation& impl, executor& base) {
+inline void prop_model_sequence(executor& base, const arena_implementation& impl) {
   fault_injection_adaptor ex(base);
   delay_adaptor delays(ex);
   stream s(base), s2(base);
@@ -679,7 +679,7 @@ inline std::vector<set_spec> boundary_set_specs() {
 /// Deterministic edge cases beside the random ones: every boundary shape round-trips, in place and
 /// into buffers grouped differently, through one offloader that grows from nothing to the largest
 /// shape and shrinks back, then on a fresh offloader each; after release() nothing is held.
-inline void prop_boundary_shapes(const arena_implementation& impl, executor& ex) {
+inline void prop_boundary_shapes(executor& ex, const arena_implementation& impl) {
   stream s(ex);
   auto grown = make_offloader(impl, ex);
   std::uint64_t seed = 77;
@@ -717,7 +717,7 @@ inline void prop_boundary_shapes(const arena_implementation& impl, executor& ex)
 /// device's memory (device 0's free memory stays put) and d's is back once it is released and
 /// gone; where a pinned steady state is promised, cycles after the first allocate no host memory
 /// (the arena is reused). On a GPU the figures hold within two granules.
-inline void prop_multi_device(const arena_implementation& impl, executor& base) {
+inline void prop_multi_device(executor& base, const arena_implementation& impl) {
   const int devices = base.device_count();
   if (devices < 2) RC_SUCCEED("one device: nothing to check");
   const int d = *rc::gen::inRange(1, devices);

@@ -215,7 +215,7 @@ inline void run_workload(stash_interface& st, device_io& io, const workload& w,
 /// Differential: for random schedules, row counts, row sizes and page sizes, restores give back
 /// exactly the model's bytes, pages are conserved after every step (none lost, none owned twice)
 /// and the freelists are full at the end.
-inline void prop_round_trip(const stash_implementation& impl, executor& ex) {
+inline void prop_round_trip(executor& ex, const stash_implementation& impl) {
   const random_workload r = gen_workload();
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -238,7 +238,7 @@ inline void prop_round_trip(const stash_implementation& impl, executor& ex) {
 /// exactly the first overflowing key with its row count, need and free pages in both tiers;
 /// every other key restores correctly; overflowed keys restore nothing; pages are conserved. At
 /// the peak nothing overflows (the planner is exact).
-inline void prop_capacity_sweep(const stash_implementation& impl, executor& ex) {
+inline void prop_capacity_sweep(executor& ex, const stash_implementation& impl) {
   const random_workload r = gen_workload(true);
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -328,7 +328,7 @@ inline rc::Gen<std::pair<int, std::uint64_t>> gen_past_limit() {
 /// keys past a limit throw out_of_range naming the field, the value and the limit, from make_key
 /// and from stash(), which stays usable afterwards; more distinct keys than max_keys is a typed
 /// error. The corners and the first values past each limit are the first cases of every run.
-inline void prop_key_limits(const stash_implementation& impl, executor& ex) {
+inline void prop_key_limits(executor& ex, const stash_implementation& impl) {
   const key_fields corner = *gen_boundary_key();
   const auto [field, past] = *gen_past_limit();
   const char* names[] = {"vp", "layer", "microbatch"};
@@ -404,7 +404,7 @@ struct config_edge {
 /// max_keys at 1 and 0, max_rows and both tiers at 0, the two tiers together at 2^31 pages (page
 /// ids are 32-bit on the device), device at -1 and at the executor's device count. The fixed
 /// cases come first in every run; random ones after.
-inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
+inline void prop_config_limits(executor& ex, const stash_implementation& impl) {
   const std::int64_t too_many_pages = std::int64_t{1} << 31;
   const std::vector<config_edge> edges{{"row_bytes", 1, true},
                                        {"row_bytes", 0, false},
@@ -479,7 +479,7 @@ inline void prop_config_limits(const stash_implementation& impl, executor& ex) {
 /// stash issues, for N = 0, 1, 2, ... until a whole step runs without a fault. Every injected
 /// fault surfaces as a typed exception; afterwards the pages are conserved and, after reset(), the
 /// same stash runs the whole step correctly.
-inline void prop_injected_faults(const stash_implementation& impl, executor& ex) {
+inline void prop_injected_faults(executor& ex, const stash_implementation& impl) {
   const random_workload r = gen_workload(true);
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
@@ -751,7 +751,7 @@ inline rc::Gen<model_config> gen_model_config() {
 
 /// Model-based: random stash/restore/reset/clear sequences (double stashes, empty restores and
 /// overflows included) against a plain model of the freelists, page table and status word.
-inline void prop_model(const stash_implementation& impl, executor& ex) {
+inline void prop_model(executor& ex, const stash_implementation& impl) {
   const model_config mc = *gen_model_config();
   stash_config cfg;
   std::tie(cfg.row_bytes, cfg.rows_per_page, cfg.max_rows, cfg.device_pages, cfg.pinned_pages) = mc;
@@ -784,7 +784,7 @@ inline void prop_model(const stash_implementation& impl, executor& ex) {
 
 /// A captured step (two stashes, two restores) replays correctly with different row counts
 /// written to the device before each replay, overflow included; the host never reads a row count.
-inline void prop_graph_replay(const stash_implementation& impl, executor& ex) {
+inline void prop_graph_replay(executor& ex, const stash_implementation& impl) {
   stash_config cfg;
   cfg.row_bytes = *rc::gen::elementOf(std::vector<std::size_t>{1, 6, 16, std::size_t{2} * 64});
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 6);
@@ -871,7 +871,7 @@ inline std::string describe(const stash_snapshot& snap, bool page_ids) {
 /// pages, sticky status word (which key failed first, with its need and the free pages it saw),
 /// restored bytes and row counts. Batches are random subsets of a layer's keys in random order
 /// over pools that often run out, with keys stashed twice, restored empty and rows past max_rows.
-inline void prop_batch_matches_per_key(const stash_implementation& impl, executor& ex) {
+inline void prop_batch_matches_per_key(executor& ex, const stash_implementation& impl) {
   stash_config cfg;
   cfg.row_bytes = *rc::gen::oneOf(rc::gen::inRange<std::size_t>(1, 40),
                                   rc::gen::element<std::size_t>(32, 128, 192));
@@ -1030,7 +1030,7 @@ struct key_driver {
 /// and once destroyed every device's free memory is back. Then a stash on device 0 joins it and
 /// the two are driven interleaved from one thread, both right. On a GPU the figures hold within
 /// two granules and the rows are large enough for a pool to show.
-inline void prop_multi_device(const stash_implementation& impl, executor& ex) {
+inline void prop_multi_device(executor& ex, const stash_implementation& impl) {
   const int devices = ex.device_count();
   if (devices < 2) RC_SUCCEED("one device: nothing to check");
   const int d = *rc::gen::inRange(1, devices);
