@@ -38,13 +38,32 @@ using testing::region_implementation;
 
 constexpr std::size_t word = sizeof(std::uint32_t);
 
-/// A region from the descriptor's factory. What the instance says of its address agrees with what
-/// the descriptor declares, which is what the address checks below go by.
+/// A region from the descriptor's factory, to be paused in `mode`: created with that mode where
+/// the profile fixes the mode per allocation, and given offloadkit's graphs where the profile says
+/// the implementation keeps none. What the instance says of its address agrees with what the
+/// descriptor declares, which is what the address checks below go by.
 std::unique_ptr<offload_region> make_region(const region_implementation& impl, executor& ex,
-                                            region_config c) {
+                                            region_config c,
+                                            pause_mode mode = pause_mode::preserve) {
+  if (impl.caps.pause_modes == testing::region_pause_modes::fixed_per_allocation) {
+    c.fixed_mode = mode;
+  }
   auto r = impl.make(ex, c);
   RC_ASSERT(r->address_stable() == impl.caps.address_stable);
+  if (impl.caps.graphs == testing::region_graphs::none) r = with_executor_graphs(ex, std::move(r));
   return r;
+}
+
+/// Whether one region may be paused in both modes.
+bool both_modes(const region_implementation& impl) {
+  return impl.caps.pause_modes == testing::region_pause_modes::both;
+}
+
+/// The mode of a region whose pauses the case draws: drawn once per region where the profile
+/// fixes it per allocation; `preserve` otherwise (the draws are then per pause).
+pause_mode gen_region_mode(const region_implementation& impl) {
+  if (both_modes(impl)) return pause_mode::preserve;
+  return *rc::gen::element(pause_mode::preserve, pause_mode::discard);
 }
 
 using testing::free_memory_settles_near;
@@ -129,6 +148,8 @@ struct region_model {
   bool active = true;
   std::size_t words = 0;
   std::vector<segment> segments;  // sorted, covering [0, words)
+  /// The region's one pause mode, where the profile fixes it per allocation.
+  std::optional<pause_mode> fixed_mode;
 };
 
 /// The region under test driven from two streams of its device. The harness orders what the
@@ -149,6 +170,8 @@ struct region_sut {
   void* address;
   graph_id graph;
   bool address_stable;  ///< declared by the descriptor
+  /// Declared synchronous: the caller does not order its work on the other stream after a resume.
+  bool synchronous;
 
   /// The stream a command runs on, ordered after what the caller must order before it.
   stream_ref on(int i, bool region_call) {
@@ -222,8 +245,10 @@ struct write_cmd final : region_command {
 struct pause_cmd final : region_command {
   pause_mode mode;
   int stream_index = gen_stream();
-  explicit pause_cmd(const region_model&)
-      : mode(*rc::gen::inRange(0, 2) == 1 ? pause_mode::discard : pause_mode::preserve) {}
+  explicit pause_cmd(const region_model& m)
+      : mode(m.fixed_mode                   ? *m.fixed_mode
+             : *rc::gen::inRange(0, 2) == 1 ? pause_mode::discard
+                                            : pause_mode::preserve) {}
   void apply(region_model& m) const override {
     if (!m.active) return;
     m.active = false;
@@ -264,7 +289,9 @@ struct resume_cmd final : region_command {
     if (delay_us > 0) sut.dx->delay_next(std::chrono::microseconds(delay_us), 1, s);
     sut.region->resume(s);
     sut.dx->clear();
-    sut.resumed_on(stream_index);
+    // A synchronous resume has finished its work: the caller's next work on either stream sees
+    // the contents without waiting for it.
+    if (!sut.synchronous) sut.resumed_on(stream_index);
     RC_ASSERT(sut.region->state() == region_state::active);
     if (sut.address_stable) {
       RC_ASSERT(same_address(sut.region->data(), sut.address));
@@ -365,11 +392,15 @@ void model_based(executor& ex, const region_implementation& impl) {
   // The first case of every run checks the fixed sequence too, so that a region whose preserving
   // pause stops copying after a discard fails every run.
   if (*offloadkit::testing::fixed_then_random("region.model_based.discard_then_preserve",
-                                              std::vector<int>{1}, rc::gen::just(0)) == 1) {
+                                              std::vector<int>{1}, rc::gen::just(0)) == 1 &&
+      both_modes(impl)) {
     discard_then_preserve(ex, impl, sh);
   }
+  region_model m;
+  if (!both_modes(impl)) m.fixed_mode = gen_region_mode(impl);
   delay_adaptor dx(ex);
-  auto region = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
+  auto region = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes},
+                            m.fixed_mode.value_or(pause_mode::preserve));
   region_sut sut{&dx,
                  &dx,
                  std::move(region),
@@ -380,13 +411,13 @@ void model_based(executor& ex, const region_implementation& impl) {
                  {false, false},
                  nullptr,
                  0,
-                 impl.caps.address_stable};
+                 impl.caps.address_stable,
+                 impl.caps.streams == testing::region_streams::synchronous};
   sut.address = sut.region->data();
   // Fresh device memory is unspecified: start from a known pattern.
   write_pattern(dx, sut.region->data(), sh.words, 0, sut.streams[0]);
   sut.graph = sut.region->register_graph(affine_graph(dx, sh.words), sut.streams[0]);
   sut.streams[0].synchronize();
-  region_model m;
   m.words = sh.words;
   m.segments.push_back({0, sh.words, 0, 0, 0, true});
   rc::state::check(m, sut,
@@ -543,7 +574,7 @@ void many_cycles(executor& ex, const region_implementation& impl) {
   const std::size_t free_active = cx.device_memory(0).free;
   std::optional<counting_adaptor::counts> after_first;
   for (int c = 0; c < cycles; ++c) {
-    r->pause(c % 10 == 9 ? pause_mode::discard : pause_mode::preserve, s);
+    r->pause(c % 10 == 9 && both_modes(impl) ? pause_mode::discard : pause_mode::preserve, s);
     RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
     const auto n = cx.snapshot();
     // Every mapping made is undone while paused.
@@ -621,6 +652,14 @@ void state_errors(executor& base, const region_implementation& impl) {
   RC_ASSERT_THROWS_AS(r->resume(s), state_error);
   RC_ASSERT_THROWS_AS(r->replay(g + 100, s), out_of_range);
   RC_ASSERT(r->state() == region_state::active);
+  if (!both_modes(impl)) {
+    // Created for preserving pauses: a discarding one is not offered, and changes nothing.
+    void* const address = r->data();
+    RC_ASSERT_THROWS_AS(r->pause(pause_mode::discard, s), unsupported_error);
+    RC_ASSERT(r->state() == region_state::active);
+    RC_ASSERT(same_address(r->data(), address));
+    assert_contents(ex, *r, sh.words, seed, 0, s);
+  }
   r->pause(s);
   RC_ASSERT_THROWS_AS(r->pause(s), state_error);
   RC_ASSERT_THROWS_AS(r->pause(pause_mode::discard, s), state_error);
@@ -708,10 +747,12 @@ void two_regions_at_once(executor& ex, const region_implementation& impl, int ot
   const std::vector<std::size_t> before = testing::free_per_device(ex);
   // Made in a random order; making one never moves the other device's memory.
   std::array<std::unique_ptr<offload_region>, 2> r;
+  const std::array<pause_mode, 2> fixed_mode{gen_region_mode(impl), gen_region_mode(impl)};
   const std::size_t first = *rc::gen::inRange<std::size_t>(0, 2);
   for (const std::size_t i : {first, 1 - first}) {
     const std::vector<std::size_t> prior = testing::free_per_device(ex);
-    r[i] = make_region(impl, ex, region_config{sh[i].words * word, device[i], sh[i].chunk_bytes});
+    r[i] = make_region(impl, ex, region_config{sh[i].words * word, device[i], sh[i].chunk_bytes},
+                       fixed_mode[i]);
     RC_ASSERT(r[i]->device() == device[i]);
     const std::string moved = testing::other_devices_moved(ex, prior, device[i]);
     if (!moved.empty())
@@ -780,7 +821,9 @@ void two_regions_at_once(executor& ex, const region_implementation& impl, int ot
     const bool is_active = ri.state() == region_state::active;
     std::string what;
     if (st.op <= 1 && is_active) {
-      const pause_mode mode = st.op == 0 ? pause_mode::preserve : pause_mode::discard;
+      const pause_mode mode = !both_modes(impl) ? fixed_mode[i]
+                              : st.op == 0      ? pause_mode::preserve
+                                                : pause_mode::discard;
       ri.pause(mode, s[i]);
       if (mode == pause_mode::discard) known[i] = false;
       what = offloadkit::detail::concat("pause(", to_string(mode), ") of the region on device ",
@@ -912,12 +955,13 @@ void unified_release_behaviour(executor& ex, const region_implementation& impl) 
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   stream s(ex, 0);
   const std::size_t free0 = ex.device_memory(0).free;
-  auto r = make_region(impl, ex, region_config{words * word, 0, 0});
+  const pause_mode mode = *rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve;
+  auto r = make_region(impl, ex, region_config{words * word, 0, 0}, mode);
   void* const address = r->data();
   write_pattern(ex, r->data(), words, seed, s);
   s.synchronize();
   const std::size_t free_active = ex.device_memory(0).free;
-  r->pause(*rc::gen::arbitrary<bool>() ? pause_mode::discard : pause_mode::preserve, s);
+  r->pause(mode, s);
   const std::size_t free_paused = ex.device_memory(0).free;
   RC_LOG() << "free: before " << free0 << ", active " << free_active << ", paused " << free_paused
            << "\n";

@@ -28,6 +28,13 @@ class state_error : public logic_error {
   using logic_error::logic_error;
 };
 
+/// The implementation does not provide the operation asked for (a pause mode its declared profile
+/// does not offer, say); nothing was changed.
+class unsupported_error : public logic_error {
+ public:
+  using logic_error::logic_error;
+};
+
 /// A failure reported by the platform (CUDA runtime/driver, the OS) or by fault injection.
 class runtime_error : public std::runtime_error {
  public:

@@ -7,15 +7,25 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "battery_tests.hpp"
+#include "synchronous_fixed_region.hpp"
 
 namespace {
 
 using namespace offloadkit::testing;
 
+/// The built-in regions, and a double of a common real one that declares other policies (pause
+/// mode fixed per allocation, synchronous calls, no graphs of its own).
+std::vector<region_implementation> implementations_under_test() {
+  std::vector<region_implementation> all = builtin_region_implementations();
+  all.push_back(offloadkit::region::testing_doubles::synchronous_fixed_region_implementation());
+  return all;
+}
+
 const int registered =
-    register_battery_tests("RegionBattery", builtin_region_implementations(), &region_battery);
+    register_battery_tests("RegionBattery", implementations_under_test(), &region_battery);
 
 TEST(RegionBatteryList, RegistersEveryListedProperty) { EXPECT_GT(registered, 0); }
 

@@ -17,6 +17,7 @@
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
+#include "synchronous_fixed_region.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -624,6 +625,53 @@ TEST(RegionCatchesExactlyOne, ClearingDiscardOnlyByUnifiedRelease) {
   EXPECT_EQ(failing_properties(planted<clearing_unified_region>(
                 offloadkit::testing::unified_region_implementation())),
             names{"unified_release_behaviour"});
+}
+
+// ---- declared policies: a profile that fits the code, and a bug in each policy -----------------
+
+namespace doubles = offloadkit::region::testing_doubles;
+
+TEST(RegionProfiles, SynchronousFixedModeRegionWithoutGraphsPassesItsProfile) {
+  EXPECT_EQ(failing_properties(doubles::synchronous_fixed_region_implementation()), names{});
+}
+TEST(RegionProfiles, ResumeReturningBeforeItsCopyOnlyByModelWhenDeclaredSynchronous) {
+  auto impl = doubles::synchronous_fixed_region_implementation(
+      doubles::planted_mode::returns_before_resume_copy);
+  EXPECT_EQ(failing_properties(impl), names{"model_based"});
+  // The same code is right for what a stream-ordered region promises.
+  impl.caps.streams = offloadkit::testing::region_streams::stream_ordered;
+  EXPECT_EQ(failing_properties(impl), names{});
+}
+TEST(RegionProfiles, DiscardBeforeRefusingAModeOnlyByStateErrors) {
+  EXPECT_EQ(failing_properties(doubles::synchronous_fixed_region_implementation(
+                doubles::planted_mode::discards_before_refusing)),
+            names{"state_errors"});
+}
+TEST(RegionProfiles, WithExecutorGraphsRecapturesAfterAMove) {
+  // The double moves on every resume: graphs captured before a pause must not replay onto the
+  // memory it gave back.
+  host_executor ex;
+  auto impl = doubles::synchronous_fixed_region_implementation();
+  auto r = with_executor_graphs(ex, impl.make(ex, region_config{4096, 0, 0, pause_mode::preserve}));
+  stream s(ex, 0);
+  ex.fill(r->data(), 1, 4096, s);
+  const graph_id g =
+      r->register_graph([&ex](void* base, stream_ref st) { ex.fill(base, 7, 16, st); }, s);
+  EXPECT_EQ(r->captures(), 1u);
+  r->pause(s);
+  // Another allocation of the same size first, so that the resume cannot land where it was.
+  buffer other(ex, memory_kind::device, 4096, 0);
+  r->resume(s);
+  r->replay(g, s);
+  EXPECT_EQ(r->captures(), 2u);
+  buffer host(ex, memory_kind::pinned, 4096);
+  ex.copy(host.data(), r->data(), 4096, s);
+  ex.synchronize(s);
+  const auto* bytes = host.as<unsigned char>();
+  EXPECT_EQ(bytes[0], 7);
+  EXPECT_EQ(bytes[16], 1);
+  EXPECT_THROW(r->pause(pause_mode::discard, s), unsupported_error);
+  EXPECT_EQ(r->state(), region_state::active);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 
 #include "offloadkit/executor.hpp"
 
@@ -31,6 +33,11 @@ struct region_config {
   /// Physical memory is created, mapped and transferred in chunks of this size (rounded up to the
   /// device granularity); 0 picks default_chunk_bytes. Implementations without chunks ignore it.
   std::size_t chunk_bytes = 0;
+  /// For an implementation whose pause mode is fixed when its memory is allocated (profile:
+  /// pause modes fixed per allocation), the mode every pause of this region will use; a pause in
+  /// the other mode throws unsupported_error and changes nothing. Unset: the caller may use both
+  /// modes (implementations that provide both ignore it).
+  std::optional<pause_mode> fixed_mode = std::nullopt;
 };
 
 inline constexpr std::size_t default_chunk_bytes = std::size_t{64} << 20;
@@ -115,6 +122,14 @@ class offload_region {
   virtual void do_replay(graph_id g, stream_ref s) = 0;
   virtual void do_unregister_graph(graph_id g) noexcept = 0;
 };
+
+/// `inner` with offloadkit's graphs, for an implementation that keeps none of its own (profile:
+/// graphs none): register_graph captures through `ex` into a graph kept here, replay replays it,
+/// and after a resume that moved the region every graph is captured again at its next replay or
+/// registration (all or nothing: a failed re-capture leaves the old graphs, and the next replay
+/// tries again). Everything else is inner's. `ex` must be the executor inner's streams belong to.
+std::unique_ptr<offload_region> with_executor_graphs(executor& ex,
+                                                     std::unique_ptr<offload_region> inner);
 
 namespace detail {
 /// Captures `fn(base, s)` on `s` into a graph; on any failure the capture is ended and nothing

@@ -49,6 +49,36 @@ struct stash_implementation {
 
 // ---- graph-stable region --------------------------------------------------------------------
 
+/// Which pause modes a region offers.
+enum class region_pause_modes {
+  both,  ///< every region pauses in either mode
+  /// The mode is chosen when the region is created (region_config::fixed_mode) and every pause
+  /// uses it; a pause in the other mode throws unsupported_error (OKIT_ERR_UNSUPPORTED) and
+  /// changes nothing.
+  fixed_per_allocation,
+};
+
+/// How pause() and resume() relate to the stream they are given.
+enum class region_streams {
+  /// Ordered on the stream given: they wait for the work queued on it before them, and work
+  /// queued on it after them sees their result; they may return before their own work finishes.
+  stream_ordered,
+  /// Synchronous: they wait for the work queued on the stream given (a library that synchronizes
+  /// the whole device does), and return only once their own work is finished, so that work on
+  /// any stream after them sees their result with no ordering by the caller.
+  synchronous,
+};
+
+/// Who keeps the graphs of register_graph() and replay().
+enum class region_graphs {
+  own,   ///< the implementation does
+  none,  ///< it has none: offloadkit captures through the executor (with_executor_graphs)
+};
+
+const char* to_string(region_pause_modes m) noexcept;
+const char* to_string(region_streams s) noexcept;
+const char* to_string(region_graphs g) noexcept;
+
 struct region_capabilities {
   /// data() never changes across pause/resume (otherwise graphs are re-captured on resume).
   bool address_stable = false;
@@ -60,6 +90,9 @@ struct region_capabilities {
   /// access instead of faulting), even a discarding pause keeps the contents, and on the host
   /// back end, where managed memory is host memory, device memory never moves.
   bool managed_memory = false;
+  region_pause_modes pause_modes = region_pause_modes::both;
+  region_streams streams = region_streams::stream_ordered;
+  region_graphs graphs = region_graphs::own;
 };
 
 using region_factory =
