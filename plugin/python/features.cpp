@@ -224,8 +224,11 @@ class python_region final : public region::offload_region, python_object {
  public:
   python_region(executor& ex, const region::region_config& c) : python_object(ex, start().region) {
     create([&] {
+      py::object fixed_mode = py::none();
+      if (c.fixed_mode) fixed_mode = py::str(region::to_string(*c.fixed_mode));
       return py::make_tuple(names().region_config("bytes"_a = c.bytes, "device"_a = c.device,
-                                                  "chunk_bytes"_a = c.chunk_bytes));
+                                                  "chunk_bytes"_a = c.chunk_bytes,
+                                                  "fixed_mode"_a = fixed_mode));
     });
     call_python(decl_->owner, "info", [&] { refresh(); });
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bridge.hpp"
+#include "offloadkit/plugin/capabilities.hpp"
 
 #ifndef OFFLOADKIT_PYTHON_SOURCE_DIR
 #define OFFLOADKIT_PYTHON_SOURCE_DIR ""
@@ -22,32 +23,6 @@
 
 namespace offloadkit::python_bridge {
 namespace {
-
-/// Bits of plugin.h for the capability names of offloadkit.protocol.
-std::uint64_t capability_bit(const std::string& feature, const std::string& name) {
-  if (name == "cuda_executor") return OKIT_CAP_CUDA_EXECUTOR;
-  if (name == "host_executor") return OKIT_CAP_HOST_EXECUTOR;
-  if (name == "executor_allocations") return OKIT_CAP_EXECUTOR_ALLOCATIONS;
-  if (feature == "stash") {
-    if (name == "capturable") return OKIT_STASH_CAP_CAPTURABLE;
-    if (name == "page_ids") return OKIT_STASH_CAP_PAGE_IDS;
-  } else if (feature == "region") {
-    if (name == "address_stable") return OKIT_REGION_CAP_ADDRESS_STABLE;
-    if (name == "releases_memory") return OKIT_REGION_CAP_RELEASES_MEMORY;
-    if (name == "multi_device") return OKIT_REGION_CAP_MULTI_DEVICE;
-  } else if (feature == "arena") {
-    if (name == "asynchronous") return OKIT_ARENA_CAP_ASYNCHRONOUS;
-    if (name == "pinned_steady_state") return OKIT_ARENA_CAP_PINNED_STEADY_STATE;
-    if (name == "single_host_buffer") return OKIT_ARENA_CAP_SINGLE_HOST_BUFFER;
-  } else if (feature == "activation") {
-    if (name == "origin_device") return OKIT_ACTIVATION_CAP_ORIGIN_DEVICE;
-    if (name == "prefetch_bound") return OKIT_ACTIVATION_CAP_PREFETCH_BOUND;
-    if (name == "pending_bound") return OKIT_ACTIVATION_CAP_PENDING_BOUND;
-    if (name == "backward_prefetch") return OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH;
-  }
-  // offloadkit._bridge.describe() has already refused unknown names.
-  OFFLOADKIT_FAIL(out_of_range, "capability '", name, "' is not one of feature ", feature, "'s");
-}
 
 /// Extension modules (NumPy's among them) resolve the C API from the global namespace; offloadkit
 /// opens plugins RTLD_LOCAL, which would hide libpython, so it is promoted to global first.
@@ -119,7 +94,9 @@ feature_decl read_feature(const py::dict& features, const char* feature) {
   py::tuple t = features[feature];
   d.present = true;
   d.make = t[0];
-  for (py::handle cap : t[1]) d.capabilities |= capability_bit(feature, cap.cast<std::string>());
+  for (py::handle cap : t[1]) {
+    d.capabilities |= plugin::capability_bit(feature, cap.cast<std::string>());
+  }
   d.implementation = t[2].cast<std::string>();
   d.owner = py::hasattr(d.make, "__qualname__")
                 ? py::str(d.make.attr("__qualname__")).cast<std::string>()
@@ -233,7 +210,7 @@ void throw_stored(const stored_error& e) {
     case OKIT_ERR_INJECTED:
       throw injected_fault(e.message);
     case OKIT_ERR_UNSUPPORTED:
-      throw logic_error(e.message + " (operation not supported)");
+      throw unsupported_error(e.message + " (operation not supported)");
     case OKIT_ERR_LOGIC:
       throw logic_error(e.message);
     default:

@@ -76,6 +76,8 @@ okit_status store_current_exception(okit_error* err) noexcept {
     return okit_set_error(err, OKIT_ERR_OUT_OF_RANGE, e.what());
   } catch (const state_error& e) {
     return okit_set_error(err, OKIT_ERR_STATE, e.what());
+  } catch (const unsupported_error& e) {
+    return okit_set_error(err, OKIT_ERR_UNSUPPORTED, e.what());
   } catch (const std::logic_error& e) {
     return okit_set_error(err, OKIT_ERR_LOGIC, e.what());
   } catch (const out_of_memory& e) {
@@ -115,7 +117,7 @@ void throw_error(const okit_error& err, const std::string& context) {
     case OKIT_ERR_RUNTIME:
       throw runtime_error(what);
     case OKIT_ERR_UNSUPPORTED:
-      throw logic_error(what + " (operation not supported)");
+      throw unsupported_error(what + " (operation not supported)");
     default:
       throw runtime_error(what + " (status code " + std::to_string(err.code) +
                           ", not one of plugin.h's okit_status_code values)");

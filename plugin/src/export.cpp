@@ -188,6 +188,10 @@ okit_status create_region(region_maker make, okit_error* err, const okit_executo
     c.bytes = cfg->bytes;
     c.device = cfg->device;
     c.chunk_bytes = cfg->chunk_bytes;
+    // A plugin built with this SDK is loaded by an offloadkit of this version or later, which
+    // fills the field in (-1 where no mode is fixed).
+    if (cfg->pause_mode == OKIT_PAUSE_PRESERVE) c.fixed_mode = region::pause_mode::preserve;
+    if (cfg->pause_mode == OKIT_PAUSE_DISCARD) c.fixed_mode = region::pause_mode::discard;
     o->impl = make(o->ex, c);
     *out = o.release();
   });

@@ -113,10 +113,7 @@ std::optional<testing::activation_implementation> activation_of(
   if (t == nullptr) return std::nullopt;
   testing::activation_implementation impl;
   impl.name = detail::implementation_name(*lib, t->implementation);
-  impl.caps.origin_device = (t->capabilities & OKIT_ACTIVATION_CAP_ORIGIN_DEVICE) != 0;
-  impl.caps.prefetch_bound = (t->capabilities & OKIT_ACTIVATION_CAP_PREFETCH_BOUND) != 0;
-  impl.caps.pending_bound = (t->capabilities & OKIT_ACTIVATION_CAP_PENDING_BOUND) != 0;
-  impl.caps.backward_prefetch = (t->capabilities & OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH) != 0;
+  impl.caps = activation_capabilities_of(t->capabilities);
   impl.support = support_of(t->capabilities);
   impl.make = [lib](executor& ex, const activation::offload_options& o) {
     return std::unique_ptr<activation::offloader>(std::make_unique<plugin_activation>(lib, ex, o));

@@ -5,14 +5,6 @@
 namespace offloadkit::plugin {
 namespace {
 
-arena::offload_promises promises_of(std::uint64_t caps) {
-  arena::offload_promises p;
-  p.asynchronous = (caps & OKIT_ARENA_CAP_ASYNCHRONOUS) != 0;
-  p.pinned_steady_state = (caps & OKIT_ARENA_CAP_PINNED_STEADY_STATE) != 0;
-  p.single_host_buffer = (caps & OKIT_ARENA_CAP_SINGLE_HOST_BUFFER) != 0;
-  return p;
-}
-
 class plugin_arena final : public arena::offloader {
  public:
   plugin_arena(std::shared_ptr<const library> lib, executor& ex)
@@ -53,7 +45,7 @@ class plugin_arena final : public arena::offloader {
   [[nodiscard]] bool do_holds_copy() const noexcept override { return info().holds_copy != 0; }
   [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return info().host_bytes; }
   [[nodiscard]] arena::offload_promises do_promises() const noexcept override {
-    return promises_of(t_->capabilities);
+    return arena_promises_of(t_->capabilities);
   }
   [[nodiscard]] std::string do_name() const override { return name_; }
 
@@ -70,7 +62,7 @@ std::optional<testing::arena_implementation> arena_of(const std::shared_ptr<cons
   if (t == nullptr) return std::nullopt;
   testing::arena_implementation impl;
   impl.name = detail::implementation_name(*lib, t->implementation);
-  impl.caps = promises_of(t->capabilities);
+  impl.caps = arena_promises_of(t->capabilities);
   impl.support = support_of(t->capabilities);
   impl.make = [lib](executor& ex) {
     return std::unique_ptr<arena::offloader>(std::make_unique<plugin_arena>(lib, ex));

@@ -14,6 +14,9 @@ class plugin_region final : public region::offload_region {
     c.bytes = cfg.bytes;
     c.device = cfg.device;
     c.chunk_bytes = cfg.chunk_bytes;
+    c.pause_mode = !cfg.fixed_mode                                  ? -1
+                   : *cfg.fixed_mode == region::pause_mode::discard ? OKIT_PAUSE_DISCARD
+                                                                    : OKIT_PAUSE_PRESERVE;
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self);
     obj_.destroy = t_->destroy;
   }
@@ -62,6 +65,9 @@ class plugin_region final : public region::offload_region {
     call_checked_self(obj_.context, "swap", t_->swap, obj_.self, other->obj_.self, m, to_c(s));
   }
   region::graph_id do_register_graph(region::capture_fn fn, stream_ref s) override {
+    // A table without graphs declares OKIT_REGION_CAP_NO_GRAPHS, and its regions reach callers
+    // inside with_executor_graphs, which never calls these.
+    expect_graphs("register_graph");
     okit_capture c{};
     c.ctx = new region::capture_fn(std::move(fn));
     c.call = [](void* ctx, okit_error* err, void* base, okit_stream st) noexcept {
@@ -75,10 +81,17 @@ class plugin_region final : public region::offload_region {
     return id;
   }
   void do_replay(region::graph_id g, stream_ref s) override {
+    expect_graphs("replay");
     call_checked_self(obj_.context, "replay", t_->replay, obj_.self, g, to_c(s));
   }
   void do_unregister_graph(region::graph_id g) noexcept override {
-    t_->unregister_graph(obj_.self, g);
+    if (t_->unregister_graph != nullptr) t_->unregister_graph(obj_.self, g);
+  }
+  void expect_graphs(const char* entry) const {
+    if ((t_->capabilities & OKIT_REGION_CAP_NO_GRAPHS) == 0) return;
+    OFFLOADKIT_FAIL(unsupported_error, obj_.context, ": ", entry,
+                    ": the table declares OKIT_REGION_CAP_NO_GRAPHS (wrap its regions with "
+                    "region::with_executor_graphs)");
   }
 
   detail::plugin_object obj_;
@@ -92,9 +105,7 @@ std::optional<testing::region_implementation> region_of(const std::shared_ptr<co
   if (t == nullptr) return std::nullopt;
   testing::region_implementation impl;
   impl.name = detail::implementation_name(*lib, t->implementation);
-  impl.caps.address_stable = (t->capabilities & OKIT_REGION_CAP_ADDRESS_STABLE) != 0;
-  impl.caps.releases_memory = (t->capabilities & OKIT_REGION_CAP_RELEASES_MEMORY) != 0;
-  impl.caps.multi_device = (t->capabilities & OKIT_REGION_CAP_MULTI_DEVICE) != 0;
+  impl.caps = region_capabilities_of(t->capabilities);
   impl.support = support_of(t->capabilities);
   impl.make = [lib](executor& ex, region::region_config c) {
     return std::unique_ptr<region::offload_region>(std::make_unique<plugin_region>(lib, ex, c));

@@ -129,10 +129,13 @@ std::shared_ptr<const library> library::open(const std::string& path) {
                        {"destroy", p(t->destroy)},
                        {"info", p(t->info)},
                        {"pause", p(t->pause)},
-                       {"resume", p(t->resume)},
-                       {"register_graph", p(t->register_graph)},
-                       {"replay", p(t->replay)},
-                       {"unregister_graph", p(t->unregister_graph)}});
+                       {"resume", p(t->resume)}});
+    // Graph entries are the table's own unless it declares it keeps none.
+    if ((t->capabilities & OKIT_REGION_CAP_NO_GRAPHS) == 0) {
+      expect_entries(c, {{"register_graph", p(t->register_graph)},
+                         {"replay", p(t->replay)},
+                         {"unregister_graph", p(t->unregister_graph)}});
+    }
   }
   if (const auto* t = desc->arena) {
     const std::string c = lib->context("arena");
@@ -160,12 +163,56 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   return lib;
 }
 
-testing::executor_support support_of(std::uint64_t capabilities) noexcept {
+namespace {
+bool has(std::uint64_t bits, std::uint64_t bit) noexcept { return (bits & bit) != 0; }
+}  // namespace
+
+testing::executor_support support_of(std::uint64_t bits) noexcept {
   testing::executor_support s;
-  s.cuda = (capabilities & OKIT_CAP_CUDA_EXECUTOR) != 0;
-  s.host = (capabilities & OKIT_CAP_HOST_EXECUTOR) != 0;
-  s.executor_allocations = (capabilities & OKIT_CAP_EXECUTOR_ALLOCATIONS) != 0;
+  s.cuda = has(bits, OKIT_CAP_CUDA_EXECUTOR);
+  s.host = has(bits, OKIT_CAP_HOST_EXECUTOR);
+  s.executor_allocations = has(bits, OKIT_CAP_EXECUTOR_ALLOCATIONS);
   return s;
+}
+
+testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept {
+  testing::stash_capabilities c;
+  c.capturable = has(bits, OKIT_STASH_CAP_CAPTURABLE);
+  c.page_ids = has(bits, OKIT_STASH_CAP_PAGE_IDS);
+  return c;
+}
+
+testing::region_capabilities region_capabilities_of(std::uint64_t bits) noexcept {
+  testing::region_capabilities c;
+  c.address_stable = has(bits, OKIT_REGION_CAP_ADDRESS_STABLE);
+  c.releases_memory = has(bits, OKIT_REGION_CAP_RELEASES_MEMORY);
+  c.multi_device = has(bits, OKIT_REGION_CAP_MULTI_DEVICE);
+  c.managed_memory = has(bits, OKIT_REGION_CAP_MANAGED_MEMORY);
+  c.pause_modes = has(bits, OKIT_REGION_CAP_FIXED_PAUSE_MODE)
+                      ? testing::region_pause_modes::fixed_per_allocation
+                      : testing::region_pause_modes::both;
+  c.streams = has(bits, OKIT_REGION_CAP_SYNCHRONOUS) ? testing::region_streams::synchronous
+                                                     : testing::region_streams::stream_ordered;
+  c.graphs = has(bits, OKIT_REGION_CAP_NO_GRAPHS) ? testing::region_graphs::none
+                                                  : testing::region_graphs::own;
+  return c;
+}
+
+arena::offload_promises arena_promises_of(std::uint64_t bits) noexcept {
+  arena::offload_promises p;
+  p.asynchronous = has(bits, OKIT_ARENA_CAP_ASYNCHRONOUS);
+  p.pinned_steady_state = has(bits, OKIT_ARENA_CAP_PINNED_STEADY_STATE);
+  p.single_host_buffer = has(bits, OKIT_ARENA_CAP_SINGLE_HOST_BUFFER);
+  return p;
+}
+
+testing::activation_capabilities activation_capabilities_of(std::uint64_t bits) noexcept {
+  testing::activation_capabilities c;
+  c.origin_device = has(bits, OKIT_ACTIVATION_CAP_ORIGIN_DEVICE);
+  c.prefetch_bound = has(bits, OKIT_ACTIVATION_CAP_PREFETCH_BOUND);
+  c.pending_bound = has(bits, OKIT_ACTIVATION_CAP_PENDING_BOUND);
+  c.backward_prefetch = has(bits, OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
+  return c;
 }
 
 namespace detail {

@@ -3,7 +3,9 @@
 // abi_executor) with faults passing through, and a dogfood plugin's stash works on both executors.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <new>
 #include <set>
 #include <stdexcept>
@@ -13,6 +15,7 @@
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/launch.hpp"
 #include "offloadkit/plugin/abi.hpp"
+#include "offloadkit/plugin/capabilities.hpp"
 #include "offloadkit/plugin/host.hpp"
 #include "offloadkit/region/unified_region.hpp"
 #include "offloadkit/resources.hpp"
@@ -175,9 +178,10 @@ TEST(PluginErrors, EveryStatusHasItsOwnNameAndLogicErrorsKeepTheirKind) {
   try {
     thrown(OKIT_ERR_UNSUPPORTED);
     ADD_FAILURE() << "OKIT_ERR_UNSUPPORTED did not throw";
-  } catch (const ok::logic_error& e) {
+  } catch (const ok::unsupported_error& e) {
     EXPECT_STREQ(e.what(), "ctx: what the plugin said (operation not supported)");
   }
+  EXPECT_EQ(status_of([] { throw ok::unsupported_error("x"); }), OKIT_ERR_UNSUPPORTED);
   // An empty message is named as such rather than left blank.
   okit_error empty{};
   empty.code = OKIT_ERR_STATE;
@@ -448,5 +452,89 @@ REGISTER_TYPED_TEST_SUITE_P(PluginDogfood, DogfoodRoundTripAndErrorsNameThePlugi
                             BatchesCrossTheTableOrFallBackToPerKeyCalls);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, PluginDogfood, ok::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, PluginDogfood, ok::testing::cuda_backend);
+
+// ---- the capability table is the one source of the names, bits and descriptors -----------------
+
+/// What each feature's descriptor says, as text, for comparing two decodings.
+std::string decoded(const std::string& feature, std::uint64_t bits) {
+  const auto s = op::support_of(bits);
+  std::string out = std::to_string(s.cuda) + std::to_string(s.host) +
+                    std::to_string(s.executor_allocations) + "/";
+  if (feature == "stash") {
+    const auto c = op::stash_capabilities_of(bits);
+    out += std::to_string(c.capturable) + std::to_string(c.page_ids);
+  } else if (feature == "region") {
+    const auto c = op::region_capabilities_of(bits);
+    out += std::to_string(c.address_stable) + std::to_string(c.releases_memory) +
+           std::to_string(c.multi_device) + std::to_string(c.managed_memory) +
+           ok::testing::to_string(c.pause_modes) + ok::testing::to_string(c.streams) +
+           ok::testing::to_string(c.graphs);
+  } else if (feature == "arena") {
+    const auto c = op::arena_promises_of(bits);
+    out += std::to_string(c.asynchronous) + std::to_string(c.pinned_steady_state) +
+           std::to_string(c.single_host_buffer);
+  } else if (feature == "activation") {
+    const auto c = op::activation_capabilities_of(bits);
+    out += std::to_string(c.origin_device) + std::to_string(c.prefetch_bound) +
+           std::to_string(c.pending_bound) + std::to_string(c.backward_prefetch);
+  }
+  return out;
+}
+
+TEST(CapabilityTable, EveryBitIsOneNameAndChangesItsDescriptor) {
+  const std::vector<std::string> features = {"stash", "region", "arena", "activation"};
+  for (const std::string& feature : features) {
+    std::set<std::string> names;
+    std::uint64_t all = 0;
+    for (const op::capability& c : op::capability_table()) {
+      if (c.feature != feature && std::string(c.feature) != "common") continue;
+      EXPECT_TRUE(names.insert(c.name).second) << feature << " has two " << c.name;
+      EXPECT_EQ(all & c.bit, 0u) << feature << ": " << c.name << " shares a bit";
+      all |= c.bit;
+      EXPECT_EQ(op::capability_bit(feature, c.name), c.bit);
+      EXPECT_EQ(op::capability_names(feature, c.bit), std::vector<std::string>{c.name});
+      // The host decodes every bit of the table into the descriptor the batteries read.
+      EXPECT_NE(decoded(feature, c.bit), decoded(feature, 0))
+          << feature << ": " << c.name << " is not decoded";
+    }
+    try {
+      (void)op::capability_bit(feature, "no_such_capability");
+      ADD_FAILURE() << "an unknown name has a bit";
+    } catch (const ok::out_of_range& e) {
+      EXPECT_NE(std::string(e.what()).find("no_such_capability"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cuda_executor"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CapabilityTable, PythonProtocolNamesAreTheTables) {
+  const std::string command = std::string("PYTHONPATH='") + OFFLOADKIT_PYTHON_PACKAGE_DIR +
+                              "' python3 -c 'from offloadkit import protocol as p\n"
+                              "for n in p.COMMON_CAPABILITIES: print(\"common\", n)\n"
+                              "for f, ns in p.FEATURE_CAPABILITIES.items():\n"
+                              "    for n in ns: print(f, n)' 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string text;
+  char line[256];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) text += line;
+  const int status = ::pclose(pipe);
+  if (status != 0 && text.find("not found") != std::string::npos) {
+    GTEST_SKIP() << "no python3 here: " << text;
+  }
+  ASSERT_EQ(status, 0) << text;
+  std::set<std::string> python;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    python.insert(text.substr(start, end - start));
+    start = end == std::string::npos ? text.size() : end + 1;
+  }
+  std::set<std::string> table;
+  for (const op::capability& c : op::capability_table()) {
+    table.insert(std::string(c.feature) + " " + c.name);
+  }
+  EXPECT_EQ(python, table);
+}
 
 }  // namespace

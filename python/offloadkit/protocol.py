@@ -20,7 +20,9 @@ feature        built as                          feature capabilities (besides t
 =============  ================================  =============================================
 ``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``
 ``region``     ``make(executor, config)``          ``address_stable``, ``releases_memory``,
-                                                   ``multi_device``
+                                                   ``multi_device``, ``managed_memory``;
+                                                   profile: ``fixed_pause_mode``,
+                                                   ``synchronous``, ``no_graphs``
 ``arena``      ``make(executor)``                  ``asynchronous``, ``pinned_steady_state``,
                                                    ``single_host_buffer``
 ``activation`` ``make(executor, options)``         ``origin_device``, ``prefetch_bound``,
@@ -107,7 +109,8 @@ BOTH_EXECUTORS = frozenset({CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS})
 COMMON_CAPABILITIES = (CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS)
 FEATURE_CAPABILITIES = {
     "stash": ("capturable", "page_ids"),
-    "region": ("address_stable", "releases_memory", "multi_device"),
+    "region": ("address_stable", "releases_memory", "multi_device", "managed_memory",
+               "fixed_pause_mode", "synchronous", "no_graphs"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
     "activation": ("origin_device", "prefetch_bound", "pending_bound", "backward_prefetch"),
 }
@@ -193,6 +196,14 @@ class Region:
     """Graph-stable offload region (``offloadkit/region/region.hpp``). Built as
     ``cls(executor, config)`` with a ``RegionConfig``: ``config.bytes`` (at least 1, else
     OutOfRange) on ``config.device`` (in [0, device_count), else OutOfRange).
+
+    Profile (declared in ``capabilities``; the default is both pause modes, stream-ordered calls
+    and graphs of its own): ``fixed_pause_mode``: the mode is chosen at creation
+    (``config.fixed_mode``, "preserve" or "discard") and ``pause`` in the other mode raises
+    NotImplementedError, changing nothing; ``synchronous``: ``pause`` and ``resume`` wait for the
+    work queued on ``stream`` (or the whole device) and return once their own work is finished;
+    ``no_graphs``: the region keeps no graphs (``register_graph`` and ``replay`` are not called),
+    and offloadkit captures them through the executor, again after a resume that moved it.
 
     States: "active" (contents on the device at ``data``), "paused" (no device memory held,
     contents on the host or discarded), "partial" (a pause or resume failed midway; no byte lost;

@@ -327,6 +327,9 @@ class RegionConfig:
     bytes: int
     device: int = 0
     chunk_bytes: int = 0
+    #: For a region that declares ``fixed_pause_mode``: the mode of every pause of this region
+    #: ("preserve" or "discard"); None where the caller did not say.
+    fixed_mode: Optional[str] = None
 
 
 @dataclasses.dataclass

@@ -241,6 +241,19 @@ typedef struct okit_executor {
 #define OKIT_REGION_CAP_RELEASES_MEMORY \
   (1ull << 9)                                     /* pause gives device memory back to the driver */
 #define OKIT_REGION_CAP_MULTI_DEVICE (1ull << 10) /* a region may live on any device */
+/* One managed (unified-memory) allocation: a paused region stays readable. */
+#define OKIT_REGION_CAP_MANAGED_MEMORY (1ull << 11)
+/* The region's profile, where it differs from the default (both pause modes, stream-ordered
+ * pause and resume, graphs of its own). Read by offloadkit 1.2 and later. */
+/* The pause mode is fixed when the region is created: okit_region_config.pause_mode says which,
+ * and a pause in the other mode returns OKIT_ERR_UNSUPPORTED and changes nothing. */
+#define OKIT_REGION_CAP_FIXED_PAUSE_MODE (1ull << 12)
+/* pause and resume wait for the work queued on the stream given (or the whole device) and return
+ * only once their own work is finished. */
+#define OKIT_REGION_CAP_SYNCHRONOUS (1ull << 13)
+/* No graphs of its own: register_graph, replay and unregister_graph may be NULL, and offloadkit
+ * captures the graphs through the executor (re-capturing them after a resume that moved it). */
+#define OKIT_REGION_CAP_NO_GRAPHS (1ull << 14)
 
 /* Arena. */
 #define OKIT_ARENA_CAP_ASYNCHRONOUS \
@@ -369,6 +382,11 @@ typedef struct okit_region_config {
   size_t bytes;
   int32_t device;
   size_t chunk_bytes; /* 0: the implementation's default */
+  /* Appended in 1.2. For a region that declares OKIT_REGION_CAP_FIXED_PAUSE_MODE: the mode of
+   * every pause of this region (okit_pause_mode), or -1 where the caller did not say (pick one).
+   * Only an offloadkit that reads OKIT_REGION_CAP_FIXED_PAUSE_MODE (1.2 or later) fills it in, so
+   * a plugin reads it only when it declares that bit. */
+  int32_t pause_mode;
 } okit_region_config;
 
 enum okit_region_state { OKIT_REGION_ACTIVE = 0, OKIT_REGION_PAUSED = 1, OKIT_REGION_PARTIAL = 2 };

@@ -54,7 +54,12 @@ std::optional<testing::arena_implementation> arena_of(const std::shared_ptr<cons
 std::optional<testing::activation_implementation> activation_of(
     const std::shared_ptr<const library>& lib);
 
-/// Capability bits of a table as executor_support.
-testing::executor_support support_of(std::uint64_t capabilities) noexcept;
+/// The battery descriptors a table's capabilities word amounts to (each bit of
+/// capabilities.hpp's table decoded once, here).
+testing::executor_support support_of(std::uint64_t bits) noexcept;
+testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept;
+testing::region_capabilities region_capabilities_of(std::uint64_t bits) noexcept;
+arena::offload_promises arena_promises_of(std::uint64_t bits) noexcept;
+testing::activation_capabilities activation_capabilities_of(std::uint64_t bits) noexcept;
 
 }  // namespace offloadkit::plugin
