@@ -179,6 +179,14 @@ testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept {
   testing::stash_capabilities c;
   c.capturable = has(bits, OKIT_STASH_CAP_CAPTURABLE);
   c.page_ids = has(bits, OKIT_STASH_CAP_PAGE_IDS);
+  c.overflow = has(bits, OKIT_STASH_CAP_STICKY_FLAG) ? testing::stash_overflow_report::sticky_flag
+                                                     : testing::stash_overflow_report::status_word;
+  c.placement = has(bits, OKIT_STASH_CAP_WHOLE_KEY_PER_TIER)
+                    ? testing::stash_placement::whole_key_per_tier
+                    : testing::stash_placement::split_within_key;
+  c.unknown_restore = has(bits, OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR)
+                          ? testing::stash_unknown_restore::error
+                          : testing::stash_unknown_restore::status_word;
   return c;
 }
 

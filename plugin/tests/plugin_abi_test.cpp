@@ -462,7 +462,9 @@ std::string decoded(const std::string& feature, std::uint64_t bits) {
                     std::to_string(s.executor_allocations) + "/";
   if (feature == "stash") {
     const auto c = op::stash_capabilities_of(bits);
-    out += std::to_string(c.capturable) + std::to_string(c.page_ids);
+    out += std::to_string(c.capturable) + std::to_string(c.page_ids) +
+           ok::testing::to_string(c.overflow) + ok::testing::to_string(c.placement) +
+           ok::testing::to_string(c.unknown_restore);
   } else if (feature == "region") {
     const auto c = op::region_capabilities_of(bits);
     out += std::to_string(c.address_stable) + std::to_string(c.releases_memory) +

@@ -1,7 +1,37 @@
-// Names of the declared region policies, as reports and messages show them.
+// Names of the declared stash and region policies, as reports and messages show them.
 #include "offloadkit/testing/implementation.hpp"
 
 namespace offloadkit::testing {
+
+const char* to_string(stash_overflow_report r) noexcept {
+  switch (r) {
+    case stash_overflow_report::status_word:
+      return "per-key status word";
+    case stash_overflow_report::sticky_flag:
+      return "sticky flag until reset";
+  }
+  return "unknown";
+}
+
+const char* to_string(stash_placement p) noexcept {
+  switch (p) {
+    case stash_placement::split_within_key:
+      return "split within a key (device first)";
+    case stash_placement::whole_key_per_tier:
+      return "whole key per tier";
+  }
+  return "unknown";
+}
+
+const char* to_string(stash_unknown_restore u) noexcept {
+  switch (u) {
+    case stash_unknown_restore::status_word:
+      return "recorded as restore_empty";
+    case stash_unknown_restore::error:
+      return "state_error";
+  }
+  return "unknown";
+}
 
 const char* to_string(region_pause_modes m) noexcept {
   switch (m) {

@@ -18,7 +18,9 @@ the class name). Wrap a plain function in ``Feature(make, capabilities, implemen
 =============  ================================  =============================================
 feature        built as                          feature capabilities (besides the common ones)
 =============  ================================  =============================================
-``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``
+``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``; profile:
+                                                   ``sticky_flag``, ``whole_key_per_tier``,
+                                                   ``unknown_restore_error``
 ``region``     ``make(executor, config)``          ``address_stable``, ``releases_memory``,
                                                    ``multi_device``, ``managed_memory``;
                                                    profile: ``fixed_pause_mode``,
@@ -108,7 +110,8 @@ BOTH_EXECUTORS = frozenset({CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS})
 
 COMMON_CAPABILITIES = (CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS)
 FEATURE_CAPABILITIES = {
-    "stash": ("capturable", "page_ids"),
+    "stash": ("capturable", "page_ids", "sticky_flag", "whole_key_per_tier",
+              "unknown_restore_error"),
     "region": ("address_stable", "releases_memory", "multi_device", "managed_memory",
                "fixed_pause_mode", "synchronous", "no_graphs"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
@@ -152,6 +155,19 @@ class Stash:
     0), ``double_stash`` (the key holds rows), ``overflow`` (not enough free pages in both tiers),
     ``restore_empty`` (restore of a key that holds nothing, rows 0, needed 0), each with the key,
     its rows, the pages it needed and the free pages of both tiers at that moment.
+
+    Profile (declared in ``capabilities``; the defaults are the rules above): ``sticky_flag``:
+    one flag instead of the status word, after the first failure every ``stash`` stores nothing
+    and every ``restore`` gives back nothing (0 rows) until ``reset`` or ``clear_status``, and
+    ``snapshot`` reports only the code; ``whole_key_per_tier``: a key goes whole into the device
+    tier if it has room, else whole into the pinned tier, else it overflows;
+    ``unknown_restore_error``: ``restore`` of a key that holds nothing raises StateError and
+    changes nothing.
+
+    Ownership of ``rows``: the stash reads the row count in the order of ``stream``; the caller
+    may overwrite the ``rows`` buffer with work it issues to ``stream`` after ``stash`` returns
+    (that work runs after the read), and from the host or another stream only once ``stream``
+    has reached that point (an event or a synchronization).
 
     Optional: ``stash_batch(items, stream)`` with a list of ``(key, src, rows)`` and
     ``restore_batch(items, stream)`` with a list of ``(key, dst, rows_out)``, the keys distinct

@@ -235,6 +235,16 @@ typedef struct okit_executor {
   (1ull << 8) /* stash/restore issue no host sync: graph-capturable */
 #define OKIT_STASH_CAP_PAGE_IDS \
   (1ull << 9) /* snapshot reports page ids of free lists and entries */
+/* The stash's profile, where it differs from the default (a per-key status word, keys split
+ * across the tiers device first, restore of an empty key recorded as restore_empty). Read by
+ * offloadkit 1.2 and later. */
+/* One sticky flag: after the first failure every stash stores nothing and every restore gives
+ * back nothing (0 rows) until reset or clear_status; the status carries only the code. */
+#define OKIT_STASH_CAP_STICKY_FLAG (1ull << 10)
+/* A key goes whole into one tier: the device if it has room, else the pinned tier. */
+#define OKIT_STASH_CAP_WHOLE_KEY_PER_TIER (1ull << 11)
+/* restore of a key that holds nothing returns OKIT_ERR_STATE and changes nothing. */
+#define OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR (1ull << 12)
 
 /* Region. */
 #define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8) /* data() never changes */

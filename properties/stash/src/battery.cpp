@@ -1,8 +1,10 @@
 // The paged-stash battery's list of properties, the built-in implementations as descriptors, and
 // every case that `offloadkit check` runs.
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "offloadkit/error.hpp"
 #include "offloadkit/stash/eager_stash.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
 #include "offloadkit/testing/battery_list.hpp"
@@ -12,18 +14,28 @@ namespace offloadkit::testing {
 
 std::vector<check_case> stash_battery(const stash_implementation& impl) {
   namespace props = stash::testing;
+  // The first-overflow prediction and the graph replay's status checks are written for the
+  // per-key status word and split placement; model_based checks every declared policy.
+  const std::string other_overflow_policy = offloadkit::detail::concat(
+      "profile says overflow is a ", to_string(impl.caps.overflow), " with ",
+      to_string(impl.caps.placement),
+      ": this property predicts the per-key status word of a split placement (model_based "
+      "checks the declared policy)");
   battery_list<stash_implementation> list("stash", impl);
   list.add("round_trip_and_conservation", &props::prop_round_trip, 200);
-  list.add("capacity_sweep_first_overflow", &props::prop_capacity_sweep, 80);
+  list.add_if(impl.caps.default_overflow_policy(), "capacity_sweep_first_overflow",
+              &props::prop_capacity_sweep, 80, other_overflow_policy);
   list.add("key_limits", &props::prop_key_limits, 30);
   list.add("config_limits", &props::prop_config_limits, 30);
   list.add_if(impl.support.executor_allocations, "injected_faults_countdown",
               &props::prop_injected_faults, 15, allocations_not_through_executor());
   list.add("model_based", &props::prop_model, 200);
   list.add("batch_matches_per_key", &props::prop_batch_matches_per_key, 60);
-  list.add_if(impl.caps.capturable, "graph_replay_row_counts", &props::prop_graph_replay, 40,
-              "profile says stash() and restore() synchronize the host (capturable not "
-              "declared): no graph can capture them");
+  list.add_if(impl.caps.capturable && impl.caps.default_overflow_policy(),
+              "graph_replay_row_counts", &props::prop_graph_replay, 40,
+              impl.caps.capturable ? other_overflow_policy
+                                   : "profile says stash() and restore() synchronize the host "
+                                     "(capturable not declared): no graph can capture them");
   list.add("multi_device", &props::prop_multi_device, 8).min_devices = 2;
   return std::move(list).take();
 }

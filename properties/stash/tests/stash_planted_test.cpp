@@ -19,6 +19,7 @@
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
+#include "sticky_flag_stash.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -292,6 +293,31 @@ std::set<std::string> failing_properties(const offloadkit::testing::stash_implem
 }
 
 using names = std::set<std::string>;
+
+// ---- declared policies: a profile that fits the code, and a bug in each policy -----------------
+
+namespace doubles = offloadkit::stash::testing_doubles;
+
+TEST(StashProfiles, StickyFlagWholeKeyDecimalStashPassesItsProfile) {
+  const auto impl = doubles::sticky_flag_stash_implementation();
+  EXPECT_EQ(failing_properties(impl), names{});
+  // What its profile rules out is listed as not applicable, with the reason.
+  for (const check_case& c : offloadkit::testing::stash_battery(impl)) {
+    if (c.name == "capacity_sweep_first_overflow" || c.name == "graph_replay_row_counts") {
+      EXPECT_NE(c.not_applicable.find("profile says"), std::string::npos) << c.name;
+    }
+  }
+}
+TEST(StashProfiles, SplitKeyDeclaredWholeIsCaughtByTheModel) {
+  const names failed = failing_properties(
+      doubles::sticky_flag_stash_implementation(doubles::sticky_planted::splits_keys));
+  EXPECT_EQ(failed.count("model_based"), 1u);
+}
+TEST(StashProfiles, StashingPastTheStickyFlagOnlyByTheModel) {
+  EXPECT_EQ(failing_properties(doubles::sticky_flag_stash_implementation(
+                doubles::sticky_planted::stashes_after_the_flag)),
+            names{"model_based"});
+}
 
 TEST(StashCatchesExactlyOne, ForwardingWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<plain_stash>()), names{});

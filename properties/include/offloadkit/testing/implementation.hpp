@@ -4,6 +4,7 @@
 // that declares the same capabilities as a built-in one faces exactly the same checks.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "offloadkit/arena/offloader.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/region/region.hpp"
+#include "offloadkit/stash/key.hpp"
 #include "offloadkit/stash/stash.hpp"
 
 namespace offloadkit::testing {
@@ -30,11 +32,55 @@ struct executor_support {
 
 // ---- paged stash ----------------------------------------------------------------------------
 
+/// How a stash reports a key that fails (no room, stashed twice, too many rows).
+enum class stash_overflow_report {
+  /// The first failure since the last clear is recorded in the status word with its key, row
+  /// count, need and free pages; the failed key gets nothing and later calls go on.
+  status_word,
+  /// One flag for the whole stash: after the first failure every later stash() stores nothing
+  /// and every later restore() gives back nothing (0 rows) until reset() or clear_status(); the
+  /// status says only that something failed (its code), not which key.
+  sticky_flag,
+};
+
+/// Where a key's pages go.
+enum class stash_placement {
+  /// Device pages first, the rest pinned: a key fits when both tiers together have room.
+  split_within_key,
+  /// The whole key in one tier, the device if it has room, else the pinned tier.
+  whole_key_per_tier,
+};
+
+/// What restore() of a key that holds nothing does.
+enum class stash_unknown_restore {
+  status_word,  ///< records restore_empty (per the overflow report) and gives back 0 rows
+  error,        ///< throws state_error and changes nothing
+};
+
+const char* to_string(stash_overflow_report r) noexcept;
+const char* to_string(stash_placement p) noexcept;
+const char* to_string(stash_unknown_restore u) noexcept;
+
 struct stash_capabilities {
   /// stash()/restore() issue no host synchronization: graph-capture properties apply.
   bool capturable = false;
   /// snapshot() reports page ids of the free lists and entries: id-level conservation applies.
   bool page_ids = false;
+  stash_overflow_report overflow = stash_overflow_report::status_word;
+  stash_placement placement = stash_placement::split_within_key;
+  stash_unknown_restore unknown_restore = stash_unknown_restore::status_word;
+  /// The key space: each field of a key is below its limit (stash() refuses others with
+  /// out_of_range). The defaults are offloadkit's fixed-width codec's.
+  std::uint32_t vp_limit = stash::key_limits::vp;
+  std::uint32_t layer_limit = stash::key_limits::layer;
+  std::uint32_t microbatch_limit = stash::key_limits::microbatch;
+
+  /// Whether the profile is the one the status word, first-overflow and graph properties are
+  /// written for (per-key status word, split placement).
+  [[nodiscard]] bool default_overflow_policy() const noexcept {
+    return overflow == stash_overflow_report::status_word &&
+           placement == stash_placement::split_within_key;
+  }
 };
 
 using stash_factory = std::function<std::unique_ptr<stash::stash_interface>(

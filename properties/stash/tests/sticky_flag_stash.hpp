@@ -1,0 +1,200 @@
+// A test double of a common real stash, written from public descriptions of paged activation
+// stashes built for one training step: keys are decimal schedule positions (each field below
+// 1000), a key goes whole into one tier (the device if it has room, else pinned memory), any
+// failure raises one sticky flag after which stash() stores nothing and restore() gives back
+// nothing until the step is run again (reset) or the flag is cleared, and restoring a key that
+// was never stashed is an error. It passes the battery under the profile it declares
+// (sticky_flag_stash_implementation); the planted variants break one declared policy each.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "offloadkit/error.hpp"
+#include "offloadkit/executor.hpp"
+#include "offloadkit/resources.hpp"
+#include "offloadkit/stash/stash.hpp"
+#include "offloadkit/testing/implementation.hpp"
+
+namespace offloadkit::stash::testing_doubles {
+
+/// What a planted variant of the double gets wrong.
+enum class sticky_planted {
+  none,
+  /// Declared whole key per tier, but splits a key across the tiers when neither alone has room.
+  splits_keys,
+  /// Declared sticky, but goes on stashing after the flag is up.
+  stashes_after_the_flag,
+};
+
+class sticky_flag_stash final : public stash_interface {
+ public:
+  static constexpr std::uint32_t field_limit = 1000;
+
+  sticky_flag_stash(executor& ex, const stash_config& c, sticky_planted planted)
+      : ex_(&ex), cfg_(c), planted_(planted) {
+    check_config(c, ex.device_count());
+    free_ = {c.device_pages, c.pinned_pages};
+    scalar_ = buffer(ex, memory_kind::pinned, sizeof(std::uint64_t));
+  }
+
+ private:
+  struct held {
+    std::uint64_t rows = 0;
+    std::uint64_t device_pages = 0, pinned_pages = 0;
+    buffer device_part, pinned_part;
+  };
+
+  /// The decimal code of a key; out_of_range naming the field past 1000.
+  static std::uint32_t decimal(const stash_key& k) {
+    const char* names[] = {"vp", "layer", "microbatch"};
+    const std::uint32_t fields[] = {k.vp, k.layer, k.microbatch};
+    for (int i = 0; i < 3; ++i) {
+      OFFLOADKIT_EXPECTS(fields[i] < field_limit, out_of_range, "sticky_flag_stash: key ",
+                         to_string(k), " has ", names[i], " = ", fields[i], ", outside [0, ",
+                         field_limit, ")");
+    }
+    return (k.vp * field_limit + k.layer) * field_limit + k.microbatch;
+  }
+  void note_key(std::uint32_t code) {
+    if (seen_.count(code) != 0) return;
+    OFFLOADKIT_EXPECTS(seen_.size() < cfg_.max_keys, out_of_range,
+                       "sticky_flag_stash: distinct key number ", seen_.size() + 1,
+                       " is outside [1, max_keys = ", cfg_.max_keys, "]");
+    seen_.emplace(code, 0);
+  }
+  void raise(status_code c) {
+    if (flag_ == status_code::ok) flag_ = c;
+  }
+  void write_rows(std::uint64_t* rows_out, std::uint64_t rows, stream_ref s) {
+    if (rows_out == nullptr) return;
+    *scalar_.as<std::uint64_t>() = rows;
+    ex_->copy(rows_out, scalar_.data(), sizeof rows, s);
+  }
+
+  [[nodiscard]] std::string do_name() const override { return "sticky_flag"; }
+  [[nodiscard]] const stash_config& do_config() const noexcept override { return cfg_; }
+  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
+
+  void do_stash(const stash_key& key, const void* src, const std::uint64_t* rows,
+                stream_ref s) override {
+    const std::uint32_t code = decimal(key);
+    note_key(code);
+    if (flag_ != status_code::ok && planted_ != sticky_planted::stashes_after_the_flag) return;
+    ex_->copy(scalar_.data(), rows, sizeof(std::uint64_t), s);
+    ex_->synchronize(s);
+    const std::uint64_t r = *scalar_.as<std::uint64_t>();
+    if (r > cfg_.max_rows) return raise(status_code::rows_too_large);
+    if (entries_.count(code) != 0) return raise(status_code::double_stash);
+    const std::uint64_t need = (r + cfg_.rows_per_page - 1) / cfg_.rows_per_page;
+    held h;
+    h.rows = r;
+    if (need <= free_.device) {
+      h.device_pages = need;
+    } else if (need <= free_.pinned) {
+      h.pinned_pages = need;
+    } else if (planted_ == sticky_planted::splits_keys && need <= free_.device + free_.pinned) {
+      h.device_pages = free_.device;
+      h.pinned_pages = need - free_.device;
+    } else {
+      return raise(status_code::overflow);
+    }
+    const std::uint64_t dev_rows = std::min<std::uint64_t>(r, h.device_pages * cfg_.rows_per_page);
+    const std::size_t dev_bytes = dev_rows * cfg_.row_bytes;
+    const std::size_t pin_bytes = (r - dev_rows) * cfg_.row_bytes;
+    h.device_part = buffer(*ex_, memory_kind::device, dev_bytes, cfg_.device);
+    h.pinned_part = buffer(*ex_, memory_kind::pinned, pin_bytes, cfg_.device);
+    const auto* from = static_cast<const unsigned char*>(src);
+    if (dev_bytes > 0) ex_->copy(h.device_part.data(), from, dev_bytes, s);
+    if (pin_bytes > 0) ex_->copy(h.pinned_part.data(), from + dev_bytes, pin_bytes, s);
+    ex_->synchronize(s);
+    free_.device -= h.device_pages;
+    free_.pinned -= h.pinned_pages;
+    entries_.emplace(code, std::move(h));
+  }
+
+  void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out, stream_ref s) override {
+    const std::uint32_t code = decimal(key);
+    note_key(code);
+    if (flag_ != status_code::ok) {
+      // The step is lost: nothing comes back until it is run again.
+      write_rows(rows_out, 0, s);
+      ex_->synchronize(s);
+      return;
+    }
+    auto it = entries_.find(code);
+    OFFLOADKIT_EXPECTS(it != entries_.end(), state_error, "sticky_flag_stash: restore of ",
+                       to_string(key),
+                       ", which holds nothing (never stashed, or restored already)");
+    held& h = it->second;
+    auto* to = static_cast<unsigned char*>(dst);
+    if (h.device_part.size() > 0) ex_->copy(to, h.device_part.data(), h.device_part.size(), s);
+    if (h.pinned_part.size() > 0) {
+      ex_->copy(to + h.device_part.size(), h.pinned_part.data(), h.pinned_part.size(), s);
+    }
+    write_rows(rows_out, h.rows, s);
+    ex_->synchronize(s);
+    free_.device += h.device_pages;
+    free_.pinned += h.pinned_pages;
+    entries_.erase(it);
+  }
+
+  void do_reset(stream_ref s) override {
+    ex_->synchronize(s);
+    entries_.clear();
+    free_ = {cfg_.device_pages, cfg_.pinned_pages};
+    flag_ = status_code::ok;
+  }
+  void do_clear_status(stream_ref s) override {
+    ex_->synchronize(s);
+    flag_ = status_code::ok;
+  }
+  stash_snapshot do_snapshot(stream_ref s) override {
+    ex_->synchronize(s);
+    stash_snapshot out;
+    out.free = free_;
+    out.status.code = flag_;  // a flag: which key failed is not kept
+    for (const auto& [code, h] : entries_) {
+      entry_view ev;
+      ev.key = stash_key{code / (field_limit * field_limit), code / field_limit % field_limit,
+                         code % field_limit};
+      ev.rows = h.rows;
+      ev.device_pages = h.device_pages;
+      ev.pinned_pages = h.pinned_pages;
+      out.entries.push_back(std::move(ev));
+    }
+    return out;
+  }
+
+  executor* ex_;
+  stash_config cfg_;
+  sticky_planted planted_;
+  std::map<std::uint32_t, held> entries_;
+  std::map<std::uint32_t, int> seen_;  ///< distinct keys so far, for max_keys
+  free_pages free_;
+  status_code flag_ = status_code::ok;
+  buffer scalar_;
+};
+
+/// The double's descriptor: the profile it declares.
+inline offloadkit::testing::stash_implementation sticky_flag_stash_implementation(
+    sticky_planted planted = sticky_planted::none) {
+  offloadkit::testing::stash_implementation impl;
+  impl.name = planted == sticky_planted::none ? "sticky_flag" : "planted_sticky_flag";
+  impl.caps.capturable = false;
+  impl.caps.page_ids = false;
+  impl.caps.overflow = offloadkit::testing::stash_overflow_report::sticky_flag;
+  impl.caps.placement = offloadkit::testing::stash_placement::whole_key_per_tier;
+  impl.caps.unknown_restore = offloadkit::testing::stash_unknown_restore::error;
+  impl.caps.vp_limit = sticky_flag_stash::field_limit;
+  impl.caps.layer_limit = sticky_flag_stash::field_limit;
+  impl.caps.microbatch_limit = sticky_flag_stash::field_limit;
+  impl.make = [planted](executor& ex, const stash_config& c, stream_ref /*s*/) {
+    return std::unique_ptr<stash_interface>(std::make_unique<sticky_flag_stash>(ex, c, planted));
+  };
+  return impl;
+}
+
+}  // namespace offloadkit::stash::testing_doubles
