@@ -15,7 +15,7 @@ class plugin_region final : public region::offload_region {
     c.device = cfg.device;
     c.chunk_bytes = cfg.chunk_bytes;
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self);
-    obj_.destroy = t_->destroy;
+    obj_.set_teardown(*t_, OKIT_REGION_HAS(t_, close));
   }
 
  private:

@@ -1,9 +1,11 @@
 """An arena whose reload raises a plain Python exception from a helper: the failure offloadkit
 reports must carry the exception, its message and the Python traceback down to the helper. And a
 region whose info() raises after a failed pause: that error is kept and reported by the next call.
+And an arena whose close() raises: the case that destroyed it fails.
 
     offloadkit check --executor host --python python/examples/numpy_broken.py:make
     offloadkit check --executor host --python python/examples/numpy_broken.py:make_stale_info
+    offloadkit check --executor host --python python/examples/numpy_broken.py:make_double_close
 """
 
 import offloadkit as ok
@@ -49,3 +51,25 @@ class StaleInfoRegion(NumpyRegion):
 
 def make_stale_info():
     return ok.Plugin(name="numpy-broken", region=StaleInfoRegion)
+
+
+class DoubleCloseArena(NumpyArena):
+    """An arena whose close() gives its host buffer back twice: the executor refuses the second
+    deallocate (StateError), so close() raises when offloadkit destroys the arena. The case that
+    destroyed it must fail, naming close; release() gives the buffer back once."""
+
+    implementation = "numpy-double-close"
+
+    def release(self):
+        NumpyArena.close(self)
+        self.released = True
+
+    def close(self):
+        arena = self.arena
+        super().close()
+        if arena is not None:
+            self.ex.deallocate(arena)  # the bug: released a second time
+
+
+def make_double_close():
+    return ok.Plugin(name="numpy-broken", arena=DoubleCloseArena)
