@@ -54,21 +54,26 @@ def make_stale_info():
 
 
 class DoubleCloseArena(NumpyArena):
-    """An arena whose close() gives its host buffer back twice: the executor refuses the second
-    deallocate (StateError), so close() raises when offloadkit destroys the arena. The case that
-    destroyed it must fail, naming close; release() gives the buffer back once."""
+    """An arena with a small pinned staging buffer of its own, which close() gives back twice: the
+    executor refuses the second deallocate (StateError), so close() raises when offloadkit destroys
+    the arena. The case that destroyed it must fail, naming close."""
 
     implementation = "numpy-double-close"
 
+    def __init__(self, executor):
+        super().__init__(executor)
+        self.staging = self.ex.allocate(64, "pinned")
+
     def release(self):
-        NumpyArena.close(self)
+        NumpyArena.close(self)  # the arena's buffer only: staging lives until close()
         self.released = True
 
     def close(self):
-        arena = self.arena
         super().close()
-        if arena is not None:
-            self.ex.deallocate(arena)  # the bug: released a second time
+        if self.staging is not None:
+            self.ex.deallocate(self.staging)
+            self.ex.deallocate(self.staging)  # the bug: released a second time
+            self.staging = None
 
 
 def make_double_close():
