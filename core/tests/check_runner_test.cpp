@@ -1,6 +1,7 @@
 // Unit tests of the property runner (run_check, reproduce_command): a failing property yields a
 // failed outcome with its seed and a message, the same seed gives the same outcome, case counts
-// follow the configuration, and exceptions become failures instead of escaping.
+// follow the configuration, exceptions become failures instead of escaping, and a teardown failure
+// recorded by a destructor (teardown.hpp) fails the run that recorded it.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
@@ -9,6 +10,7 @@
 
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/teardown.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace {
@@ -141,6 +143,88 @@ TEST(CheckRunner, AFailureThatDoesNotRecurKeepsItsMessage) {
   EXPECT_FALSE(o.passed);
   EXPECT_NE(o.message.find("only the first run fails"), std::string::npos) << o.message;
   EXPECT_NE(o.message.find("did not recur"), std::string::npos) << o.message;
+}
+
+/// An object whose teardown fails, as a plugin wrapper whose close returned an error does: its
+/// destructor records the failure.
+struct failing_teardown {
+  failing_teardown() = default;
+  failing_teardown(const failing_teardown&) = delete;
+  failing_teardown& operator=(const failing_teardown&) = delete;
+  ~failing_teardown() {
+    offloadkit::record_teardown_error("arena planted: close failed (state error): slot 3 twice");
+  }
+};
+
+TEST(CheckRunner, ATeardownFailureFailsTheCaseThatRecordedItAndShrinks) {
+  offloadkit::host_executor ex;
+  check_config cfg;
+  cfg.seed = 21;
+  // Objects made for x >= 300 fail to close; the body itself asserts nothing.
+  const auto o = run_check(make_case([](executor& /*ex*/) {
+                             const int x = *rc::gen::inRange(0, 1000);
+                             if (x >= 300) {
+                               const failing_teardown object;
+                             }
+                           }),
+                           ex, cfg);
+  EXPECT_FALSE(o.passed);
+  EXPECT_NE(o.message.find("teardown failed:\narena planted: close failed (state error)"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("300"), std::string::npos) << "shrunk counterexample: " << o.message;
+  EXPECT_EQ(o.message.find("did not recur"), std::string::npos) << o.message;
+  EXPECT_TRUE(offloadkit::take_teardown_errors().empty()) << "run_check took every record";
+}
+
+TEST(CheckRunner, ATeardownFailureWhileAFailureUnwindsJoinsItsMessage) {
+  offloadkit::host_executor ex;
+  check_config cfg;
+  cfg.seed = 22;
+  cfg.shrink = false;
+  const auto assertion = run_check(make_case([](executor& /*ex*/) {
+                                     failing_teardown object;
+                                     RC_FAIL("the bytes differ");
+                                   }),
+                                   ex, cfg);
+  EXPECT_FALSE(assertion.passed);
+  EXPECT_NE(assertion.message.find("the bytes differ"), std::string::npos) << assertion.message;
+  EXPECT_NE(assertion.message.find("while the case unwound, teardown failed:\narena planted"),
+            std::string::npos)
+      << assertion.message;
+  const auto thrown = run_check(make_case([](executor& /*ex*/) {
+                                  failing_teardown object;
+                                  throw offloadkit::state_error("paused twice");
+                                }),
+                                ex, cfg);
+  EXPECT_FALSE(thrown.passed);
+  EXPECT_NE(thrown.message.find("paused twice"), std::string::npos) << thrown.message;
+  EXPECT_NE(thrown.message.find("close failed"), std::string::npos) << thrown.message;
+  // A discarded case that recorded a teardown failure is a failure, not a discard.
+  const auto discarded = run_check(make_case([](executor& /*ex*/) {
+                                     failing_teardown object;
+                                     RC_PRE(false);
+                                   }),
+                                   ex, cfg);
+  EXPECT_FALSE(discarded.passed);
+  EXPECT_NE(discarded.message.find("close failed"), std::string::npos) << discarded.message;
+}
+
+TEST(CheckRunner, ATeardownFailureFromBeforeTheCheckIsNotBlamedOnIt) {
+  // Recorded outside any run (an object that outlived its case): printed, not a failure here.
+  offloadkit::record_teardown_error("region stray: close failed (cuda error): unmap");
+  offloadkit::host_executor ex;
+  check_config cfg;
+  cfg.seed = 23;
+  cfg.cases = 5;
+  testing::internal::CaptureStderr();
+  const auto o = run_check(make_case([](executor& /*ex*/) {}), ex, cfg);
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(o.passed) << o.message;
+  EXPECT_NE(printed.find("outside any case of the property: region stray: close failed"),
+            std::string::npos)
+      << printed;
+  EXPECT_TRUE(offloadkit::take_teardown_errors().empty());
 }
 
 TEST(CheckRunner, ACaseWithoutABodyFails) {

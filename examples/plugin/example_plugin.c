@@ -141,6 +141,10 @@ OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_versio
        * device-contiguous tensors, and this example copies tensor by tensor. */
       OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_CAP_EXECUTOR_ALLOCATIONS |
           OKIT_ARENA_CAP_SINGLE_HOST_BUFFER,
+      /* No close (ABI 1.2): this teardown (release, free) cannot fail, so the example stays on
+       * destroy, which offloadkit calls when close is NULL, as it does for tables built before
+       * 1.2. A teardown that can fail (a double release it detects, a failed unmap) fills close
+       * and returns the error, and offloadkit fails the case that destroyed the object. */
       "example-arena", create, destroy, offload, reload, release, info};
   static const okit_plugin plugin = {
       OKIT_ABI_VERSION, sizeof(okit_plugin), "example", "1.0", NULL, NULL, &table, NULL};

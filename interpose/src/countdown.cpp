@@ -107,7 +107,8 @@ std::string scenario_result::to_json() const {
               {"typed_error", typed_error}, {"retried", retried},
               {"retry_ok", retry_ok},       {"retry_error", retry_error},
               {"data_ok", data_ok},         {"consistent", consistent},
-              {"problems", problems},       {"unusable", unusable}}
+              {"problems", problems},       {"unusable", unusable},
+              {"close_error", close_error}}
       .dump();
 }
 
@@ -126,6 +127,7 @@ scenario_result scenario_result::from_json(const std::string& text) {
   r.consistent = j.at("consistent").get<bool>();
   r.problems = j.at("problems").get<std::vector<std::string>>();
   r.unusable = j.at("unusable").get<std::string>();
+  r.close_error = j.value("close_error", std::string());
   return r;
 }
 
@@ -139,6 +141,8 @@ const char* to_string(fault_class c) noexcept {
       return "data lost";
     case fault_class::inconsistent:
       return "inconsistent";
+    case fault_class::close_failed:
+      return "close failed";
     case fault_class::leak:
       return "leak";
     case fault_class::exited:
@@ -254,6 +258,13 @@ case_row classify(std::uint64_t n, const case_run& run) {
                       " was not one of offloadkit's typed errors: " + s.error);
       }
       row.detail = join(why, "; ");
+      return row;
+    }
+    // A close that failed names why before the ledger does: what it could not release may be
+    // what the ledger holds.
+    if (!s.close_error.empty()) {
+      row.cls = fault_class::close_failed;
+      row.detail = s.close_error;
       return row;
     }
   }

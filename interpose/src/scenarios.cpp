@@ -17,6 +17,7 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/teardown.hpp"
 
 namespace offloadkit::interpose {
 namespace {
@@ -513,6 +514,9 @@ scenario_result run_scenario(const std::string& feature, const fault_subjects& s
     r.unusable = std::string("the scenario failed outside the implementation's calls: ") + e.what();
   }
   c.set_window(0);
+  // What the implementation's objects failed to tear down (a plugin's close that returned an
+  // error): recorded by their wrappers' destructors in this process, so this case's.
+  r.close_error = join_teardown_errors(take_teardown_errors());
   return r;
 }
 

@@ -524,7 +524,7 @@ oi::interposer_report complete_report(bool injected) {
   return r;
 }
 
-TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeLeak) {
+TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
   oi::case_run run;
   run.report = complete_report(true);
   run.report->outstanding.pinned_allocations = 1;
@@ -537,6 +537,13 @@ TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeLeak) {
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::leak);
   EXPECT_NE(oi::classify(1, run).detail.find("1 pinned host allocation(s) not freed (4096 bytes)"),
             std::string::npos);
+  // A close that failed is this case's failure, named before what it may have left behind.
+  run.scenario->close_error = "plugin 'p' (p.so) region: close failed (cuda error): cuMemUnmap";
+  EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::close_failed);
+  EXPECT_EQ(oi::classify(1, run).detail, run.scenario->close_error);
+  EXPECT_STREQ(oi::to_string(oi::fault_class::close_failed), "close failed");
+  EXPECT_EQ(oi::scenario_result::from_json(run.scenario->to_json()).close_error,
+            run.scenario->close_error);
   run.scenario->consistent = false;
   run.scenario->problems = {"after a failed resume the region is active"};
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::inconsistent);
@@ -603,11 +610,12 @@ TEST(Classify, EveryClassHasItsOwnName) {
   std::set<std::string> names;
   for (const auto c :
        {oi::fault_class::clean, oi::fault_class::retry_failed, oi::fault_class::data_lost,
-        oi::fault_class::inconsistent, oi::fault_class::leak, oi::fault_class::exited,
-        oi::fault_class::crashed, oi::fault_class::hung, oi::fault_class::unknown}) {
+        oi::fault_class::inconsistent, oi::fault_class::close_failed, oi::fault_class::leak,
+        oi::fault_class::exited, oi::fault_class::crashed, oi::fault_class::hung,
+        oi::fault_class::unknown}) {
     names.insert(oi::to_string(c));
   }
-  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.size(), 10u);
   EXPECT_STREQ(oi::to_string(static_cast<oi::fault_class>(99)), "unknown");
 }
 

@@ -12,14 +12,23 @@ namespace {
 constexpr std::uint64_t common =
     OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_CAP_EXECUTOR_ALLOCATIONS;
 
+#if defined(OFFLOADKIT_TABLES_V1_0)
+/// The close of a 1.0 table, which ends before it: never called by a host that respects
+/// struct_size (it would leak the object and fail).
+okit_status close_past_struct_size(void* /*self*/, okit_error* err) {
+  return okit_set_error(err, OKIT_ERR_LOGIC, "close lies past struct_size");
+}
+#endif
+
 }  // namespace
 
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace ok = offloadkit;
   namespace op = offloadkit::plugin;
 #if defined(OFFLOADKIT_TABLES_V1_0)
-  // Built as a plugin of ABI 1.0 is: the stash table ends before the batch entries. The entries
-  // past its struct_size are set to one that fails, so a host that reads past the size is seen.
+  // Built as a plugin of ABI 1.0 is: the stash table ends before the batch entries (and close).
+  // The entries past its struct_size are set to ones that fail, so a host that reads past the size
+  // is seen.
   static const okit_stash_vtable stash = [] {
     okit_stash_vtable t = op::stash_vtable<&op::make_stash_as<ok::stash::paged_stash>>(
         "optimized-abi-1.0", common | OKIT_STASH_CAP_CAPTURABLE | OKIT_STASH_CAP_PAGE_IDS);
@@ -30,6 +39,7 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
     t.restore_batch = [](void*, okit_error* err, const okit_restore_item*, size_t, okit_stream) {
       return okit_set_error(err, OKIT_ERR_LOGIC, "restore_batch lies past struct_size");
     };
+    t.close = close_past_struct_size;
     return t;
   }();
 #else
@@ -41,7 +51,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                                         OKIT_REGION_CAP_RELEASES_MEMORY |
                                         OKIT_REGION_CAP_MULTI_DEVICE;
 #if defined(OFFLOADKIT_TABLES_V1_0)
-  // Likewise the region table ends before swap.
+  // Likewise the region table ends before swap (and close), and the arena and activation tables
+  // before close.
   static const okit_region_vtable region = [] {
     okit_region_vtable t = op::region_vtable<&op::make_region_as<ok::region::vmm_region>>(
         "optimized-abi-1.0", region_caps);
@@ -49,12 +60,31 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
     t.swap = [](void*, okit_error* err, void*, int32_t, okit_stream) {
       return okit_set_error(err, OKIT_ERR_LOGIC, "swap lies past struct_size");
     };
+    t.close = close_past_struct_size;
+    return t;
+  }();
+  static const okit_arena_vtable arena = [] {
+    okit_arena_vtable t = op::arena_vtable<&op::make_arena_as<ok::arena::coalesced_offloader>>(
+        "optimized-abi-1.0", common | OKIT_ARENA_CAP_ASYNCHRONOUS |
+                                 OKIT_ARENA_CAP_PINNED_STEADY_STATE |
+                                 OKIT_ARENA_CAP_SINGLE_HOST_BUFFER);
+    t.struct_size = OKIT_ARENA_V1_SIZE;
+    t.close = close_past_struct_size;
+    return t;
+  }();
+  static const okit_activation_vtable activation = [] {
+    okit_activation_vtable t =
+        op::activation_vtable<&op::make_activation_as<ok::activation::async_offloader>>(
+            "optimized-abi-1.0",
+            common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE | OKIT_ACTIVATION_CAP_PREFETCH_BOUND |
+                OKIT_ACTIVATION_CAP_PENDING_BOUND | OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
+    t.struct_size = OKIT_ACTIVATION_V1_SIZE;
+    t.close = close_past_struct_size;
     return t;
   }();
 #else
   static const okit_region_vtable region =
       op::region_vtable<&op::make_region_as<ok::region::vmm_region>>("optimized", region_caps);
-#endif
   static const okit_arena_vtable arena =
       op::arena_vtable<&op::make_arena_as<ok::arena::coalesced_offloader>>(
           "optimized", common | OKIT_ARENA_CAP_ASYNCHRONOUS | OKIT_ARENA_CAP_PINNED_STEADY_STATE |
@@ -64,6 +94,7 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
           "optimized", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
                            OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND |
                            OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
+#endif
   static const okit_plugin plugin{OKIT_ABI_VERSION,
                                   sizeof(okit_plugin),
                                   "offloadkit-optimized",

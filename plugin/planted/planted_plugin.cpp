@@ -1,10 +1,15 @@
 // Planted-bug plugins: offloadkit's reference implementations behind the C ABI with one bug each,
-// selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash). Each
-// must make `offloadkit check --plugin` fail with a seed and a reproduce line; `crash` kills the
-// process inside one stash property, which must cost one failure row, not the run: its correct
-// arena is checked afterwards and passes. `region_leak` is a region that calls CUDA itself, as
-// outside offload code does, and leaks the physical allocation when cuMemMap fails: what
-// `offloadkit check --driver-faults` must report as a leak (it runs on a GPU only).
+// selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash, close,
+// close_v1). Each must make `offloadkit check --plugin` fail with a seed and a reproduce line;
+// `crash` kills the process inside one stash property, which must cost one failure row, not the
+// run: its correct arena is checked afterwards and passes. `region_leak` is a region that calls
+// CUDA itself, as outside offload code does, and leaks the physical allocation when cuMemMap
+// fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a GPU only).
+// `close` is an arena whose teardown gives its staging slot back to the plugin's pool twice; the
+// pool refuses the second release and the table's close (ABI 1.2) returns that error, which
+// must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
+// before close (ABI 1.0 size): offloadkit calls destroy, which cannot report, and the bug is
+// printed but passes, which is what close is for.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -12,6 +17,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +28,7 @@
 #include "offloadkit/plugin/export.hpp"
 #include "offloadkit/region/reference_region.hpp"
 #include "offloadkit/stash/eager_stash.hpp"
+#include "offloadkit/teardown.hpp"
 
 namespace {
 
@@ -32,6 +40,8 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_activation 4
 #define OKIT_PLANTED_crash 5
 #define OKIT_PLANTED_region_leak 6
+#define OKIT_PLANTED_close 7
+#define OKIT_PLANTED_close_v1 8
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -102,10 +112,60 @@ class planted_region final : public ok::region::offload_region {
   ok::region::reference_region inner_;
 };
 
-/// The reference arena, with reload() writing a wrong first byte into the first non-empty tensor.
+constexpr bool planted_close = PLANTED == OKIT_PLANTED_close || PLANTED == OKIT_PLANTED_close_v1;
+
+/// The plugin's own pool of staging slots, shared by its arenas: it refuses to take back a slot
+/// that is not held (a double release).
+class staging_pool {
+ public:
+  std::size_t acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      if (!held_[i]) {
+        held_[i] = true;
+        return i;
+      }
+    }
+    held_.push_back(true);
+    return held_.size() - 1;
+  }
+  void release(std::size_t slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    OFFLOADKIT_EXPECTS(slot < held_.size() && held_[slot], ok::state_error,
+                       "planted arena: staging slot ", slot,
+                       " released twice (the pool does not hold it out)");
+    held_[slot] = false;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<bool> held_;
+};
+
+staging_pool& pool() {
+  static staging_pool p;
+  return p;
+}
+
+/// The reference arena, with reload() writing a wrong first byte into the first non-empty tensor
+/// (arena), or with a teardown that releases its staging slot twice (close, close_v1).
 class planted_arena final : public ok::arena::offloader {
  public:
-  explicit planted_arena(ok::executor& ex) : ex_(&ex), inner_(ex) {}
+  explicit planted_arena(ok::executor& ex) : ex_(&ex), inner_(ex) {
+    if (planted_close) slot_ = pool().acquire();
+  }
+  planted_arena(const planted_arena&) = delete;
+  planted_arena& operator=(const planted_arena&) = delete;
+  ~planted_arena() override {
+    if (!planted_close) return;
+    try {
+      pool().release(slot_);
+      pool().release(slot_);  // the planted bug: the slot goes back a second time
+    } catch (const std::exception& e) {
+      // A destructor cannot throw: the table's close returns what is recorded here.
+      ok::record_teardown_error(e.what());
+    }
+  }
 
  private:
   ok::event do_offload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
@@ -134,6 +194,7 @@ class planted_arena final : public ok::arena::offloader {
 
   ok::executor* ex_;
   ok::arena::reference_offloader inner_;
+  std::size_t slot_ = 0;
 };
 
 /// The reference activation offloader, with unpack() writing a wrong first byte.
@@ -434,8 +495,19 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
 #endif
-  static const okit_arena_vtable arena =
-      op::arena_vtable<&op::make_arena_as<planted_arena>>("planted", common);
+  static const okit_arena_vtable arena = [] {
+    okit_arena_vtable t = op::arena_vtable<&op::make_arena_as<planted_arena>>("planted", common);
+    if (PLANTED == OKIT_PLANTED_close_v1) {
+      // Built as a plugin of ABI 1.0 is: the table ends before close. The entry past its
+      // struct_size leaks the object and fails if called, so a host that reads past the size is
+      // seen.
+      t.struct_size = OKIT_ARENA_V1_SIZE;
+      t.close = [](void*, okit_error* err) {
+        return okit_set_error(err, OKIT_ERR_LOGIC, "close lies past struct_size");
+      };
+    }
+    return t;
+  }();
   static const okit_activation_vtable activation =
       op::activation_vtable<&op::make_activation_as<planted_activation>>(
           "planted", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
@@ -446,7 +518,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       stash_like ? &stash : nullptr,
       PLANTED == OKIT_PLANTED_region || PLANTED == OKIT_PLANTED_region_leak ? &region : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
-      PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash ? &arena : nullptr,
+      PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ? &arena
+                                                                                      : nullptr,
       PLANTED == OKIT_PLANTED_activation ? &activation : nullptr};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

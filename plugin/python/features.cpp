@@ -14,6 +14,7 @@
 #include "bridge.hpp"
 #include "offloadkit/plugin/export.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/teardown.hpp"
 
 namespace offloadkit::python_bridge {
 namespace {
@@ -36,21 +37,23 @@ class python_object {
   python_object& operator=(const python_object&) = delete;
 
   ~python_object() {
-    // Errors are kept for pending_errors, which prints one never reported when it goes.
+    // A close() that raises is a teardown failure (teardown.hpp): the table's close entry returns
+    // it, so the case that destroyed the object fails. Other errors no later call reported stay
+    // with pending_errors, which prints them when it goes.
     try {
       py::gil_scoped_acquire gil;
       if (impl_ && py::hasattr(impl_, "close")) {
         try {
           impl_.attr("close")();
         } catch (py::error_already_set& e) {
-          keep("close", e);
+          record_teardown_error(describe_python_error(decl_->owner + ".close", e).message);
         }
       }
       handle_->ex = nullptr;
       impl_ = py::object();
       executor_ = py::object();
     } catch (const std::exception& e) {
-      keep("close", e);
+      record_teardown_error("python " + decl_->owner + ".close: " + e.what());
     }
   }
 

@@ -4,6 +4,7 @@
 #include "offloadkit/plugin/export.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/resources.hpp"
+#include "offloadkit/teardown.hpp"
 #include "stash_conversions.hpp"
 
 namespace offloadkit::plugin::detail {
@@ -28,6 +30,33 @@ struct object {
 template <class Interface>
 Interface& impl_of(void* self) {
   return *static_cast<object<Interface>*>(self)->impl;
+}
+
+/// The table's close (ABI 1.2): deletes the object as destroy does and returns, as
+/// OKIT_ERR_RUNTIME, the teardown failures its destructors recorded (teardown.hpp) while it went: a
+/// C++ implementation cannot throw from a destructor, so it records them there.
+template <class Object>
+okit_status close_object(void* self, okit_error* err) noexcept {
+  // Failures recorded on this thread before are not this object's: set aside, and put back.
+  std::vector<std::string> earlier = take_teardown_errors();
+  delete static_cast<Object*>(self);
+  std::vector<std::string> own = take_teardown_errors();
+  for (std::string& e : earlier) record_teardown_error(std::move(e));
+  if (own.empty()) return OKIT_OK;
+  return guard(err, [&] { throw runtime_error(join_teardown_errors(own)); });
+}
+
+/// The table's destroy: the same teardown, whose failures nothing can return; each is printed as it
+/// happens (a host that calls destroy predates close).
+template <class Object>
+void destroy_object(void* self) noexcept {
+  std::vector<std::string> earlier = take_teardown_errors();
+  delete static_cast<Object*>(self);
+  for (const std::string& e : take_teardown_errors()) {
+    std::fprintf(stderr, "offloadkit plugin: destroy cannot report a teardown failure: %s\n",
+                 e.c_str());
+  }
+  for (std::string& e : earlier) record_teardown_error(std::move(e));
 }
 
 void expect_out(const void* out, const char* entry) {
@@ -104,7 +133,8 @@ okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabil
   t.capabilities = capabilities;
   t.implementation = implementation;
   t.create = create;
-  t.destroy = [](void* self) noexcept { delete static_cast<stash_object*>(self); };
+  t.destroy = &destroy_object<stash_object>;
+  t.close = &close_object<stash_object>;
   t.stash = [](void* self, okit_error* err, okit_stash_key key, const void* src,
                const std::uint64_t* rows, okit_stream s) noexcept {
     return guard(err, [&] { impl_of<I>(self).stash(key_of(key), src, rows, from_c(s)); });
@@ -215,7 +245,8 @@ okit_region_vtable region_vtable(const char* implementation, std::uint64_t capab
   t.capabilities = capabilities;
   t.implementation = implementation;
   t.create = create;
-  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.destroy = &destroy_object<object<I>>;
+  t.close = &close_object<object<I>>;
   t.info = [](void* self, okit_region_info* out) noexcept {
     const I& r = impl_of<I>(self);
     out->data = r.data();
@@ -299,7 +330,8 @@ okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabil
   t.capabilities = capabilities;
   t.implementation = implementation;
   t.create = create;
-  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.destroy = &destroy_object<object<I>>;
+  t.close = &close_object<object<I>>;
   t.offload = [](void* self, okit_error* err, const okit_tensor* tensors, std::size_t count,
                  okit_event* done, okit_stream s) noexcept {
     return move_set(&I::offload, "arena.offload", self, err, tensors, count, done, s);
@@ -346,7 +378,8 @@ okit_activation_vtable activation_vtable(const char* implementation, std::uint64
   t.capabilities = capabilities;
   t.implementation = implementation;
   t.create = create;
-  t.destroy = [](void* self) noexcept { delete static_cast<object<I>*>(self); };
+  t.destroy = &destroy_object<object<I>>;
+  t.close = &close_object<object<I>>;
   t.pack = [](void* self, okit_error* err, const okit_activation_tensor* t, std::uint64_t* handle,
               okit_stream s) noexcept {
     // The release callback becomes ours only when pack succeeds: until then `armed` stays false

@@ -17,7 +17,7 @@ class plugin_activation final : public activation::offloader {
     c.prefetch_layers = o.prefetch_layers;
     c.max_pending_bytes = o.max_pending_bytes;
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self);
-    obj_.destroy = t_->destroy;
+    obj_.set_teardown(*t_, OKIT_ACTIVATION_HAS(t_, close));
     name_ = detail::implementation_name(*obj_.lib, t_->implementation);
   }
 

@@ -10,7 +10,7 @@ class plugin_arena final : public arena::offloader {
   plugin_arena(std::shared_ptr<const library> lib, executor& ex)
       : obj_(std::move(lib), ex, "arena"), t_(obj_.lib->description().arena), ex_(&ex) {
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &obj_.self);
-    obj_.destroy = t_->destroy;
+    obj_.set_teardown(*t_, OKIT_ARENA_HAS(t_, close));
     name_ = detail::implementation_name(*obj_.lib, t_->implementation);
   }
 

@@ -18,7 +18,7 @@ class plugin_region final : public region::offload_region {
                    : *cfg.fixed_mode == region::pause_mode::discard ? OKIT_PAUSE_DISCARD
                                                                     : OKIT_PAUSE_PRESERVE;
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self);
-    obj_.destroy = t_->destroy;
+    obj_.set_teardown(*t_, OKIT_REGION_HAS(t_, close));
   }
 
  private:

@@ -24,7 +24,7 @@ class plugin_stash final : public stash::stash_interface {
     c.max_keys = cfg.max_keys;
     c.device = cfg.device;
     call_checked(obj_.context, "create", t_->create, obj_.table.get(), &c, &obj_.self, to_c(s));
-    obj_.destroy = t_->destroy;
+    obj_.set_teardown(*t_, OKIT_STASH_HAS(t_, close));
     name_ = detail::implementation_name(*obj_.lib, t_->implementation);
   }
 

@@ -25,7 +25,7 @@ void expect_entries(const std::string& context,
 
 template <class Table>
 void expect_table_header(const std::string& context, const Table& t, const char* type,
-                         std::size_t v1_size = sizeof(Table)) {
+                         std::size_t v1_size) {
   if (t.struct_size < v1_size) {
     throw plugin_error(context + ": " + type + ".struct_size is " + std::to_string(t.struct_size) +
                        ", expected at least " + std::to_string(v1_size) +
@@ -139,7 +139,7 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   }
   if (const auto* t = desc->arena) {
     const std::string c = lib->context("arena");
-    expect_table_header(c, *t, "okit_arena_vtable");
+    expect_table_header(c, *t, "okit_arena_vtable", OKIT_ARENA_V1_SIZE);
     expect_entries(c, {{"create", p(t->create)},
                        {"destroy", p(t->destroy)},
                        {"offload", p(t->offload)},
@@ -149,7 +149,7 @@ std::shared_ptr<const library> library::open(const std::string& path) {
   }
   if (const auto* t = desc->activation) {
     const std::string c = lib->context("activation");
-    expect_table_header(c, *t, "okit_activation_vtable");
+    expect_table_header(c, *t, "okit_activation_vtable", OKIT_ACTIVATION_V1_SIZE);
     expect_entries(c, {{"create", p(t->create)},
                        {"destroy", p(t->destroy)},
                        {"pack", p(t->pack)},

@@ -1,6 +1,8 @@
 // The plugin ABI: the loader refuses every broken plugin with a clear message, errors keep their
 // type across the boundary in both directions, the executor survives the round trip (table, then
-// abi_executor) with faults passing through, and a dogfood plugin's stash works on both executors.
+// abi_executor) with faults passing through, a dogfood plugin's stash works on both executors, and
+// objects go through close where a table has it (ABI 1.2), its failure recorded for the case, and
+// through destroy where it does not.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "offloadkit/region/unified_region.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/key.hpp"
+#include "offloadkit/teardown.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -291,6 +294,77 @@ TEST(PluginExecutor, AVersionOneTableStillWorksAndLacksOnlyTheNewEntries) {
   // Shorter than version 1: not an executor table at all.
   old->struct_size = static_cast<std::uint32_t>(OKIT_EXECUTOR_V1_SIZE - sizeof(void*));
   EXPECT_THROW({ op::abi_executor bad(old); }, ok::logic_error);
+}
+
+/// Creates and destroys one object of every feature `lib` provides, on `ex`.
+void make_and_destroy_each(const std::shared_ptr<const op::library>& lib, ok::executor& ex) {
+  ok::stream s(ex);
+  if (auto impl = op::stash_of(lib)) {
+    ok::stash::stash_config cfg;
+    cfg.row_bytes = 16;
+    cfg.rows_per_page = 4;
+    cfg.max_rows = 8;
+    cfg.device_pages = 4;
+    cfg.pinned_pages = 4;
+    cfg.max_keys = 2;
+    (void)impl->make(ex, cfg, s);
+  }
+  if (auto impl = op::region_of(lib)) {
+    (void)impl->make(ex, ok::region::region_config{ex.granularity(0), 0, 0});
+  }
+  if (auto impl = op::arena_of(lib)) (void)impl->make(ex);
+  if (auto impl = op::activation_of(lib)) (void)impl->make(ex, ok::activation::offload_options{});
+}
+
+TEST(PluginTeardown, ATableWithCloseIsClosedAndAnOlderOneIsDestroyed) {
+  ok::host_executor ex;
+  (void)ok::take_teardown_errors();
+  // The dogfood plugin's tables have close (1.2); the same implementations built as a 1.0 plugin
+  // end before it, and their close past struct_size fails if called: neither records anything.
+  const auto current = op::library::open(OPTIMIZED_PLUGIN);
+  const okit_plugin& d = current->description();
+  EXPECT_TRUE(OKIT_STASH_HAS(d.stash, close));
+  EXPECT_TRUE(OKIT_REGION_HAS(d.region, close));
+  EXPECT_TRUE(OKIT_ARENA_HAS(d.arena, close));
+  EXPECT_TRUE(OKIT_ACTIVATION_HAS(d.activation, close));
+  const auto old = op::library::open(OPTIMIZED_ABI_1_0_PLUGIN);
+  const okit_plugin& o = old->description();
+  EXPECT_FALSE(OKIT_STASH_HAS(o.stash, close));
+  EXPECT_FALSE(OKIT_REGION_HAS(o.region, close));
+  EXPECT_FALSE(OKIT_ARENA_HAS(o.arena, close));
+  EXPECT_FALSE(OKIT_ACTIVATION_HAS(o.activation, close));
+  EXPECT_EQ(o.arena->struct_size, OKIT_ARENA_V1_SIZE);
+  EXPECT_EQ(o.activation->struct_size, OKIT_ACTIVATION_V1_SIZE);
+  for (const auto& lib : {current, old}) {
+    make_and_destroy_each(lib, ex);
+    EXPECT_EQ(ok::join_teardown_errors(ok::take_teardown_errors()), "") << lib->path();
+  }
+}
+
+TEST(PluginTeardown, AFailedCloseIsRecordedAndDestroyOnlyPrintsIt) {
+  ok::host_executor ex;
+  (void)ok::take_teardown_errors();
+  // The planted arena gives its staging slot back twice: close returns the pool's refusal.
+  const auto impl = op::arena_of(op::library::open(PLANTED_CLOSE_PLUGIN));
+  ASSERT_TRUE(impl.has_value());
+  (void)impl->make(ex);
+  const std::vector<std::string> errors = ok::take_teardown_errors();
+  ASSERT_EQ(errors.size(), 1u) << ok::join_teardown_errors(errors);
+  for (const char* want : {"plugin 'planted-close'", "arena: close failed (runtime error): ",
+                           "staging slot 0 released twice"}) {
+    EXPECT_NE(errors[0].find(want), std::string::npos) << want << " in: " << errors[0];
+  }
+  // The same arena in a table built before close: destroy is called, which cannot report.
+  const auto lib = op::library::open(PLANTED_CLOSE_V1_PLUGIN);
+  EXPECT_FALSE(OKIT_ARENA_HAS(lib->description().arena, close));
+  const auto v1 = op::arena_of(lib);
+  ASSERT_TRUE(v1.has_value());
+  testing::internal::CaptureStderr();
+  (void)v1->make(ex);
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(ok::take_teardown_errors().empty());
+  EXPECT_NE(printed.find("destroy cannot report a teardown failure"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("released twice"), std::string::npos) << printed;
 }
 
 // The suite name is part of the test names (PluginDogfood/...).

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "offloadkit/teardown.hpp"
 #include "offloadkit/testing/fixed_cases.hpp"
 
 namespace offloadkit {
@@ -71,6 +72,29 @@ std::string describe(const rc::detail::FailureResult& f, const observations& see
     for (const auto& [type, value] : f.counterExample) os << "\n  " << type << ": " << value;
   }
   return os.str();
+}
+
+/// Teardown failures (teardown.hpp) recorded outside any run of a property: an object that outlived
+/// the run that made it and went between runs. No case can be blamed; they are printed.
+void print_stray_teardown_errors() {
+  for (const std::string& e : take_teardown_errors()) {
+    std::fprintf(stderr, "offloadkit: a teardown failure outside any case of the property: %s\n",
+                 e.c_str());
+  }
+}
+
+/// Fails the run in progress when it recorded teardown failures, as RC_FAIL does (so that the case
+/// shrinks and is described like any other failure): `description` is the run's own failure, or
+/// empty when the body returned normally (or only discarded or succeeded early).
+void fail_on_teardown_errors(observations& seen, const std::string& description) {
+  const std::string teardown = join_teardown_errors(take_teardown_errors());
+  if (teardown.empty()) return;
+  seen.last_run_failed = true;
+  seen.last_failure =
+      description.empty()
+          ? "teardown failed:\n" + teardown
+          : description + "\nand while the case unwound, teardown failed:\n" + teardown;
+  throw rc::detail::CaseResult(rc::detail::CaseResult::Type::Failure, seen.last_failure);
 }
 
 }  // namespace
@@ -151,25 +175,33 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
   const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
   const auto& property = c.property;
   observations seen;
+  // A destructor that fails (a plugin's close) records the failure instead of throwing; each run
+  // starts with an empty record and fails when the objects it destroyed recorded something.
   const auto run_once = [&property, &ex, &seen] {
     seen.last_run_failed = false;
+    print_stray_teardown_errors();
     try {
       property(ex);
     } catch (const rc::detail::CaseResult& r) {
-      if (r.type == rc::detail::CaseResult::Type::Failure) {
+      const bool failed = r.type == rc::detail::CaseResult::Type::Failure;
+      if (failed) {
         seen.last_run_failed = true;
         seen.last_failure = r.description;
       }
+      fail_on_teardown_errors(seen, failed ? r.description : "");
       throw;
     } catch (const std::exception& e) {
       seen.last_run_failed = true;
       seen.last_failure = std::string("exception thrown: ") + e.what();
+      fail_on_teardown_errors(seen, seen.last_failure);
       throw;
     } catch (...) {
       seen.last_run_failed = true;
       seen.last_failure = "a non-standard exception was thrown";
+      fail_on_teardown_errors(seen, seen.last_failure);
       throw;
     }
+    fail_on_teardown_errors(seen, "");
   };
   try {
     const auto result =

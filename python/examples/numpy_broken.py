@@ -1,9 +1,11 @@
 """An arena whose reload raises a plain Python exception from a helper: the failure offloadkit
 reports must carry the exception, its message and the Python traceback down to the helper. And a
 region whose info() raises after a failed pause: that error is kept and reported by the next call.
+And an arena whose close() raises: the case that destroyed it fails.
 
     offloadkit check --executor host --python python/examples/numpy_broken.py:make
     offloadkit check --executor host --python python/examples/numpy_broken.py:make_stale_info
+    offloadkit check --executor host --python python/examples/numpy_broken.py:make_double_close
 """
 
 import offloadkit as ok
@@ -49,3 +51,30 @@ class StaleInfoRegion(NumpyRegion):
 
 def make_stale_info():
     return ok.Plugin(name="numpy-broken", region=StaleInfoRegion)
+
+
+class DoubleCloseArena(NumpyArena):
+    """An arena with a small pinned staging buffer of its own, which close() gives back twice: the
+    executor refuses the second deallocate (StateError), so close() raises when offloadkit destroys
+    the arena. The case that destroyed it must fail, naming close."""
+
+    implementation = "numpy-double-close"
+
+    def __init__(self, executor):
+        super().__init__(executor)
+        self.staging = self.ex.allocate(64, "pinned")
+
+    def release(self):
+        NumpyArena.close(self)  # the arena's buffer only: staging lives until close()
+        self.released = True
+
+    def close(self):
+        super().close()
+        if self.staging is not None:
+            self.ex.deallocate(self.staging)
+            self.ex.deallocate(self.staging)  # the bug: released a second time
+            self.staging = None
+
+
+def make_double_close():
+    return ok.Plugin(name="numpy-broken", arena=DoubleCloseArena)

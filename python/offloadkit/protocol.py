@@ -43,7 +43,8 @@ Calls and threads
 -----------------
 The bridge calls one object from one thread at a time, holding the GIL only while Python runs.
 ``close()``, where defined, is called when the C++ side destroys the object: give back what it
-holds there (``__del__`` runs too late, or never).
+holds there (``__del__`` runs too late, or never). An exception it raises is a close failure: the
+case that destroyed the object fails with it (the plugin table's ``close``, ABI 1.2).
 
 Values
 ------

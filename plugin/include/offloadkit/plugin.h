@@ -1,4 +1,5 @@
-/* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap).
+/* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap; 1.2:
+ * optional close, a destroy that reports a failure, in every feature table).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -22,7 +23,15 @@
  *   - Callbacks (okit_callback, okit_capture) pass ownership of their context: the receiver calls
  *     `drop` exactly once (after its last `call`), unless a call documents otherwise.
  *   - Tables carry their own struct_size, so that a newer offloadkit can read an older plugin and
- *     the reverse; offloadkit refuses a table smaller than the version-1 size.
+ *     the reverse; offloadkit refuses a table smaller than the version-1 size. Minor versions only
+ *     append optional entries (OKIT_*_HAS tells whether a table has one), so OKIT_ABI_VERSION
+ *     stays 1.
+ *   - Since 1.2 every feature table has an optional close(self, err): it releases everything the
+ *     object holds and frees it, like destroy, but returns a failure of that teardown (a double
+ *     release, a failed cuMemUnmap) instead of keeping it silent. After close returns, OK or not,
+ *     the object is gone and destroy is not called. offloadkit calls close where the table has it
+ *     and destroy otherwise, and reports a failed close as a failure of the case that destroyed
+ *     the object.
  *   - One thread drives one object at a time; distinct objects may be driven from distinct threads.
  */
 #ifndef OFFLOADKIT_PLUGIN_H
@@ -381,6 +390,11 @@ typedef struct okit_stash_vtable {
                              size_t count, okit_stream s);
   okit_status (*restore_batch)(void* self, okit_error* err, const okit_restore_item* items,
                                size_t count, okit_stream s);
+
+  /* Appended in version 1.2; optional (NULL, or a table built before it: offloadkit calls
+   * destroy). Tears the object down as destroy does and reports a failure of it; the object is
+   * gone when it returns, whatever it returns. */
+  okit_status (*close)(void* self, okit_error* err);
 } okit_stash_vtable;
 
 /* The size of a version-1.0 stash table (without the batch entries): the smallest accepted. */
@@ -441,6 +455,11 @@ typedef struct okit_region_vtable {
    * table on the same device; work issued to s afterwards sees in's contents. Parts already done
    * are skipped (self paused, or `in` active), so a failed swap can be retried. */
   okit_status (*swap)(void* self, okit_error* err, void* in, int32_t mode, okit_stream s);
+
+  /* Appended in version 1.2; optional (NULL, or a table built before it: offloadkit calls
+   * destroy). Tears the object down as destroy does and reports a failure of it; the object is
+   * gone when it returns, whatever it returns. */
+  okit_status (*close)(void* self, okit_error* err);
 } okit_region_vtable;
 
 /* The size of a version-1.0 region table (without swap): the smallest accepted. */
@@ -479,7 +498,20 @@ typedef struct okit_arena_vtable {
                         okit_event* done, okit_stream s);
   void (*release)(void* self);
   void (*info)(void* self, okit_arena_info* out);
+
+  /* Appended in version 1.2; optional (NULL, or a table built before it: offloadkit calls
+   * destroy). Tears the object down as destroy does and reports a failure of it; the object is
+   * gone when it returns, whatever it returns. */
+  okit_status (*close)(void* self, okit_error* err);
 } okit_arena_vtable;
+
+/* The size of a version-1.0 arena table (without close): the smallest accepted. */
+#define OKIT_ARENA_V1_SIZE offsetof(okit_arena_vtable, close)
+
+/* Whether an arena table has `entry` (set, and inside the table's struct_size). */
+#define OKIT_ARENA_HAS(table, entry)                                                      \
+  ((table)->struct_size >= offsetof(okit_arena_vtable, entry) + sizeof((table)->entry) && \
+   (table)->entry != NULL)
 
 /* ---- activation offload ------------------------------------------------------------------- */
 
@@ -540,7 +572,20 @@ typedef struct okit_activation_vtable {
   okit_status (*synchronize)(void* self, okit_error* err);
   size_t (*keep_threshold)(void* self);
   void (*stats)(void* self, okit_offload_stats* out);
+
+  /* Appended in version 1.2; optional (NULL, or a table built before it: offloadkit calls
+   * destroy). Tears the object down as destroy does and reports a failure of it; the object is
+   * gone when it returns, whatever it returns. */
+  okit_status (*close)(void* self, okit_error* err);
 } okit_activation_vtable;
+
+/* The size of a version-1.0 activation table (without close): the smallest accepted. */
+#define OKIT_ACTIVATION_V1_SIZE offsetof(okit_activation_vtable, close)
+
+/* Whether an activation table has `entry` (set, and inside the table's struct_size). */
+#define OKIT_ACTIVATION_HAS(table, entry)                                                      \
+  ((table)->struct_size >= offsetof(okit_activation_vtable, entry) + sizeof((table)->entry) && \
+   (table)->entry != NULL)
 
 /* ---- the plugin ---------------------------------------------------------------------------- */
 

@@ -78,6 +78,9 @@ struct scenario_result {
   bool consistent = true;
   /// Sentences for people: what differed, what state was wrong.
   std::vector<std::string> problems;
+  /// The teardown failures of the implementation's objects (a close that returned an error, ABI
+  /// 1.2), one per line; empty when every object went cleanly.
+  std::string close_error;
   /// Why the scenario could not run at all (the interposer is not loaded, ...); empty otherwise.
   std::string unusable;
 
@@ -111,6 +114,7 @@ enum class fault_class {
   retry_failed,  ///< the error was clean but the retry failed too
   data_lost,     ///< bytes differ from what was handed over
   inconsistent,  ///< the object was left in a state its contract rules out
+  close_failed,  ///< destroying an object failed: its close returned an error
   leak,          ///< the ledger holds what was created and never released
   exited,        ///< the process exited on its own (exit(1) on an out-of-memory)
   crashed,       ///< the process died by a signal
