@@ -131,8 +131,8 @@ std::string check_footer() {
          "\n"
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
          "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
-         "nothing to run on this executor; 5 the --report file cannot be opened for writing\n"
-         "(found before anything runs); 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
+         "nothing to run on this executor; 5 the --report file cannot be written (it is opened\n"
+         "before anything runs); 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
          "table, and the report, of the properties that finished)\n";
 }
 
@@ -732,8 +732,11 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   }
   if (opt.run_one) return run_one(program, opt);
 
-  // Choose the executor first: the registered cases are labelled with its name.
-  const auto [executor_name, why] = choose_executor(opt.executor);
+  // Choose the executor first: the registered cases are labelled with its name. (Named copies,
+  // not a structured binding: the report's lambda below captures them.)
+  const auto chosen = choose_executor(opt.executor);
+  const std::string& executor_name = chosen.first;
+  const std::string& why = chosen.second;
   if (executor_name.empty()) {
     std::cerr << program.name
               << " check: --executor cuda was asked for, but the cuda back end cannot run here: "

@@ -116,6 +116,7 @@ std::vector<std::pair<std::string, std::size_t>> class_counts(
   std::map<int, std::size_t> by_class;
   for (const auto& row : rows) ++by_class[static_cast<int>(row.cls)];
   std::vector<std::pair<std::string, std::size_t>> out;
+  out.reserve(by_class.size());
   for (const auto& [cls, n] : by_class) {
     out.emplace_back(interpose::to_string(static_cast<interpose::fault_class>(cls)), n);
   }
@@ -153,32 +154,30 @@ std::string summary_line(const fault_report& r) {
 
 // ---- the header ------------------------------------------------------------------------------
 
-/// The header as label, JSON key and value, in the order every format shows it.
+/// The header as label and value, in the order Markdown and HTML show it (JSON: header_json).
 struct header_field {
   std::string label;
-  std::string key;
   std::string value;
   bool code = false;  ///< shown as code (a command, a path)
 };
 
 std::vector<header_field> header_fields(const report_header& h) {
   std::vector<header_field> f = {
-      {"offloadkit", "version", h.version},
-      {"command", "command_line", h.command_line, true},
-      {"date", "date_utc", h.date_utc},
-      {"host", "host", h.host},
-      {"executor", "executor", h.executor + " (" + h.executor_why + ")"},
+      {"offloadkit", h.version},
+      {"command", h.command_line, true},
+      {"date", h.date_utc},
+      {"host", h.host},
+      {"executor", h.executor + " (" + h.executor_why + ")"},
   };
   if (h.seed) {
-    f.push_back(
-        {"seed", "seed",
-         std::to_string(*h.seed) +
-             (h.seed_fresh ? " (fresh: --seed " + std::to_string(*h.seed) + " replays the run)"
-                           : " (given with --seed)")});
+    f.push_back({"seed", std::to_string(*h.seed) +
+                             (h.seed_fresh ? " (fresh: --seed " + std::to_string(*h.seed) +
+                                                 " replays the run)"
+                                           : " (given with --seed)")});
   }
-  f.push_back({"cases", "cases", h.cases});
-  f.push_back({"subject", "subject", h.subject_kind + ": " + h.subject});
-  f.push_back({"isolation", "isolation", h.isolation});
+  f.push_back({"cases", h.cases});
+  f.push_back({"subject", h.subject_kind + ": " + h.subject});
+  f.push_back({"isolation", h.isolation});
   return f;
 }
 
@@ -260,7 +259,8 @@ void md_table(std::ostream& os, const std::vector<std::string>& header,
 void md_header(std::ostream& os, const report_header& h) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& f : header_fields(h)) {
-    rows.push_back({f.label, f.code ? md_code(f.value) : md_cell(f.value)});
+    // GitHub's tables end a cell at a pipe even inside code: escaped there too.
+    rows.push_back({f.label, f.code ? md_code(md_cell(f.value)) : md_cell(f.value)});
   }
   md_table(os, {"", ""}, rows);
 }
@@ -707,6 +707,7 @@ report_format report_format_of(const std::string& path) {
     }
   }
   std::vector<std::string> valid;
+  valid.reserve(extensions.size());
   for (const auto& entry : extensions) valid.emplace_back(entry.first);
   throw usage_error("--report: '" + path +
                     "' does not end in a report format's extension: valid extensions are " +
