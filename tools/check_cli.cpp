@@ -8,7 +8,6 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
