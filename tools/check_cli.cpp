@@ -8,7 +8,6 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -29,6 +28,7 @@
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/text.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "report.hpp"
 
 namespace offloadkit::tools {
 namespace {
@@ -73,6 +73,8 @@ struct check_options {
   std::int64_t fault_call = -1;  ///< --fault-call N; -1: every case
   /// The forwarded options as given, each name followed by its value (if it takes one).
   std::vector<std::string> forwarded;
+  /// --report FILE: the report the parent writes at the end of the run; empty without it.
+  std::string report;
 };
 
 /// The value of --python checked to be MODULE:FACTORY; a module given as a file path (with a '/' or
@@ -128,8 +130,9 @@ std::string check_footer() {
          "\n"
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
          "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
-         "nothing to run on this executor; 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
-         "table of the properties that finished)\n";
+         "nothing to run on this executor; 5 the --report file cannot be written (it is opened\n"
+         "before anything runs); 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
+         "table, and the report, of the properties that finished)\n";
 }
 
 /// The check command's options, read into `o` when the app parses.
@@ -190,6 +193,13 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
                 "no isolation and no time limit, --timeout is ignored\n"
                 "(for a debugger)");
   app->add_flag("--list", o.list, "list the selected properties instead of running them");
+  app->add_option("--report", o.report,
+                  "also write a conformance report into FILE, the format by\n"
+                  "its extension: .md (Markdown), .json, .html (one page):\n"
+                  "header, declared profiles, every property's verdict\n"
+                  "and its evidence (or every --driver-faults case);\n"
+                  "written when properties fail and when interrupted")
+      ->type_name("FILE");
   // Only for the child a parent starts: no group, so not in the help.
   app->add_flag("--run-one", o.run_one)->group("");
   app->add_option("--result-fd", o.result_fd)->group("")->transform(integer_range(0, 1 << 20));
@@ -212,6 +222,13 @@ bool parse_check_options(const std::vector<std::string>& args, const std::string
   if (app->count("--python") > 0) o.python = python_factory(o.python);
   o.shrink = app->count("--no-shrink") == 0;
   o.timeout_given = app->count("--timeout") > 0;
+  if (app->count("--report") > 0) {
+    (void)report_format_of(o.report);  // a bad extension is bad usage, found here
+    if (o.list) {
+      throw usage_error(
+          "--report writes the results of a run: --list runs nothing, give one of them");
+    }
+  }
   for (const char* name : forwarded_options) {
     if (app->count(name) == 0) continue;
     o.forwarded.emplace_back(name);
@@ -342,18 +359,6 @@ std::string seconds(double s) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(s < 10 ? 1 : 0) << s << " s";
   return os.str();
-}
-
-/// `s` as one shell word.
-std::string shell_quote(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) ||
-           std::string("-_./=:,+@%").find(ch) != std::string::npos;
-  });
-  if (plain) return s;
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
 }
 
 /// One property's result as the report shows it.
@@ -532,10 +537,10 @@ check_outcome outcome_from_json(const nlohmann::json& j) {
 /// result descriptor. The executor is destroyed after the result is written, so that a crash in
 /// its teardown is still reported, as a crash after the result.
 int run_one(const check_program& program, const check_options& opt) {
-  if (opt.timeout_given || opt.list || opt.in_process) {
+  if (opt.timeout_given || opt.list || opt.in_process || !opt.report.empty()) {
     throw usage_error(
         "--run-one runs a single property for a parent check: it takes no "
-        "--timeout, --list or --in-process");
+        "--timeout, --list, --in-process or --report");
   }
   if (opt.feature.empty() || opt.implementation.empty() || opt.property.empty() || opt.seed == 0) {
     throw usage_error("--run-one needs --feature, --implementation, --property and --seed");
@@ -667,6 +672,45 @@ driver_fault_request driver_fault_request_of(const check_options& opt) {
   r.run_one = opt.run_one;
   r.result_fd = opt.result_fd;
   r.forwarded = opt.forwarded;
+  r.report = opt.report;
+  return r;
+}
+
+/// The header of --report as far as the options tell it; the run adds the executor, the seed and
+/// how the properties ran.
+report_header report_header_of(const check_program& program, const std::vector<std::string>& args,
+                               const check_options& opt) {
+  report_header h = common_report_header(program.name, program.command, args);
+  if (!opt.python.empty()) {
+    h.subject_kind = "python";
+    h.subject = opt.python;
+  } else if (!opt.plugin.empty()) {
+    h.subject_kind = "plugin";
+    h.subject = opt.plugin;
+  } else {
+    h.subject_kind = "built-in";
+    h.subject = "offloadkit's own implementations";
+  }
+  h.cases = opt.cases > 0 ? std::to_string(opt.cases) + " per property (--cases)"
+                          : "each property's own count";
+  return h;
+}
+
+/// A row as the report shows it: a failure with the commands that replay it and the last lines
+/// of its output.
+report_row report_row_of(const property_row& row, const check_program& program,
+                         const check_options& opt) {
+  report_row r;
+  r.outcome = row.outcome;
+  r.seconds = row.seconds;
+  r.abnormal_end = row.abnormal_end;
+  r.has_result = row.has_result;
+  if (!row.outcome.passed && !row.outcome.skipped) {
+    r.output = last_lines(row.output, output_lines_shown);
+    const auto commands = replay_for(row, program, opt);
+    r.reproduce = commands.replay;
+    r.debug = commands.debug;
+  }
   return r;
 }
 
@@ -680,11 +724,18 @@ bool parse_check_arguments(const std::vector<std::string>& args, std::ostream& h
 int check_main(const std::vector<std::string>& args, const check_program& program) {
   check_options opt;
   if (!parse_check_options(args, program.name, std::cout, opt)) return exit_status::ok;
-  if (opt.driver_faults) return driver_faults_main(program, driver_fault_request_of(opt));
+  if (opt.driver_faults) {
+    driver_fault_request request = driver_fault_request_of(opt);
+    request.header = report_header_of(program, args, opt);
+    return driver_faults_main(program, request);
+  }
   if (opt.run_one) return run_one(program, opt);
 
-  // Choose the executor first: the registered cases are labelled with its name.
-  const auto [executor_name, why] = choose_executor(opt.executor);
+  // Choose the executor first: the registered cases are labelled with its name. (Named copies,
+  // not a structured binding: the report's lambda below captures them.)
+  const auto chosen = choose_executor(opt.executor);
+  const std::string& executor_name = chosen.first;
+  const std::string& why = chosen.second;
   if (executor_name.empty()) {
     std::cerr << program.name
               << " check: --executor cuda was asked for, but the cuda back end cannot run here: "
@@ -693,6 +744,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   }
   std::vector<std::string> notes;
   const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
+  // Opened before anything runs, so that a path that cannot be written ends the command here.
+  std::unique_ptr<report_file> report;
+  if (!opt.report.empty()) report = std::make_unique<report_file>(opt.report);
 
   std::cout << program.name << " check: " << executor_name << " executor (" << why << ")\n";
   if (!opt.plugin.empty()) std::cout << "plugin: " << opt.plugin << "\n";
@@ -708,19 +762,6 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     return exit_status::ok;
   }
 
-  // In-process runs share one executor, created up front as before; isolated runs create one in
-  // each child and never touch the device here.
-  std::unique_ptr<executor> ex;
-  if (opt.in_process) {
-    try {
-      ex = make_executor(executor_name);
-    } catch (const std::exception& e) {
-      std::cerr << program.name << " check: the " << executor_name
-                << " executor could not be created: " << e.what() << "\n";
-      return exit_status::unavailable;
-    }
-  }
-
   check_config cfg;
   cfg.seed = opt.seed;
   if (cfg.seed == 0) {
@@ -729,18 +770,54 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   }
   cfg.cases = opt.cases;
   cfg.shrink = opt.shrink;
+  const std::string isolation =
+      opt.in_process
+          ? std::string("in this process") +
+                (opt.timeout_given ? " (where --timeout does not apply)" : "")
+          : "each in a child process (time limit " + std::to_string(opt.timeout_s) + " s)";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<property_row> rows;
+  // Every way the run ends goes through here: the report, when asked for, holds the rows that
+  // finished and why the run stopped early, if it did.
+  auto finish = [&](int status, const std::string& stopped) {
+    if (!report) return status;
+    check_report r;
+    r.header = report_header_of(program, args, opt);
+    r.header.executor = executor_name;
+    r.header.executor_why = why;
+    r.header.seed = cfg.seed;
+    r.header.seed_fresh = opt.seed == 0;
+    r.header.isolation = isolation;
+    r.profiles = profiles_of(cases);
+    for (const auto& row : rows) r.rows.push_back(report_row_of(row, program, opt));
+    r.selected = cases.size();
+    r.notes = notes;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.stopped = stopped;
+    return finish_report(*report, render_report(r, report->format()), status,
+                         program.name + " check: ", std::cout, std::cerr);
+  };
+
+  // In-process runs share one executor, created up front as before; isolated runs create one in
+  // each child and never touch the device here.
+  std::unique_ptr<executor> ex;
+  if (opt.in_process) {
+    try {
+      ex = make_executor(executor_name);
+    } catch (const std::exception& e) {
+      const std::string what =
+          "the " + executor_name + " executor could not be created: " + e.what();
+      std::cerr << program.name << " check: " << what << "\n";
+      return finish(exit_status::unavailable, what);
+    }
+  }
+
   std::cout << "seed " << cfg.seed << (opt.seed == 0 ? " (fresh; --seed replays it)" : "") << ", "
-            << cases.size() << " properties, "
-            << (opt.in_process ? std::string("in this process") +
-                                     (opt.timeout_given ? " (where --timeout does not apply)" : "")
-                               : "each in a child process (time limit " +
-                                     std::to_string(opt.timeout_s) + " s)")
-            << "\n"
+            << cases.size() << " properties, " << isolation << "\n"
             << std::flush;
 
   const std::chrono::milliseconds timeout = std::chrono::seconds(opt.timeout_s);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<property_row> rows;
   std::unique_ptr<result_file> result;
   if (!opt.in_process) result = std::make_unique<result_file>();
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -769,7 +846,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
         const double total =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!rows.empty()) print_summary(rows, total, program, opt, notes);
-        return 128 + run.signal;
+        return finish(128 + run.signal, "interrupted by " + signal_name(run.signal) + " after " +
+                                            std::to_string(rows.size()) + " of " +
+                                            std::to_string(cases.size()) + " properties");
       }
       const std::string text = result->read_all();
       const auto reported = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -777,9 +856,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
         // The same holds for every later property: stop, as an in-process run does up front.
         std::cout << "not run\n";
         const auto& why_not = reported["unavailable"];
-        std::cerr << program.name << " check: "
-                  << (why_not.is_string() ? why_not.get<std::string>() : why_not.dump()) << "\n";
-        return exit_status::unavailable;
+        const std::string what = why_not.is_string() ? why_not.get<std::string>() : why_not.dump();
+        std::cerr << program.name << " check: " << what << "\n";
+        return finish(exit_status::unavailable, what);
       }
       row = row_from_child(c, cfg, executor_name, run, text, timeout);
     }
@@ -788,7 +867,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     rows.push_back(std::move(row));
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return print_summary(rows, total, program, opt, notes);
+  return finish(print_summary(rows, total, program, opt, notes), "");
 }
 
 }  // namespace offloadkit::tools

@@ -175,6 +175,17 @@ std::string reproduce_command(const check_program& program, const driver_fault_r
   return join(words, " ");
 }
 
+/// The declared profile of `feature`'s implementation in `subjects` (empty when not provided).
+profile_flags profile_of_subject(const oi::fault_subjects& subjects, const std::string& feature) {
+  if (feature == "stash" && subjects.stash) return testing::profile_of(*subjects.stash);
+  if (feature == "region" && subjects.region) return testing::profile_of(*subjects.region);
+  if (feature == "arena" && subjects.arena) return testing::profile_of(*subjects.arena);
+  if (feature == "activation" && subjects.activation) {
+    return testing::profile_of(*subjects.activation);
+  }
+  return {};
+}
+
 }  // namespace
 
 int driver_faults_main(const check_program& program, const driver_fault_request& r) {
@@ -236,6 +247,10 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
     throw plugin_unusable(r.subject + " has nothing to run under --driver-faults" +
                           (r.feature.empty() ? "" : " for feature " + r.feature));
   }
+
+  // Opened before anything runs, so that a path that cannot be written ends the command here.
+  std::unique_ptr<report_file> report;
+  if (!r.report.empty()) report = std::make_unique<report_file>(r.report);
 
   std::cout << program.name << " check --driver-faults: " << r.subject << "\n"
             << "interposer: " << interposer << "\n";
@@ -317,9 +332,43 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
     if (interrupted_by != 0 || unavailable) break;
   }
 
+  // Every way the run ends goes through here: the report, when asked for, holds the cases that
+  // finished and why the run stopped early, if it did.
+  auto finish = [&](int status, const std::string& stopped) {
+    if (!report) return status;
+    fault_report fr;
+    fr.header = r.header;
+    fr.header.executor = "cuda";
+    fr.header.executor_why = "--driver-faults fails CUDA runtime and driver calls, made only there";
+    fr.header.cases = r.only_call ? "case " + std::to_string(*r.only_call) + " alone (--fault-call)"
+                                  : "N = 0, 1, 2, ... until a run reaches no call N";
+    fr.header.isolation =
+        "each case in a child process (time limit " + std::to_string(r.timeout_s) + " s)";
+    fr.interposer = interposer;
+    for (const auto& run : runs) {
+      fault_report_feature f;
+      f.feature = run.feature;
+      f.implementation = run.implementation;
+      f.scenario = what_the_scenario_does(run.feature);
+      f.profile = profile_of_subject(subjects, run.feature);
+      f.rows = run.result.rows;
+      for (const auto& row : f.rows) {
+        f.reproduce.push_back(reproduce_command(program, r, run.feature, row.n));
+      }
+      f.complete = run.result.complete;
+      f.stopped = run.result.stopped;
+      fr.features.push_back(std::move(f));
+    }
+    fr.notes = notes;
+    fr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fr.stopped = stopped;
+    return finish_report(*report, render_report(fr, report->format()), status,
+                         program.name + " check --driver-faults: ", std::cout, std::cerr);
+  };
+
   if (unavailable) {
     std::cerr << program.name << " check --driver-faults: " << unavailable_why << "\n";
-    return exit_status::unavailable;
+    return finish(exit_status::unavailable, unavailable_why);
   }
 
   bool clean = true;
@@ -348,8 +397,10 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
             << cases << " case(s) in " << runs.size() << " feature(s), " << std::llround(total)
             << " s: " << (clean ? "every case clean" : "NOT every case clean") << "\n";
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
-  if (interrupted_by != 0) return 128 + interrupted_by;
-  return clean ? exit_status::ok : exit_status::check_failed;
+  if (interrupted_by != 0) {
+    return finish(128 + interrupted_by, "interrupted by " + signal_name(interrupted_by));
+  }
+  return finish(clean ? exit_status::ok : exit_status::check_failed, "");
 }
 
 }  // namespace offloadkit::tools

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "check_cli.hpp"
+#include "report.hpp"
 
 namespace offloadkit::tools {
 
@@ -27,6 +28,9 @@ struct driver_fault_request {
   /// Options every child gets and every reproduce command shows (--plugin or --python, and
   /// --driver-faults), each name followed by its value.
   std::vector<std::string> forwarded;
+  /// --report FILE (empty without it), and its header as far as the options tell it.
+  std::string report;
+  report_header header;
 };
 
 /// Runs the countdown (or, with run_one, one case in this process). Returns the exit status:

@@ -11,6 +11,7 @@
 
 #include "offloadkit/executor.hpp"
 #include "offloadkit/testing/check.hpp"
+#include "offloadkit/testing/implementation.hpp"
 
 namespace offloadkit::testing {
 
@@ -20,7 +21,9 @@ class battery_list {
   using body = std::function<void(executor&, const Implementation&)>;
 
   battery_list(std::string feature, const Implementation& impl)
-      : feature_(std::move(feature)), impl_(std::make_shared<const Implementation>(impl)) {}
+      : feature_(std::move(feature)),
+        impl_(std::make_shared<const Implementation>(impl)),
+        profile_(profile_of(impl)) {}
 
   /// Lists property `name` (its body gets the executor and the descriptor), run `cases` times by
   /// default. Returns the case, to set min_devices on.
@@ -32,6 +35,7 @@ class battery_list {
     // Every case shares one copy of the descriptor.
     c.property = [impl = impl_, b = std::move(b)](executor& ex) { b(ex, *impl); };
     c.default_cases = cases;
+    c.profile = profile_;
     cases_.push_back(std::move(c));
     return cases_.back();
   }
@@ -42,6 +46,7 @@ class battery_list {
                      const std::string& why_not) {
     if (applies) return add(name, std::move(b), cases);
     cases_.push_back(not_applicable_case(feature_, impl_->name, name, why_not));
+    cases_.back().profile = profile_;
     return cases_.back();
   }
 
@@ -50,6 +55,8 @@ class battery_list {
  private:
   std::string feature_;
   std::shared_ptr<const Implementation> impl_;
+  /// What every case carries for reports: the descriptor's flags, read once.
+  profile_flags profile_;
   std::vector<check_case> cases_;
 };
 

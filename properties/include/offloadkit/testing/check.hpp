@@ -10,11 +10,17 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offloadkit/executor.hpp"
 
 namespace offloadkit {
+
+/// An implementation's declared profile as a report shows it: each capability and support flag by
+/// the name of its field in the descriptor (implementation.hpp), with the value declared, in the
+/// descriptor's order.
+using profile_flags = std::vector<std::pair<std::string, bool>>;
 
 /// One property of one battery for one implementation.
 struct check_case {
@@ -33,6 +39,10 @@ struct check_case {
   /// ("profile says stash() synchronizes the host: not capturable"). The property is not run; its
   /// outcome is "not applicable", never passed or failed.
   std::string not_applicable = {};
+  /// The implementation's declared profile (testing::profile_of its descriptor, set by
+  /// battery_list), for reports; empty for a battery of offloadkit's own that takes no
+  /// descriptor (the executor, the traces).
+  profile_flags profile = {};
 };
 
 /// A case that lists `name` for `implementation` as not applicable, for `why` (what the profile

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "offloadkit/activation/offloader.hpp"
 #include "offloadkit/arena/offloader.hpp"
@@ -15,6 +16,7 @@
 #include "offloadkit/region/region.hpp"
 #include "offloadkit/stash/key.hpp"
 #include "offloadkit/stash/stash.hpp"
+#include "offloadkit/testing/check.hpp"
 
 namespace offloadkit::testing {
 
@@ -194,5 +196,55 @@ struct activation_implementation {
   executor_support support;
   activation_factory make;
 };
+
+// ---- declared profiles, as reports show them ------------------------------------------------
+// One list per descriptor, named as its fields: a report of a built-in, plugin or Python
+// implementation shows what the battery read. The static_asserts fail when a flag is added to a
+// descriptor and not here (every flag is a bool).
+
+inline profile_flags profile_of(const executor_support& s) {
+  static_assert(sizeof(executor_support) == 3 * sizeof(bool), "list every support flag here");
+  return {{"cuda", s.cuda}, {"host", s.host}, {"executor_allocations", s.executor_allocations}};
+}
+
+/// The feature's flags, then the support flags.
+template <class Implementation>
+profile_flags with_support(profile_flags caps, const Implementation& impl) {
+  for (auto& flag : profile_of(impl.support)) caps.push_back(std::move(flag));
+  return caps;
+}
+
+inline profile_flags profile_of(const stash_implementation& impl) {
+  static_assert(sizeof(stash_capabilities) == 2 * sizeof(bool), "list every stash flag here");
+  return with_support({{"capturable", impl.caps.capturable}, {"page_ids", impl.caps.page_ids}},
+                      impl);
+}
+
+inline profile_flags profile_of(const region_implementation& impl) {
+  static_assert(sizeof(region_capabilities) == 4 * sizeof(bool), "list every region flag here");
+  return with_support({{"address_stable", impl.caps.address_stable},
+                       {"releases_memory", impl.caps.releases_memory},
+                       {"multi_device", impl.caps.multi_device},
+                       {"managed_memory", impl.caps.managed_memory}},
+                      impl);
+}
+
+inline profile_flags profile_of(const arena_implementation& impl) {
+  static_assert(sizeof(arena::offload_promises) == 3 * sizeof(bool), "list every arena flag here");
+  return with_support({{"asynchronous", impl.caps.asynchronous},
+                       {"pinned_steady_state", impl.caps.pinned_steady_state},
+                       {"single_host_buffer", impl.caps.single_host_buffer}},
+                      impl);
+}
+
+inline profile_flags profile_of(const activation_implementation& impl) {
+  static_assert(sizeof(activation_capabilities) == 4 * sizeof(bool),
+                "list every activation flag here");
+  return with_support({{"origin_device", impl.caps.origin_device},
+                       {"prefetch_bound", impl.caps.prefetch_bound},
+                       {"pending_bound", impl.caps.pending_bound},
+                       {"backward_prefetch", impl.caps.backward_prefetch}},
+                      impl);
+}
 
 }  // namespace offloadkit::testing
