@@ -177,8 +177,8 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
                 "N-th allocation or mapping call failed (CUDA runtime or\n"
                 "driver, seen by a preloaded interposer), N = 0, 1, 2, ...\n"
                 "each case in a child process, and classify every case:\n"
-                "clean, retry failed, data lost, inconsistent, leak,\n"
-                "exited, crashed, hung (cuda executor only)");
+                "clean, retry failed, data lost, inconsistent, close\n"
+                "failed, leak, exited, crashed, hung (cuda executor only)");
   app->add_option("--fault-call", o.fault_call, "with --driver-faults: run case N alone")
       ->type_name("N")
       ->transform(integer_range(0, max_cases));

@@ -54,8 +54,6 @@ std::string seconds_text(double s) {
 /// Seconds rounded to milliseconds, for JSON.
 double rounded_seconds(double s) { return std::round(s * 1000.0) / 1000.0; }
 
-std::string yes_no(bool b) { return b ? "yes" : "no"; }
-
 /// The cases column: run of planned, "-" where none ran or none was reported.
 std::string cases_text(const report_row& row) {
   const auto& o = row.outcome;
@@ -197,7 +195,14 @@ json header_json(const report_header& h) {
 
 json profile_json(const profile_flags& flags) {
   json j = json::object();
-  for (const auto& [name, value] : flags) j[name] = value;
+  // A flag as a JSON boolean, a policy as its name.
+  for (const auto& [name, value] : flags) {
+    if (value == "yes" || value == "no") {
+      j[name] = value == "yes";
+    } else {
+      j[name] = value;
+    }
+  }
   return j;
 }
 
@@ -278,7 +283,7 @@ void md_profiles(std::ostream& os, const std::vector<report_profile>& profiles) 
     std::vector<std::string> names, values;
     for (const auto& [name, value] : p.flags) {
       names.push_back(name);
-      values.push_back(yes_no(value));
+      values.push_back(value);
     }
     md_table(os, names, {values});
     os << "\n";
@@ -541,6 +546,7 @@ code { background: #f6f8fa; padding: 0 0.2em; }
 .holds, .clean, .yes { background: #d1f0d7; }
 .fails, .bad { background: #ffd1d1; font-weight: bold; }
 .not_applicable, .no { background: #eaeef2; }
+.policy { background: #ddf4ff; }
 .skipped, .unknown { background: #fff3bf; }
 .summary { font-size: 1.1em; font-weight: bold; }
 )";
@@ -575,7 +581,9 @@ void html_profiles(std::ostream& os, const std::vector<report_profile>& profiles
     for (const auto& flag : p.flags) os << "<th>" << html(flag.first) << "</th>";
     os << "</tr>\n<tr>";
     for (const auto& flag : p.flags) {
-      os << "<td class=\"" << yes_no(flag.second) << "\">" << yes_no(flag.second) << "</td>";
+      const bool is_flag = flag.second == "yes" || flag.second == "no";
+      os << "<td class=\"" << (is_flag ? flag.second : std::string("policy")) << "\">"
+         << html(flag.second) << "</td>";
     }
     os << "</tr>\n</table>\n";
   }

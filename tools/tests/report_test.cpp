@@ -102,11 +102,15 @@ TEST(ReportProfile, BatteryListCarriesTheDescriptorsFlags) {
       "runs", [](executor&, const testing::stash_implementation&) {}, 5);
   list.add_if(false, "graphs", {}, 5, "profile says not capturable");
   const std::vector<check_case> cases = std::move(list).take();
-  const profile_flags expected = {{"capturable", false},
-                                  {"page_ids", true},
-                                  {"cuda", true},
-                                  {"host", false},
-                                  {"executor_allocations", true}};
+  const profile_flags expected = {{"capturable", "no"},
+                                  {"page_ids", "yes"},
+                                  {"overflow", "per-key status word"},
+                                  {"placement", "split within a key (device first)"},
+                                  {"unknown_restore", "recorded as restore_empty"},
+                                  {"key_space", "vp < 256, layer < 4096, microbatch < 4096"},
+                                  {"cuda", "yes"},
+                                  {"host", "no"},
+                                  {"executor_allocations", "yes"}};
   ASSERT_EQ(cases.size(), 2U);
   EXPECT_EQ(cases[0].profile, expected);
   EXPECT_EQ(cases[1].profile, expected);
@@ -138,7 +142,7 @@ check_report sample_check_report() {
   r.header.subject_kind = "plugin";
   r.header.subject = "/x/lib.so";
   r.header.isolation = "each in a child process (time limit 600 s)";
-  r.profiles = {{"stash", "mine", {{"capturable", false}, {"page_ids", true}}}};
+  r.profiles = {{"stash", "mine", {{"capturable", "no"}, {"page_ids", "yes"}}}};
 
   report_row holds;
   holds.outcome = outcome("round_trip");
@@ -257,7 +261,7 @@ fault_report sample_fault_report() {
   f.feature = "region";
   f.implementation = "leaky";
   f.scenario = "create, write, pause, resume, verify, destroy";
-  f.profile = {{"address_stable", true}};
+  f.profile = {{"address_stable", "yes"}, {"graphs", "own"}};
   interpose::case_row clean;
   clean.n = 0;
   clean.call = "cuMemCreate";

@@ -17,10 +17,10 @@
 
 namespace offloadkit {
 
-/// An implementation's declared profile as a report shows it: each capability and support flag by
-/// the name of its field in the descriptor (implementation.hpp), with the value declared, in the
-/// descriptor's order.
-using profile_flags = std::vector<std::pair<std::string, bool>>;
+/// An implementation's declared profile as a report shows it: each capability, policy and support
+/// flag by the name of its field in the descriptor (implementation.hpp), with the value declared
+/// ("yes" or "no" for a flag, the policy's name for a policy), in the descriptor's order.
+using profile_flags = std::vector<std::pair<std::string, std::string>>;
 
 /// One property of one battery for one implementation.
 struct check_case {

@@ -199,12 +199,17 @@ struct activation_implementation {
 
 // ---- declared profiles, as reports show them ------------------------------------------------
 // One list per descriptor, named as its fields: a report of a built-in, plugin or Python
-// implementation shows what the battery read. The static_asserts fail when a flag is added to a
-// descriptor and not here (every flag is a bool).
+// implementation shows what the battery read. The static_asserts fail when a field is added to a
+// descriptor and not here (each mirror lists the fields the profile shows).
+
+/// "yes" or "no".
+inline std::string flag_value(bool b) { return b ? "yes" : "no"; }
 
 inline profile_flags profile_of(const executor_support& s) {
   static_assert(sizeof(executor_support) == 3 * sizeof(bool), "list every support flag here");
-  return {{"cuda", s.cuda}, {"host", s.host}, {"executor_allocations", s.executor_allocations}};
+  return {{"cuda", flag_value(s.cuda)},
+          {"host", flag_value(s.host)},
+          {"executor_allocations", flag_value(s.executor_allocations)}};
 }
 
 /// The feature's flags, then the support flags.
@@ -215,35 +220,60 @@ profile_flags with_support(profile_flags caps, const Implementation& impl) {
 }
 
 inline profile_flags profile_of(const stash_implementation& impl) {
-  static_assert(sizeof(stash_capabilities) == 2 * sizeof(bool), "list every stash flag here");
-  return with_support({{"capturable", impl.caps.capturable}, {"page_ids", impl.caps.page_ids}},
+  struct mirror {
+    bool capturable, page_ids;
+    stash_overflow_report overflow;
+    stash_placement placement;
+    stash_unknown_restore unknown_restore;
+    std::uint32_t vp, layer, microbatch;
+  };
+  static_assert(sizeof(stash_capabilities) == sizeof(mirror), "list every stash field here");
+  const stash_capabilities& c = impl.caps;
+  return with_support({{"capturable", flag_value(c.capturable)},
+                       {"page_ids", flag_value(c.page_ids)},
+                       {"overflow", to_string(c.overflow)},
+                       {"placement", to_string(c.placement)},
+                       {"unknown_restore", to_string(c.unknown_restore)},
+                       {"key_space", "vp < " + std::to_string(c.vp_limit) + ", layer < " +
+                                         std::to_string(c.layer_limit) + ", microbatch < " +
+                                         std::to_string(c.microbatch_limit)}},
                       impl);
 }
 
 inline profile_flags profile_of(const region_implementation& impl) {
-  static_assert(sizeof(region_capabilities) == 4 * sizeof(bool), "list every region flag here");
-  return with_support({{"address_stable", impl.caps.address_stable},
-                       {"releases_memory", impl.caps.releases_memory},
-                       {"multi_device", impl.caps.multi_device},
-                       {"managed_memory", impl.caps.managed_memory}},
+  struct mirror {
+    bool address_stable, releases_memory, multi_device, managed_memory;
+    region_pause_modes pause_modes;
+    region_streams streams;
+    region_graphs graphs;
+  };
+  static_assert(sizeof(region_capabilities) == sizeof(mirror), "list every region field here");
+  const region_capabilities& c = impl.caps;
+  return with_support({{"address_stable", flag_value(c.address_stable)},
+                       {"releases_memory", flag_value(c.releases_memory)},
+                       {"multi_device", flag_value(c.multi_device)},
+                       {"managed_memory", flag_value(c.managed_memory)},
+                       {"pause_modes", to_string(c.pause_modes)},
+                       {"streams", to_string(c.streams)},
+                       {"graphs", to_string(c.graphs)}},
                       impl);
 }
 
 inline profile_flags profile_of(const arena_implementation& impl) {
   static_assert(sizeof(arena::offload_promises) == 3 * sizeof(bool), "list every arena flag here");
-  return with_support({{"asynchronous", impl.caps.asynchronous},
-                       {"pinned_steady_state", impl.caps.pinned_steady_state},
-                       {"single_host_buffer", impl.caps.single_host_buffer}},
+  return with_support({{"asynchronous", flag_value(impl.caps.asynchronous)},
+                       {"pinned_steady_state", flag_value(impl.caps.pinned_steady_state)},
+                       {"single_host_buffer", flag_value(impl.caps.single_host_buffer)}},
                       impl);
 }
 
 inline profile_flags profile_of(const activation_implementation& impl) {
   static_assert(sizeof(activation_capabilities) == 4 * sizeof(bool),
                 "list every activation flag here");
-  return with_support({{"origin_device", impl.caps.origin_device},
-                       {"prefetch_bound", impl.caps.prefetch_bound},
-                       {"pending_bound", impl.caps.pending_bound},
-                       {"backward_prefetch", impl.caps.backward_prefetch}},
+  return with_support({{"origin_device", flag_value(impl.caps.origin_device)},
+                       {"prefetch_bound", flag_value(impl.caps.prefetch_bound)},
+                       {"pending_bound", flag_value(impl.caps.pending_bound)},
+                       {"backward_prefetch", flag_value(impl.caps.backward_prefetch)}},
                       impl);
 }
 
