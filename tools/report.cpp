@@ -476,6 +476,12 @@ std::string render_json(const fault_report& r) {
                  {"seconds", rounded_seconds(row.seconds)},
                  {"reproduce", f.reproduce.at(i)}};
       if (row.cls != interpose::fault_class::clean) jr["output"] = row.output;
+      // Every other class that applies to the case, each with what shows it.
+      json also = json::array();
+      for (const auto& f : row.also) {
+        also.push_back({{"class", interpose::to_string(f.cls)}, {"detail", f.detail}});
+      }
+      jr["also"] = std::move(also);
       rows.push_back(std::move(jr));
     }
     json counts = json::object();

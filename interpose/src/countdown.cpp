@@ -166,32 +166,47 @@ std::string after_failure(const std::optional<interposer_report>& r) {
          ")";
 }
 
-/// The leak verdict from a complete report: fills `row` and returns true when something leaked
-/// or the ledger cannot say.
-bool judge_ledger(const case_run& run, case_row& row) {
+/// The ledger's verdict: a leak, or why the report cannot say; nothing when it is clean.
+std::optional<fault_finding> judge_ledger(const case_run& run) {
   if (!run.report) {
-    row.cls = fault_class::unknown;
-    row.detail = run.report_error.empty()
-                     ? "the interposer wrote no report (was it loaded?)"
-                     : "the interposer's report could not be read: " + run.report_error;
-    return true;
+    return fault_finding{fault_class::unknown,
+                         run.report_error.empty()
+                             ? "the interposer wrote no report (was it loaded?)"
+                             : "the interposer's report could not be read: " + run.report_error};
   }
   if (!run.report->complete()) {
-    row.cls = fault_class::unknown;
-    row.detail = "the interposer's report was not completed at the end of the run";
-    return true;
+    return fault_finding{fault_class::unknown,
+                         "the interposer's report was not completed at the end of the run"};
   }
-  const std::string leaked = describe_leak(run.report->outstanding);
-  if (!leaked.empty()) {
-    row.cls = fault_class::leak;
-    row.detail = leaked;
-    if (run.report->table_full > 0) {
-      row.detail += " (the ledger overflowed: " + std::to_string(run.report->table_full) +
-                    " creation(s) untracked, so some of this may be released memory)";
+  std::string leaked = describe_leak(run.report->outstanding);
+  if (leaked.empty()) return std::nullopt;
+  if (run.report->table_full > 0) {
+    leaked += " (the ledger overflowed: " + std::to_string(run.report->table_full) +
+              " creation(s) untracked, so some of this may be released memory)";
+  }
+  return fault_finding{fault_class::leak, leaked};
+}
+
+/// What the scenario's own result says, worst first.
+std::vector<fault_finding> judge_scenario(const scenario_result& s) {
+  std::vector<fault_finding> out;
+  const std::string where = s.failed_step.empty() ? "" : " in " + s.failed_step;
+  if (!s.data_ok) out.push_back({fault_class::data_lost, join(s.problems, "; ")});
+  if (s.retried && !s.retry_ok) {
+    out.push_back(
+        {fault_class::retry_failed, s.error + where + "; the retry failed: " + s.retry_error});
+  }
+  if (!s.consistent || !s.typed_error) {
+    std::vector<std::string> why = s.problems;
+    if (!s.typed_error) {
+      why.push_back("the error" + where + " was not one of offloadkit's typed errors: " + s.error);
     }
-    return true;
+    out.push_back({fault_class::inconsistent, join(why, "; ")});
   }
-  return false;
+  // A close that failed comes before the ledger: what it could not release may be what the
+  // ledger holds.
+  if (!s.close_error.empty()) out.push_back({fault_class::close_failed, s.close_error});
+  return out;
 }
 
 }  // namespace
@@ -205,6 +220,7 @@ case_row classify(std::uint64_t n, const case_run& run) {
   if (injected) row.call = *run.report->failed_function;
   const std::string after = after_failure(run.report);
 
+  // A process that died or hung says nothing more: its ledger was never completed.
   switch (run.process.end) {
     case process_end::how::signaled:
       row.cls = fault_class::crashed;
@@ -219,57 +235,31 @@ case_row classify(std::uint64_t n, const case_run& run) {
       break;
   }
 
-  if (!run.scenario) {
-    // A black box: its exit status is all it says.
-    if (run.process.exit_code != 0) {
-      row.cls = fault_class::exited;
-      row.detail = "exit code " + std::to_string(run.process.exit_code) + after;
-      return row;
-    }
-  } else {
-    const scenario_result& s = *run.scenario;
-    if (!s.unusable.empty()) {
-      row.cls = fault_class::unknown;
-      row.detail = s.unusable;
-      return row;
-    }
-    if (run.process.exit_code != 0) {
-      row.cls = fault_class::exited;
-      row.detail =
-          "exit code " + std::to_string(run.process.exit_code) + " after its result" + after;
-      return row;
-    }
-    const std::string where = s.failed_step.empty() ? "" : " in " + s.failed_step;
-    if (!s.data_ok) {
-      row.cls = fault_class::data_lost;
-      row.detail = join(s.problems, "; ");
-      return row;
-    }
-    if (s.retried && !s.retry_ok) {
-      row.cls = fault_class::retry_failed;
-      row.detail = s.error + where + "; the retry failed: " + s.retry_error;
-      return row;
-    }
-    if (!s.consistent || !s.typed_error) {
-      row.cls = fault_class::inconsistent;
-      std::vector<std::string> why = s.problems;
-      if (!s.typed_error) {
-        why.push_back("the error" + where +
-                      " was not one of offloadkit's typed errors: " + s.error);
-      }
-      row.detail = join(why, "; ");
-      return row;
-    }
-    // A close that failed names why before the ledger does: what it could not release may be
-    // what the ledger holds.
-    if (!s.close_error.empty()) {
-      row.cls = fault_class::close_failed;
-      row.detail = s.close_error;
-      return row;
-    }
+  std::vector<fault_finding> found;
+  if (run.scenario && !run.scenario->unusable.empty()) {
+    row.cls = fault_class::unknown;
+    row.detail = run.scenario->unusable;
+    return row;
   }
-
-  if (judge_ledger(run, row)) return row;
+  if (run.process.exit_code != 0) {
+    // A black box's exit status is all it says; a scenario's comes after its result.
+    found.push_back({fault_class::exited, "exit code " + std::to_string(run.process.exit_code) +
+                                              (run.scenario ? " after its result" : "") + after});
+  }
+  if (run.scenario) {
+    for (fault_finding& f : judge_scenario(*run.scenario)) found.push_back(std::move(f));
+  }
+  // The ledger is read whatever else went wrong: a case can fail its retry and leak too.
+  if (auto ledger = judge_ledger(run)) found.push_back(std::move(*ledger));
+  if (!found.empty()) {
+    row.cls = found.front().cls;
+    row.detail = found.front().detail;
+    row.also.assign(found.begin() + 1, found.end());
+    for (const fault_finding& f : row.also) {
+      row.detail += "; also " + std::string(to_string(f.cls)) + ": " + f.detail;
+    }
+    return row;
+  }
   row.cls = fault_class::clean;
   if (!injected) {
     row.detail = "no call " + std::to_string(n) + ": the run made " +

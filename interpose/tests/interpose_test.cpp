@@ -540,7 +540,7 @@ TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
   // A close that failed is this case's failure, named before what it may have left behind.
   run.scenario->close_error = "plugin 'p' (p.so) region: close failed (cuda error): cuMemUnmap";
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::close_failed);
-  EXPECT_EQ(oi::classify(1, run).detail, run.scenario->close_error);
+  EXPECT_EQ(oi::classify(1, run).detail.rfind(run.scenario->close_error, 0), 0u);
   EXPECT_STREQ(oi::to_string(oi::fault_class::close_failed), "close failed");
   EXPECT_EQ(oi::scenario_result::from_json(run.scenario->to_json()).close_error,
             run.scenario->close_error);
@@ -552,6 +552,39 @@ TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::retry_failed);
   run.scenario->data_ok = false;
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::data_lost);
+}
+
+TEST(Classify, EveryClassThatAppliesIsReportedAndTheLedgerIsAlwaysRead) {
+  oi::case_run run;
+  run.report = complete_report(true);
+  run.report->outstanding.pinned_allocations = 1;
+  run.report->outstanding.pinned_bytes = 4096;
+  oi::scenario_result s;
+  s.failed_step = "resume";
+  s.error = "cuda_error: x";
+  s.retried = true;
+  s.retry_ok = false;
+  s.retry_error = "cuda_error: y";
+  s.close_error = "plugin 'p' (p.so) region: close failed (cuda error): cuMemUnmap";
+  run.scenario = s;
+  const oi::case_row row = oi::classify(1, run);
+  EXPECT_EQ(row.cls, oi::fault_class::retry_failed);
+  ASSERT_EQ(row.also.size(), 2u) << row.detail;
+  EXPECT_EQ(row.also[0].cls, oi::fault_class::close_failed);
+  EXPECT_EQ(row.also[1].cls, oi::fault_class::leak);
+  EXPECT_NE(row.detail.find("; also leak: 1 pinned host allocation(s) not freed"),
+            std::string::npos)
+      << row.detail;
+  // A black box that exited is judged by its ledger too.
+  oi::case_run box;
+  box.report = complete_report(true);
+  box.report->outstanding.pinned_allocations = 1;
+  box.report->outstanding.pinned_bytes = 4096;
+  box.process.exit_code = 1;
+  const oi::case_row exited = oi::classify(1, box);
+  EXPECT_EQ(exited.cls, oi::fault_class::exited);
+  ASSERT_EQ(exited.also.size(), 1u);
+  EXPECT_EQ(exited.also[0].cls, oi::fault_class::leak);
 }
 
 TEST(Classify, AnUntypedErrorIsNotClean) {

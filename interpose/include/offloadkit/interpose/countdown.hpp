@@ -124,19 +124,32 @@ enum class fault_class {
 
 const char* to_string(fault_class c) noexcept;
 
+/// One class that applies to a case, with what shows it.
+struct fault_finding {
+  fault_class cls = fault_class::unknown;
+  std::string detail;
+};
+
 struct case_row {
   std::uint64_t n = 0;
   /// The failed call ("cuMemMap"), or empty for the last run, which reached no call N.
   std::string call;
+  /// The first class that applies (an early exit, then data lost, a failed retry, an
+  /// inconsistent state, a failed close, then the ledger's leak), and what shows it; `detail`
+  /// ends with every other class that applies ("; also leak: ...").
   fault_class cls = fault_class::unknown;
   std::string detail;
+  /// Every other class that applies to the case, in the same order: a case can fail its retry
+  /// and leak. The ledger is read for every case whose process ended on its own.
+  std::vector<fault_finding> also;
   std::string output;  ///< the tail of the process's output, shown for rows that are not clean
   double seconds = 0;
 };
 
 /// Judges case `n` by how its process ended, what its scenario said (when it wrote a result: a
-/// black box is judged by its exit status) and the interposer's ledger. The run that reached no
-/// call N is judged the same way: a leak or a failed check there needs no fault at all.
+/// black box is judged by its exit status) and the interposer's ledger, and reports every class
+/// that applies (cls, then also). The run that reached no call N is judged the same way: a leak
+/// or a failed check there needs no fault at all.
 case_row classify(std::uint64_t n, const case_run& run);
 
 struct countdown_result {
