@@ -113,7 +113,10 @@ oi::process_end to_process_end(const child_run& run, int timeout_s) {
 
 std::string what_the_scenario_does(const std::string& feature) {
   if (feature == "stash") return "create, stash two keys, restore them, destroy";
-  if (feature == "region") return "create, write, pause, resume, verify, destroy";
+  if (feature == "region") {
+    return "create, write, pause, resume, verify, pause(discard) and resume (where both modes are "
+           "offered), pause, destroy while paused";
+  }
   if (feature == "arena") return "create, offload three tensors, reload, verify, release";
   return "create, pack three tensors, unpack them in backward order, verify, destroy";
 }

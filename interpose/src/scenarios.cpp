@@ -206,6 +206,10 @@ void region_scenario(const testing::region_implementation& impl, executor& ex, s
   cfg.bytes = 2 * g + g / 2;  // three chunks, the last one partly used
   cfg.device = 0;
   cfg.chunk_bytes = g;
+  // A region whose mode is fixed when it is created is made for preserving pauses, and is not
+  // asked to discard.
+  const bool both_modes = impl.caps.pause_modes == testing::region_pause_modes::both;
+  if (!both_modes) cfg.fixed_mode = region::pause_mode::preserve;
   const std::vector<unsigned char> contents = pattern(cfg.bytes, 1);
 
   std::unique_ptr<region::offload_region> r;
@@ -246,9 +250,33 @@ void region_scenario(const testing::region_implementation& impl, executor& ex, s
         }
         expect_bytes(ex, s, run, "the region's contents after pause and resume", r->data(),
                      contents, cfg.bytes);
+        // The rest of the state machine the profile allows: a discarding cycle, then a pause
+        // that destruction finds still in place.
+        if (both_modes && run.step(
+                              "pause(discard)", [&] { r->pause(region::pause_mode::discard, s); },
+                              [&] {
+                                expect_state(
+                                    "a failed pause(discard)",
+                                    {region::region_state::active, region::region_state::partial});
+                              })) {
+          expect_state("pause(discard)", {region::region_state::paused});
+          if (run.step(
+                  "resume after discard", [&] { r->resume(s); },
+                  [&] {
+                    expect_state("a failed resume after discard",
+                                 {region::region_state::paused, region::region_state::partial});
+                  })) {
+            expect_state("resume after discard", {region::region_state::active});
+          }
+        }
+        if (r->state() == region::region_state::active &&
+            run.step("pause before destroy", [&] { r->pause(region::pause_mode::preserve, s); })) {
+          expect_state("pause before destroy", {region::region_state::paused});
+        }
       }
     }
   }
+  // Destroyed in whatever state the steps left it: paused where they all worked.
   run.last("destroy", [&] { r.reset(); });
 }
 
