@@ -515,31 +515,7 @@ std::string render_json(const fault_report& r) {
 
 // ---- HTML ------------------------------------------------------------------------------------
 
-std::string html(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
+std::string html(const std::string& s) { return offloadkit::detail::escape_markup(s); }
 
 /// The page's style: inline, so that the file alone is the whole report.
 constexpr const char* html_style = R"(body { font-family: sans-serif; margin: 2em; color: #1f2328; }

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "offloadkit/detail/text.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit::traces {
@@ -240,34 +241,7 @@ timeline read_chrome_trace(const std::string& path) {
 
 namespace {
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        // Control characters are not allowed in XML 1.0 text.
-        if (c < 0x20 && c != '\t') {
-          out += ' ';
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
+std::string xml_escape(const std::string& s) { return offloadkit::detail::escape_markup(s); }
 
 struct style {
   const char* label;

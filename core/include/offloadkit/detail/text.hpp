@@ -28,4 +28,36 @@ inline std::string indent(const std::string& text, const std::string& prefix) {
   return out;
 }
 
+/// `s` as HTML or XML text or attribute value: &, <, >, " and ' escaped, and the control
+/// characters XML 1.0 does not allow (all below 0x20 but tab, newline and carriage return) as
+/// spaces.
+inline std::string escape_markup(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default: {
+        const auto c = static_cast<unsigned char>(ch);
+        out += c < 0x20 && c != '\t' && c != '\n' && c != '\r' ? ' ' : ch;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace offloadkit::detail
