@@ -532,7 +532,8 @@ oi::interposer_report complete_report(bool injected) {
   return r;
 }
 
-TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
+/// A case whose resume failed with a typed error, was retried, and left one pinned allocation.
+oi::case_run retried_resume_with_a_pinned_leak() {
   oi::case_run run;
   run.report = complete_report(true);
   run.report->outstanding.pinned_allocations = 1;
@@ -542,6 +543,11 @@ TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
   s.error = "cuda_error: x";
   s.retried = true;
   run.scenario = s;
+  return run;
+}
+
+TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
+  oi::case_run run = retried_resume_with_a_pinned_leak();
   EXPECT_EQ(oi::classify(1, run).cls, oi::fault_class::leak);
   EXPECT_NE(oi::classify(1, run).detail.find("1 pinned host allocation(s) not freed (4096 bytes)"),
             std::string::npos);
@@ -563,18 +569,10 @@ TEST(Classify, OrdersDataLossBeforeRetryBeforeStateBeforeCloseBeforeLeak) {
 }
 
 TEST(Classify, EveryClassThatAppliesIsReportedAndTheLedgerIsAlwaysRead) {
-  oi::case_run run;
-  run.report = complete_report(true);
-  run.report->outstanding.pinned_allocations = 1;
-  run.report->outstanding.pinned_bytes = 4096;
-  oi::scenario_result s;
-  s.failed_step = "resume";
-  s.error = "cuda_error: x";
-  s.retried = true;
-  s.retry_ok = false;
-  s.retry_error = "cuda_error: y";
-  s.close_error = "plugin 'p' (p.so) region: close failed (cuda error): cuMemUnmap";
-  run.scenario = s;
+  oi::case_run run = retried_resume_with_a_pinned_leak();
+  run.scenario->retry_ok = false;
+  run.scenario->retry_error = "cuda_error: y";
+  run.scenario->close_error = "plugin 'p' (p.so) region: close failed (cuda error): cuMemUnmap";
   const oi::case_row row = oi::classify(1, run);
   EXPECT_EQ(row.cls, oi::fault_class::retry_failed);
   ASSERT_EQ(row.also.size(), 2u) << row.detail;
@@ -583,11 +581,9 @@ TEST(Classify, EveryClassThatAppliesIsReportedAndTheLedgerIsAlwaysRead) {
   EXPECT_NE(row.detail.find("; also leak: 1 pinned host allocation(s) not freed"),
             std::string::npos)
       << row.detail;
-  // A black box that exited is judged by its ledger too.
-  oi::case_run box;
-  box.report = complete_report(true);
-  box.report->outstanding.pinned_allocations = 1;
-  box.report->outstanding.pinned_bytes = 4096;
+  // A black box (no scenario result) that exited is judged by its ledger too.
+  oi::case_run box = retried_resume_with_a_pinned_leak();
+  box.scenario.reset();
   box.process.exit_code = 1;
   const oi::case_row exited = oi::classify(1, box);
   EXPECT_EQ(exited.cls, oi::fault_class::exited);
