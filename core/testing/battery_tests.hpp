@@ -1,7 +1,8 @@
 // GoogleTest suites generated from a battery's list: one test per (implementation, property,
 // executor), registered with ::testing::RegisterTest from the check_cases themselves. A property
-// the battery lists for an implementation is a test; one its capabilities rule out is not in the
-// list and so is no test, instead of a hand-written test that looks it up by name and skips.
+// the battery runs for an implementation is a test; one its profile rules out (listed as not
+// applicable, for offloadkit check's table and report) is no test, instead of a hand-written test
+// that looks it up by name and skips.
 //
 // Names: suite "<Executor>/<Suite>", test "<implementation>/<property>", e.g.
 // "Cuda/StashBattery.optimized/graph_replay_row_counts". Tests that need the GPU carry "Cuda" in

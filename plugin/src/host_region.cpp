@@ -41,7 +41,7 @@ class plugin_region final : public region::offload_region {
     }
   }
   [[nodiscard]] bool do_address_stable() const noexcept override {
-    return (t_->capabilities & OKIT_REGION_CAP_ADDRESS_STABLE) != 0;
+    return region_capabilities_of(t_->capabilities).address_stable;
   }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return info().footprint; }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return info().captures; }
@@ -88,7 +88,7 @@ class plugin_region final : public region::offload_region {
     if (t_->unregister_graph != nullptr) t_->unregister_graph(obj_.self, g);
   }
   void expect_graphs(const char* entry) const {
-    if ((t_->capabilities & OKIT_REGION_CAP_NO_GRAPHS) == 0) return;
+    if (region_capabilities_of(t_->capabilities).graphs != testing::region_graphs::none) return;
     OFFLOADKIT_FAIL(unsupported_error, obj_.context, ": ", entry,
                     ": the table declares OKIT_REGION_CAP_NO_GRAPHS (wrap its regions with "
                     "region::with_executor_graphs)");

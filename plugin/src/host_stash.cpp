@@ -32,7 +32,7 @@ class plugin_stash final : public stash::stash_interface {
   [[nodiscard]] std::string do_name() const override { return name_; }
   [[nodiscard]] const stash::stash_config& do_config() const noexcept override { return cfg_; }
   [[nodiscard]] bool do_capturable() const noexcept override {
-    return (t_->capabilities & OKIT_STASH_CAP_CAPTURABLE) != 0;
+    return stash_capabilities_of(t_->capabilities).capturable;
   }
   void do_stash(const stash::stash_key& key, const void* src, const std::uint64_t* rows,
                 stream_ref s) override {

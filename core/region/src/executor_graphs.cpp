@@ -16,14 +16,6 @@ class executor_graph_region final : public offload_region {
     OFFLOADKIT_EXPECTS(inner_ != nullptr, logic_error,
                        "with_executor_graphs: no region to give graphs to");
   }
-  ~executor_graph_region() override {
-    // The graphs use the region's memory: they go first.
-    graphs_.clear();
-  }
-  executor_graph_region(const executor_graph_region&) = delete;
-  executor_graph_region& operator=(const executor_graph_region&) = delete;
-  executor_graph_region(executor_graph_region&&) = delete;
-  executor_graph_region& operator=(executor_graph_region&&) = delete;
 
  private:
   [[nodiscard]] void* do_data() const noexcept override { return inner_->data(); }
@@ -57,6 +49,7 @@ class executor_graph_region final : public offload_region {
   void do_unregister_graph(graph_id g) noexcept override { graphs_.remove(g); }
 
   std::unique_ptr<offload_region> inner_;
+  /// Declared after inner_, so destroyed before it: the graphs go before the memory they use.
   detail::graph_registry graphs_;
   void* base_ = nullptr;  ///< where the registered graphs were captured
 };

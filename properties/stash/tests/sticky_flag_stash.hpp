@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "offloadkit/error.hpp"
@@ -63,7 +64,7 @@ class sticky_flag_stash final : public stash_interface {
     OFFLOADKIT_EXPECTS(seen_.size() < cfg_.max_keys, out_of_range,
                        "sticky_flag_stash: distinct key number ", seen_.size() + 1,
                        " is outside [1, max_keys = ", cfg_.max_keys, "]");
-    seen_.emplace(code, 0);
+    seen_.insert(code);
   }
   void raise(status_code c) {
     if (flag_ == status_code::ok) flag_ = c;
@@ -172,7 +173,7 @@ class sticky_flag_stash final : public stash_interface {
   stash_config cfg_;
   sticky_planted planted_;
   std::map<std::uint32_t, held> entries_;
-  std::map<std::uint32_t, int> seen_;  ///< distinct keys so far, for max_keys
+  std::set<std::uint32_t> seen_;  ///< distinct keys so far, for max_keys
   free_pages free_;
   status_code flag_ = status_code::ok;
   buffer scalar_;

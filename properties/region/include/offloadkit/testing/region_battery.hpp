@@ -1,9 +1,10 @@
 // The region battery: every property an offload_region must have, written once against the
-// interface and listed for an implementation descriptor (testing::region_implementation) by what
-// it declares: release_is_real and many_cycles only when pause releases memory, multi_device only
-// for regions that may live on any device, fault countdowns only when the region's allocations go
-// through the executor, address checks only for a stable address, and the managed-memory release
-// behaviour only for a managed region. Run by the generated GoogleTest suites and by
+// interface and listed for every implementation descriptor (testing::region_implementation), run
+// by what it declares and otherwise listed as not applicable: release_is_real and many_cycles only
+// when pause releases memory, multi_device only for regions that may live on any device, fault
+// countdowns only when the region's allocations go through the executor, address checks only for
+// a stable address, and the managed-memory release behaviour only for a managed region; pauses,
+// streams and graphs as its profile declares them. Run by the generated GoogleTest suites and by
 // `offloadkit check`.
 #pragma once
 
@@ -14,9 +15,10 @@
 
 namespace offloadkit::testing {
 
-/// The cases for one implementation, in this order where they apply: model_based,
-/// release_is_real, graph_replay_after_resume, fault_countdown_pause, fault_countdown_resume,
-/// many_cycles, state_errors, multi_device, cross_stream_order, adjacent_allocations,
+/// The cases for one implementation, in this order (those its profile rules out as not
+/// applicable): model_based, release_is_real, graph_replay_after_resume, swap_keeps_both,
+/// fault_countdown_pause, fault_countdown_resume, fault_countdown_swap, many_cycles,
+/// state_errors, multi_device, cross_stream_order, adjacent_allocations,
 /// unified_release_behaviour.
 std::vector<check_case> region_battery(const region_implementation& impl);
 
