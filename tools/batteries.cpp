@@ -51,6 +51,7 @@ interpose::fault_subjects plugin_fault_subjects(const std::string& path) {
   s.region = plugin::region_of(lib);
   s.arena = plugin::arena_of(lib);
   s.activation = plugin::activation_of(lib);
+  s.release_cached_memory = [lib] { return lib->release_cached_memory(); };
   return s;
 }
 

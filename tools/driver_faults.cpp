@@ -18,6 +18,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -123,6 +124,45 @@ std::string what_the_scenario_does(const std::string& feature) {
 
 // ---- the child ---------------------------------------------------------------------------------
 
+/// Asks the interposer to write its report now and reads it back; nullopt where it is not loaded,
+/// has no report path, or the report cannot be read (the parent then judges the final one).
+std::optional<oi::interposer_report> ledger_now() {
+  auto write = reinterpret_cast<okit_interpose_write_report_fn>(
+      dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL));
+  const char* path = std::getenv(OKIT_INTERPOSE_ENV_REPORT);
+  if (write == nullptr || path == nullptr || *path == '\0' || write() != 0) return std::nullopt;
+  return oi::read_report(path);
+}
+
+/// Gives back what a framework's caches hold once the scenario's objects are gone (the plugin's
+/// release_cached_memory), with the interposer's window open so that the releases reach its
+/// ledger, and records in `result` what was released: the leak the parent reads afterwards is the
+/// implementation's own.
+void release_framework_caches(const oi::fault_subjects& subjects, oi::scenario_result& result) {
+  if (!subjects.release_cached_memory || !result.unusable.empty()) return;
+  auto set_window = reinterpret_cast<okit_interpose_set_window_fn>(
+      dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_SET_WINDOW_SYMBOL));
+  if (set_window == nullptr) return;
+  const std::optional<oi::interposer_report> before = ledger_now();
+  const int was_open = set_window(1);
+  bool provided = false;
+  try {
+    provided = subjects.release_cached_memory();
+  } catch (const std::exception& e) {
+    result.consistent = false;
+    result.problems.push_back(std::string("release_cached_memory failed: ") + e.what());
+  }
+  set_window(was_open);
+  if (!provided || !before) return;
+  const std::optional<oi::interposer_report> after = ledger_now();
+  if (!after) return;
+  const std::string released =
+      oi::describe_resources(oi::released_between(before->outstanding, after->outstanding));
+  if (!released.empty()) {
+    result.framework_cache = released + " held at the end, released by release_cached_memory";
+  }
+}
+
 int run_one_case(const check_program& program, const driver_fault_request& r) {
   if (r.feature.empty()) throw usage_error("--run-one with --driver-faults needs --feature");
   if (::fcntl(r.result_fd, F_SETFD, FD_CLOEXEC) != 0) {
@@ -149,10 +189,12 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
                      .dump());
     return exit_status::unavailable;
   }
-  const oi::scenario_result result = oi::run_scenario(r.feature, subjects, *ex);
+  oi::scenario_result result = oi::run_scenario(r.feature, subjects, *ex);
+  release_framework_caches(subjects, result);
   write_result(r.result_fd,
                nlohmann::json{{"scenario", nlohmann::json::parse(result.to_json())}}.dump());
-  // The ledger as the scenario left it, before the executor's own teardown.
+  // The ledger as the scenario (and the framework's cache release) left it, before the
+  // executor's own teardown.
   if (auto report = reinterpret_cast<okit_interpose_write_report_fn>(
           dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL))) {
     (void)report();

@@ -147,6 +147,6 @@ OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_versio
        * and returns the error, and offloadkit fails the case that destroyed the object. */
       "example-arena", create, destroy, offload, reload, release, info};
   static const okit_plugin plugin = {
-      OKIT_ABI_VERSION, sizeof(okit_plugin), "example", "1.0", NULL, NULL, &table, NULL};
+      OKIT_ABI_VERSION, sizeof(okit_plugin), "example", "1.0", NULL, NULL, &table, NULL, NULL};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : NULL;
 }

@@ -101,6 +101,35 @@ std::string describe_leak(const outstanding_resources& o) {
   return join(parts, ", ");
 }
 
+outstanding_resources released_between(const outstanding_resources& before,
+                                       const outstanding_resources& after) {
+  auto less = [](std::int64_t b, std::int64_t a) { return b > a ? b - a : 0; };
+  outstanding_resources r;
+  r.physical_handles = less(before.physical_handles, after.physical_handles);
+  r.reservations = less(before.reservations, after.reservations);
+  r.mapped_bytes = less(before.mapped_bytes, after.mapped_bytes);
+  r.device_allocations = less(before.device_allocations, after.device_allocations);
+  r.device_bytes = less(before.device_bytes, after.device_bytes);
+  r.pinned_allocations = less(before.pinned_allocations, after.pinned_allocations);
+  r.pinned_bytes = less(before.pinned_bytes, after.pinned_bytes);
+  return r;
+}
+
+std::string describe_resources(const outstanding_resources& o) {
+  std::vector<std::string> parts;
+  auto add = [&parts](std::int64_t n, const char* what, std::int64_t bytes) {
+    if (n <= 0) return;
+    parts.push_back(std::to_string(n) + " " + what);
+    if (bytes > 0) parts.back() += " (" + std::to_string(bytes) + " bytes)";
+  };
+  add(o.physical_handles, "physical allocation handle(s)", 0);
+  add(o.reservations, "address reservation(s)", 0);
+  add(o.mapped_bytes, "mapped byte(s)", 0);
+  add(o.device_allocations, "device allocation(s)", o.device_bytes);
+  add(o.pinned_allocations, "pinned host allocation(s)", o.pinned_bytes);
+  return join(parts, ", ");
+}
+
 std::string scenario_result::to_json() const {
   return json{{"feature", feature},         {"implementation", implementation},
               {"failed_step", failed_step}, {"error", error},
@@ -108,7 +137,7 @@ std::string scenario_result::to_json() const {
               {"retry_ok", retry_ok},       {"retry_error", retry_error},
               {"data_ok", data_ok},         {"consistent", consistent},
               {"problems", problems},       {"unusable", unusable},
-              {"close_error", close_error}}
+              {"close_error", close_error}, {"framework_cache", framework_cache}}
       .dump();
 }
 
@@ -128,6 +157,7 @@ scenario_result scenario_result::from_json(const std::string& text) {
   r.problems = j.at("problems").get<std::vector<std::string>>();
   r.unusable = j.at("unusable").get<std::string>();
   r.close_error = j.value("close_error", std::string());
+  r.framework_cache = j.value("framework_cache", std::string());
   return r;
 }
 
@@ -209,9 +239,14 @@ std::vector<fault_finding> judge_scenario(const scenario_result& s) {
   return out;
 }
 
-}  // namespace
+/// The row's detail, with what a framework's cache gave back before the ledger was read.
+void note_framework_cache(case_row& row, const case_run& run) {
+  if (!run.scenario || run.scenario->framework_cache.empty()) return;
+  row.detail += (row.detail.empty() ? "" : "; ") + std::string("framework cache: ") +
+                run.scenario->framework_cache;
+}
 
-case_row classify(std::uint64_t n, const case_run& run) {
+case_row classify_without_notes(std::uint64_t n, const case_run& run) {
   case_row row;
   row.n = n;
   row.seconds = run.process.seconds;
@@ -275,6 +310,14 @@ case_row classify(std::uint64_t n, const case_run& run) {
   } else {
     row.detail = "exit code 0";
   }
+  return row;
+}
+
+}  // namespace
+
+case_row classify(std::uint64_t n, const case_run& run) {
+  case_row row = classify_without_notes(n, run);
+  note_framework_cache(row, run);
   return row;
 }
 

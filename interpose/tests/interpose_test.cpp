@@ -618,6 +618,41 @@ TEST(Classify, HungAndUnusable) {
   EXPECT_EQ(oi::classify(0, unusable).cls, oi::fault_class::unknown);
 }
 
+TEST(Classify, WhatAFrameworkCacheGaveBackIsNotedAndNotALeak) {
+  oi::outstanding_resources before;
+  before.device_allocations = 1;
+  before.device_bytes = 2097152;
+  before.pinned_allocations = 3;
+  before.pinned_bytes = 12288;
+  oi::outstanding_resources after;
+  after.pinned_allocations = 1;
+  after.pinned_bytes = 4096;
+  const std::string released = oi::describe_resources(oi::released_between(before, after));
+  EXPECT_EQ(released,
+            "1 device allocation(s) (2097152 bytes), 2 pinned host allocation(s) (8192 bytes)");
+  EXPECT_EQ(oi::describe_resources(oi::released_between(after, before)), "");
+
+  oi::case_run run;
+  run.report = complete_report(true);
+  oi::scenario_result s;
+  s.failed_step = "pack tensor 0";
+  s.error = "cuda_error: x";
+  s.retried = true;
+  s.framework_cache = released + " held at the end, released by release_cached_memory";
+  run.scenario = s;
+  EXPECT_EQ(oi::scenario_result::from_json(s.to_json()).framework_cache, s.framework_cache);
+  const oi::case_row clean = oi::classify(0, run);
+  EXPECT_EQ(clean.cls, oi::fault_class::clean);
+  EXPECT_EQ(clean.detail,
+            "cuda_error in pack tensor 0; the retry worked; framework cache: " + s.framework_cache);
+  // What the cache did not give back is still the case's leak.
+  run.report->outstanding = after;
+  const oi::case_row leak = oi::classify(0, run);
+  EXPECT_EQ(leak.cls, oi::fault_class::leak);
+  EXPECT_NE(leak.detail.find("framework cache: 1 device allocation(s)"), std::string::npos)
+      << leak.detail;
+}
+
 TEST(Classify, AnIncompleteReportCannotClearALeak) {
   oi::case_run run;
   run.report = complete_report(true);

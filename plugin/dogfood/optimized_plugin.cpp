@@ -95,6 +95,21 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                            OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND |
                            OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
 #endif
+#if defined(OFFLOADKIT_TABLES_V1_0)
+  // The description ends before release_cached_memory (1.3); the entry past it fails if called.
+  static const okit_plugin plugin{
+      OKIT_ABI_VERSION,
+      OKIT_PLUGIN_V1_SIZE,
+      "offloadkit-optimized",
+      OFFLOADKIT_VERSION,
+      &stash,
+      &region,
+      &arena,
+      &activation,
+      [](okit_error* err) {
+        return okit_set_error(err, OKIT_ERR_LOGIC, "release_cached_memory lies past struct_size");
+      }};
+#else
   static const okit_plugin plugin{OKIT_ABI_VERSION,
                                   sizeof(okit_plugin),
                                   "offloadkit-optimized",
@@ -102,6 +117,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                                   &stash,
                                   &region,
                                   &arena,
-                                  &activation};
+                                  &activation,
+                                  nullptr};
+#endif
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

@@ -36,6 +36,7 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                                   &stash,
                                   &region,
                                   &arena,
-                                  &activation};
+                                  &activation,
+                                  nullptr};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

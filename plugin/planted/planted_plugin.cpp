@@ -520,6 +520,6 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       // crash also carries a correct arena: its properties run after the crash and pass.
       PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ? &arena
                                                                                       : nullptr,
-      PLANTED == OKIT_PLANTED_activation ? &activation : nullptr};
+      PLANTED == OKIT_PLANTED_activation ? &activation : nullptr, nullptr};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

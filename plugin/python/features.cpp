@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bridge.hpp"
+#include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/plugin/export.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/teardown.hpp"
@@ -536,6 +537,15 @@ std::unique_ptr<activation::offloader> make_activation(executor& ex,
   return std::make_unique<python_activation>(ex, o);
 }
 
+/// The plugin's release_cached_memory (ABI 1.3): offloadkit._bridge.release_cached_memory, which
+/// asks the factory's plugin and PyTorch's caching allocators to give back what they keep.
+okit_status release_cached_memory(okit_error* err) noexcept {
+  return offloadkit::plugin::guard(err, [] {
+    call_python("offloadkit._bridge", "release_cached_memory",
+                [] { names().support.attr("release_cached_memory")(); });
+  });
+}
+
 /// The tables of the features the factory provides. NULL (with the reason on stderr, the only
 /// channel an entry point has) when the factory cannot be loaded.
 const okit_plugin* load_plugin() noexcept {
@@ -568,7 +578,8 @@ const okit_plugin* load_plugin() noexcept {
                          d.stash.present ? &stash : nullptr,
                          d.region.present ? &region : nullptr,
                          d.arena.present ? &arena : nullptr,
-                         d.activation.present ? &activation : nullptr};
+                         d.activation.present ? &activation : nullptr,
+                         &release_cached_memory};
     return &plugin;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "offloadkit python bridge: %s\n", e.what());

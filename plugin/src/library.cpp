@@ -64,6 +64,15 @@ std::string library::context(const std::string& feature) const {
   return "plugin '" + name() + "' (" + path_ + ")" + (feature.empty() ? "" : " " + feature);
 }
 
+bool library::release_cached_memory() const {
+  if (!OKIT_PLUGIN_HAS(plugin_, release_cached_memory)) return false;
+  okit_error err{};
+  if (plugin_->release_cached_memory(&err) != OKIT_OK) {
+    throw_error(err, context("") + ": release_cached_memory");
+  }
+  return true;
+}
+
 std::shared_ptr<const library> library::open(const std::string& path) {
   const std::string where = "plugin " + path;
   // RTLD_LOCAL: two plugins (or a plugin and offloadkit) may carry the same symbols.
@@ -99,9 +108,10 @@ std::shared_ptr<const library> library::open(const std::string& path) {
                    ", this offloadkit speaks version " + std::to_string(OKIT_ABI_VERSION) +
                    " (rebuild the plugin against this offloadkit's plugin.h)");
   }
-  if (desc->struct_size < sizeof(okit_plugin)) {
+  if (desc->struct_size < OKIT_PLUGIN_V1_SIZE) {
     close_on_error(where + ": okit_plugin.struct_size is " + std::to_string(desc->struct_size) +
-                   ", expected at least " + std::to_string(sizeof(okit_plugin)));
+                   ", expected at least " + std::to_string(OKIT_PLUGIN_V1_SIZE) +
+                   " (the version-1.0 size)");
   }
   std::shared_ptr<const library> lib(new library(path, handle, desc));
   const std::string name = lib->context("");

@@ -43,7 +43,7 @@ OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t v) {
                                     move,
                                     release,
                                     info};
-  static okit_plugin plugin = {OKIT_ABI_VERSION, sizeof(okit_plugin), "broken", "0", 0, 0, 0, 0};
+  static okit_plugin plugin = {OKIT_ABI_VERSION, sizeof(okit_plugin), "broken", "0", 0, 0, 0, 0, 0};
   (void)v;
   plugin.arena = &arena;
 #if KIND == BROKEN_returns_null

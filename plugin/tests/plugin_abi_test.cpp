@@ -335,6 +335,12 @@ TEST(PluginTeardown, ATableWithCloseIsClosedAndAnOlderOneIsDestroyed) {
   EXPECT_FALSE(OKIT_ACTIVATION_HAS(o.activation, close));
   EXPECT_EQ(o.arena->struct_size, OKIT_ARENA_V1_SIZE);
   EXPECT_EQ(o.activation->struct_size, OKIT_ACTIVATION_V1_SIZE);
+  // A description of version 1.0 loads; its release_cached_memory past struct_size is not
+  // called, and the current one has none.
+  EXPECT_EQ(o.struct_size, OKIT_PLUGIN_V1_SIZE);
+  EXPECT_FALSE(OKIT_PLUGIN_HAS(&o, release_cached_memory));
+  EXPECT_FALSE(old->release_cached_memory());
+  EXPECT_FALSE(current->release_cached_memory());
   for (const auto& lib : {current, old}) {
     make_and_destroy_each(lib, ex);
     EXPECT_EQ(ok::join_teardown_errors(ok::take_teardown_errors()), "") << lib->path();

@@ -1,6 +1,7 @@
 """What the C++ bridge (liboffloadkit_python_plugin.so) calls to load a factory and to turn
 protocol values into plain tuples. Private: the protocol is in ``protocol.py``."""
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -57,10 +58,15 @@ def load_factory(spec):
     return factory
 
 
+_PLUGIN = None  # what the factory returned, kept for release_cached_memory
+
+
 def describe(spec):
     """Loads and calls the factory; returns (name, version, {feature: (make, [capabilities],
     implementation)}) for the features it provides."""
+    global _PLUGIN
     plugin = load_factory(spec)()
+    _PLUGIN = plugin
     name = getattr(plugin, "name", None) or spec
     version = str(getattr(plugin, "version", "0"))
     features = {}
@@ -95,6 +101,33 @@ def describe(spec):
         raise errors.LogicError(f"{spec}: the factory returned {plugin!r}, which provides no "
                                 f"feature (set one of {', '.join(FEATURES)})")
     return str(name), version, features
+
+
+def release_cached_memory():
+    """Gives back what caches keep once the implementation's objects are gone, so that what the
+    process still holds afterwards is the implementation's own (``offloadkit check
+    --driver-faults`` calls it before it reads the leak ledger): collects garbage, calls the
+    plugin's own ``release_cached_memory()`` where it has one, then, where PyTorch is loaded and
+    has initialized CUDA, empties its device caching allocator (``torch.cuda.empty_cache``) and
+    its pinned host one (``torch._C._host_emptyCache``, where this PyTorch has it). Blocks still
+    in use by copies in flight stay cached. Returns the names of the caches asked."""
+    gc.collect()
+    asked = []
+    own = getattr(_PLUGIN, "release_cached_memory", None)
+    if callable(own):
+        own()
+        asked.append("plugin.release_cached_memory")
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and callable(getattr(cuda, "is_initialized", None)) and \
+            cuda.is_initialized():
+        cuda.empty_cache()
+        asked.append("torch.cuda.empty_cache")
+        host_empty = getattr(getattr(torch, "_C", None), "_host_emptyCache", None)
+        if callable(host_empty):
+            host_empty()
+            asked.append("torch._C._host_emptyCache")
+    return asked
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -133,7 +133,13 @@ class Feature:
 @dataclasses.dataclass
 class Plugin:
     """What a factory returns: a name, a version and the features it provides (None: not
-    provided)."""
+    provided).
+
+    ``release_cached_memory`` (optional, a callable taking nothing): gives back what a cache of
+    the implementation's framework keeps after its objects are gone. ``offloadkit check
+    --driver-faults`` calls it before it reads the leak ledger (and then empties PyTorch's device
+    and pinned caches itself, where PyTorch is loaded), and reports what was released as the
+    framework's cache rather than as a leak."""
 
     name: str
     version: str = "0"
@@ -141,6 +147,7 @@ class Plugin:
     region: Any = None
     arena: Any = None
     activation: Any = None
+    release_cached_memory: Optional[Callable[[], Any]] = None
 
 
 class Stash:

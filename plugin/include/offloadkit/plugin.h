@@ -1,5 +1,6 @@
 /* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap; 1.2:
- * optional close, a destroy that reports a failure, in every feature table).
+ * optional close, a destroy that reports a failure, in every feature table; 1.3: the plugin's
+ * optional release_cached_memory, for plugins that run on a framework with caching allocators).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -599,7 +600,24 @@ typedef struct okit_plugin {
   const okit_region_vtable* region;
   const okit_arena_vtable* arena;
   const okit_activation_vtable* activation;
+
+  /* Appended in version 1.3; optional (NULL, or a description built before it). Gives back what a
+   * framework the plugin runs on keeps cached after its objects are gone (PyTorch's device and
+   * pinned caching allocators hold freed blocks for reuse), so that what the process still holds
+   * afterwards is the plugin's own. Called with no object of the plugin alive, by
+   * `offloadkit check --driver-faults` before it reads the leak ledger; what it released is
+   * reported as the framework's cache, not as a leak. */
+  okit_status (*release_cached_memory)(okit_error* err);
 } okit_plugin;
+
+/* The size of a version-1.0 plugin description (without release_cached_memory): the smallest
+ * accepted. */
+#define OKIT_PLUGIN_V1_SIZE offsetof(okit_plugin, release_cached_memory)
+
+/* Whether a plugin description has `entry` (set, and inside its struct_size). */
+#define OKIT_PLUGIN_HAS(desc, entry)                                              \
+  ((desc)->struct_size >= offsetof(okit_plugin, entry) + sizeof((desc)->entry) && \
+   (desc)->entry != NULL)
 
 /* The entry point: returns the plugin's description (static storage), or NULL when it cannot
  * serve a host of `host_abi_version`. */

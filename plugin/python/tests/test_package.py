@@ -400,5 +400,54 @@ class DescribeTest(unittest.TestCase):
         self.assertNotIn("torch", sys.modules)
 
 
+class ReleaseCachedMemoryTest(unittest.TestCase):
+    """What --driver-faults asks before it reads the leak ledger: the plugin's own cache, then
+    PyTorch's two caching allocators, only where PyTorch has initialized CUDA."""
+
+    def fake_torch(self, initialized):
+        calls = []
+        torch = type(sys)("torch")
+        torch.cuda = type(sys)("torch.cuda")
+        torch.cuda.is_initialized = lambda: initialized
+        torch.cuda.empty_cache = lambda: calls.append("empty_cache")
+        torch._C = type(sys)("torch._C")
+        torch._C._host_emptyCache = lambda: calls.append("host_emptyCache")
+        sys.modules["torch"] = torch
+        self.addCleanup(sys.modules.pop, "torch")
+        return calls
+
+    def describe_plugin(self, **fields):
+        module = type(sys)("offloadkit_test_cache_factory")
+        module.make = lambda: ok.Plugin(name="t", arena=ok.Feature(
+            lambda ex: None, {"host_executor"}, "a"), **fields)
+        sys.modules[module.__name__] = module
+        self.addCleanup(sys.modules.pop, module.__name__)
+        _bridge.describe(f"{module.__name__}:make")
+        self.addCleanup(setattr, _bridge, "_PLUGIN", None)
+
+    def test_pytorch_caches_are_emptied_where_cuda_is_initialized(self):
+        own = []
+        self.describe_plugin(release_cached_memory=lambda: own.append("own"))
+        calls = self.fake_torch(initialized=True)
+        asked = _bridge.release_cached_memory()
+        self.assertEqual(own, ["own"])
+        self.assertEqual(calls, ["empty_cache", "host_emptyCache"])
+        self.assertEqual(asked, ["plugin.release_cached_memory", "torch.cuda.empty_cache",
+                                 "torch._C._host_emptyCache"])
+
+    def test_nothing_is_asked_of_pytorch_before_it_initializes_cuda(self):
+        self.describe_plugin()
+        calls = self.fake_torch(initialized=False)
+        self.assertEqual(_bridge.release_cached_memory(), [])
+        self.assertEqual(calls, [])
+
+    def test_without_pytorch_only_the_plugin_is_asked(self):
+        self.assertNotIn("torch", sys.modules)
+        own = []
+        self.describe_plugin(release_cached_memory=lambda: own.append("own"))
+        self.assertEqual(_bridge.release_cached_memory(), ["plugin.release_cached_memory"])
+        self.assertEqual(own, ["own"])
+
+
 if __name__ == "__main__":
     unittest.main()

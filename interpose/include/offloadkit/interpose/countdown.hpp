@@ -61,6 +61,15 @@ std::optional<interposer_report> read_report(const std::string& path);
 /// released, 2097152 mapped byte(s) not unmapped"), or an empty string when nothing is.
 std::string describe_leak(const outstanding_resources& o);
 
+/// What `before` held and `after` no longer holds, field by field (negative differences count as
+/// nothing released).
+outstanding_resources released_between(const outstanding_resources& before,
+                                       const outstanding_resources& after);
+
+/// One phrase naming what `o` counts ("1 device allocation(s) (2097152 bytes), 3 pinned host
+/// allocation(s) (12288 bytes)"), or an empty string when it counts nothing.
+std::string describe_resources(const outstanding_resources& o);
+
 /// What a scenario says about its own run (offloadkit's own scenarios write it; a black box writes
 /// nothing and is judged by its exit status).
 struct scenario_result {
@@ -81,6 +90,10 @@ struct scenario_result {
   /// The teardown failures of the implementation's objects (a close that returned an error, ABI
   /// 1.2), one per line; empty when every object went cleanly.
   std::string close_error;
+  /// What a framework's caches held at the end of the scenario and gave back when asked (the
+  /// plugin's release_cached_memory, ABI 1.3), before the ledger was read: not a leak. Empty
+  /// when nothing was asked or nothing was held.
+  std::string framework_cache;
   /// Why the scenario could not run at all (the interposer is not loaded, ...); empty otherwise.
   std::string unusable;
 

@@ -14,6 +14,7 @@
 //               order and verify; destroy; every source handed back exactly once
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct fault_subjects {
   std::optional<testing::region_implementation> region;
   std::optional<testing::arena_implementation> arena;
   std::optional<testing::activation_implementation> activation;
+  /// Gives back what a framework the implementations run on keeps cached (the plugin's
+  /// release_cached_memory, ABI 1.3); returns false where the plugin has none. Empty: none.
+  std::function<bool()> release_cached_memory;
 };
 
 /// The features a scenario exists for, in the order they run.

@@ -38,6 +38,9 @@ class library {
   [[nodiscard]] std::string name() const;
   /// "plugin 'NAME' (PATH) FEATURE": the prefix of every message about this plugin.
   [[nodiscard]] std::string context(const std::string& feature) const;
+  /// Calls the plugin's release_cached_memory (ABI 1.3): false where it has none; throws the
+  /// typed error it returns (abi.hpp throw_error) when it fails.
+  bool release_cached_memory() const;
 
  private:
   library(std::string path, void* handle, const okit_plugin* plugin);
