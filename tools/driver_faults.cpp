@@ -113,13 +113,20 @@ oi::process_end to_process_end(const child_run& run, int timeout_s) {
 }
 
 std::string what_the_scenario_does(const std::string& feature) {
-  if (feature == "stash") return "create, stash two keys, restore them, destroy";
+  if (feature == "stash") {
+    return "create, stash two keys, stash one that overflows (reported), clear_status, restore "
+           "and verify, stash_batch and restore_batch two keys, verify, destroy with a key held";
+  }
   if (feature == "region") {
     return "create, write, pause, resume, verify, pause(discard) and resume (where both modes are "
            "offered), pause, destroy while paused";
   }
-  if (feature == "arena") return "create, offload three tensors, reload, verify, release";
-  return "create, pack three tensors, unpack them in backward order, verify, destroy";
+  if (feature == "arena") {
+    return "create, offload three tensors, reload, verify, the same again, release, destroy; a "
+           "second: create, offload, destroy while it holds the copy";
+  }
+  return "create, pack three tensors, unpack two in backward order, verify, destroy with one "
+         "still packed";
 }
 
 // ---- the child ---------------------------------------------------------------------------------

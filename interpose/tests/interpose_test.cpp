@@ -503,6 +503,17 @@ TEST(Countdown, EveryScenarioPassesOnTheDogfoodPluginsWithoutFaults) {
   }
 }
 
+TEST(Countdown, TheStashScenarioFindsAnOverflowThatWasNotReported) {
+  const scratch s;
+  const oi::countdown_result r = count_down_scenario("silent-overflow", s);
+  ASSERT_TRUE(r.complete) << r.stopped;
+  ASSERT_EQ(r.rows.size(), 1u) << table(r.rows);
+  EXPECT_EQ(r.rows[0].cls, oi::fault_class::inconsistent) << table(r.rows) << r.rows[0].output;
+  EXPECT_NE(r.rows[0].detail.find("with 11 pages free in both tiers was not reported"),
+            std::string::npos)
+      << r.rows[0].detail;
+}
+
 TEST(Countdown, EveryScenarioSeesThePlantedBugOfItsFeatureWithoutAFault) {
   const scratch s;
   const std::pair<const char*, const char*> planted[] = {{PLANTED_STASH_PLUGIN, "stash"},

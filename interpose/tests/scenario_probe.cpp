@@ -8,6 +8,9 @@
 //     copies reach its host memory)
 //       clean  a failed cuMemMap releases the physical allocation it was for
 //       leak   it does not (the planted bug of the GPU plugin planted_region_leak)
+//   scenario_probe silent-overflow [RESULT_FD]
+//     the stash scenario on offloadkit's reference stash with its overflows hidden (the status
+//     word cleared right after a stash that failed): the scenario must say it was not reported
 //   scenario_probe plugin PLUGIN FEATURE [RESULT_FD]
 //     the scenario of FEATURE on a plugin's implementation that runs on the host executor: no
 //     driver call is made, so every step must pass as it would in a run that reaches no call N
@@ -31,6 +34,7 @@
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/scenarios.hpp"
 #include "offloadkit/plugin/host.hpp"
+#include "offloadkit/stash/eager_stash.hpp"
 
 namespace {
 
@@ -201,6 +205,47 @@ offloadkit::interpose::fault_subjects driver_subjects(const char* path, bool lea
   return subjects;
 }
 
+/// The reference stash, with every failed stash() hidden: the status word is cleared at once.
+class silent_overflow_stash final : public ok::stash::stash_interface {
+ public:
+  silent_overflow_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
+      : inner_(ex, c, s) {}
+
+ private:
+  [[nodiscard]] std::string do_name() const override { return "silent-overflow"; }
+  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override {
+    return inner_.config();
+  }
+  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
+  void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
+                ok::stream_ref s) override {
+    inner_.stash(k, src, rows, s);
+    if (!inner_.status(s).ok()) inner_.clear_status(s);  // the overflow, hidden
+  }
+  void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
+                  ok::stream_ref s) override {
+    inner_.restore(k, dst, rows_out, s);
+  }
+  void do_reset(ok::stream_ref s) override { inner_.reset(s); }
+  void do_clear_status(ok::stream_ref s) override { inner_.clear_status(s); }
+  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner_.snapshot(s); }
+
+  ok::stash::eager_stash inner_;
+};
+
+offloadkit::interpose::fault_subjects silent_overflow_subjects() {
+  ok::testing::stash_implementation impl;
+  impl.name = "silent-overflow";
+  impl.support.cuda = false;
+  impl.make = [](ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s) {
+    return std::unique_ptr<ok::stash::stash_interface>(
+        std::make_unique<silent_overflow_stash>(ex, c, s));
+  };
+  offloadkit::interpose::fault_subjects subjects;
+  subjects.stash = impl;
+  return subjects;
+}
+
 offloadkit::interpose::fault_subjects plugin_subjects(const char* path) {
   const auto lib = ok::plugin::library::open(path);
   offloadkit::interpose::fault_subjects subjects;
@@ -217,22 +262,26 @@ int main(int argc, char** argv) {
   const std::string kind = argc > 1 ? argv[1] : "";
   const bool driver = kind == "driver" && argc >= 4 &&
                       (std::strcmp(argv[3], "clean") == 0 || std::strcmp(argv[3], "leak") == 0);
-  if (!driver && !(kind == "plugin" && argc >= 4)) {
+  const bool silent = kind == "silent-overflow";
+  if (!driver && !silent && !(kind == "plugin" && argc >= 4)) {
     std::fprintf(stderr,
                  "usage: scenario_probe driver DRIVER clean|leak [RESULT_FD]\n"
+                 "       scenario_probe silent-overflow [RESULT_FD]\n"
                  "       scenario_probe plugin PLUGIN FEATURE [RESULT_FD]\n");
     return 2;
   }
   const offloadkit::interpose::fault_subjects subjects =
-      driver ? driver_subjects(argv[2], std::strcmp(argv[3], "leak") == 0)
-             : plugin_subjects(argv[2]);
-  const std::string feature = driver ? "region" : argv[3];
+      silent   ? silent_overflow_subjects()
+      : driver ? driver_subjects(argv[2], std::strcmp(argv[3], "leak") == 0)
+               : plugin_subjects(argv[2]);
+  const std::string feature = silent ? "stash" : driver ? "region" : argv[3];
+  const int result_arg = silent ? 2 : 4;
 
   ok::host_executor ex;
   const auto result = offloadkit::interpose::run_scenario(feature, subjects, ex);
   const std::string text = "{\"scenario\":" + result.to_json() + "}";
-  if (argc > 4) {
-    const int fd = std::atoi(argv[4]);
+  if (argc > result_arg) {
+    const int fd = std::atoi(argv[result_arg]);
     if (pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return 2;
   } else {
     std::printf("%s\n", text.c_str());

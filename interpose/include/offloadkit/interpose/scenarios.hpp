@@ -5,13 +5,19 @@
 // retries it once and goes on; at the end it compares the data, and the interposer's ledger says
 // what the implementation still holds.
 //
-//   stash       create; stash two keys (the second spills into the pinned tier); restore both;
-//               destroy
+//   stash       create; stash two keys (the second spills into the pinned tier, or takes it whole);
+//               stash a key that does not fit (the overflow must be reported: status word, flag
+//               or exception, as declared); clear_status; restore key 0 and verify; stash_batch
+//               key 0 and a small key; restore_batch both and verify; snapshot (pages
+//               conserved); destroy with key 1 still held
 //   region      create (three chunks of the device granularity); write a pattern; pause; resume;
-//               verify; destroy
-//   arena       create; offload three tensors; clear them; reload; verify; release; destroy
-//   activation  create; pack three tensors (one per layer); synchronize; unpack in backward
-//               order and verify; destroy; every source handed back exactly once
+//               verify; pause(discard) and resume where both modes are offered; pause; destroy
+//               while paused
+//   arena       create; offload three tensors; clear them; reload; verify; the same cycle again;
+//               release; destroy; a second one: create, offload, destroy while it holds the copy
+//   activation  create; pack three tensors (one per layer); synchronize; unpack the last two in
+//               backward order and verify; destroy with the first still packed; every source
+//               handed back exactly once
 #pragma once
 
 #include <functional>
