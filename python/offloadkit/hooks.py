@@ -14,8 +14,15 @@ How the adapter drives the hooks:
 - ``pack(tensor, stream)``: the tensor becomes a ``torch.Tensor`` over its own memory (no copy,
   through ``__cuda_array_interface__``) and the hook runs with ``stream`` as PyTorch's current
   stream, as autograd runs it on the stream that produced the tensor. The source goes back to its
-  owner when the last PyTorch tensor over its memory is freed: at once for a hook that copies it
-  (save_on_cpu), only at unpack for a hook that keeps it.
+  owner in stream order, as PyTorch's caching allocator would reuse it: when the last PyTorch
+  tensor over its memory is freed (at once for a hook that copies it, only at unpack for a hook
+  that keeps it), an event is recorded on the stream of that call (``stream`` of the pack or the
+  unpack), and the source is handed back once the event has completed, so that a hook's
+  ``non_blocking=True`` copy is finished first. Completed events are collected at every call;
+  ``synchronize`` and ``close`` wait for all of them, and ``pack`` waits for the oldest while the
+  sources held exceed ``max_pending_bytes`` (counted in ``pending_waits``). A hook that copies on
+  a side stream of its own must make that stream wait, or ``record_stream`` the source, as it
+  must in PyTorch: the adapter sees only the stream it was called on.
 - ``unpack(handle, stream)``: the hook runs with ``stream`` current; the tensor it returns is
   handed back, and released (its reference dropped, so PyTorch's caching allocator reuses the
   memory in the order of the stream it was allocated on) when the caller releases it.
@@ -30,6 +37,7 @@ declares ``cuda_executor`` (not ``host_executor`` or ``executor_allocations``), 
 it keeps (``origin_device``, ``prefetch_bound``, ``pending_bound``).
 """
 
+import collections
 import contextlib
 import itertools
 import weakref
@@ -66,6 +74,44 @@ class _HooksActivation(Activation):
         self._packed = {}
         self._ids = itertools.count(1)
         self._stats = ActivationStats()
+        # Sources whose last PyTorch tensor is gone, oldest first: (event, nbytes, release),
+        # handed back once the event (recorded on the stream of the call that freed them) is done.
+        self._given_up = collections.deque()
+        self._pending_bytes = 0
+        self._call_stream = None  # the stream of the pack or unpack in progress
+
+    def _source_freed(self, nbytes, release):
+        """The last PyTorch tensor over a source was freed: hand it back in stream order."""
+        stream = self._call_stream
+        if stream is None or self.executor.backend != "cuda":
+            # Outside a call (close), or on the host, where the stream was synchronized before
+            # the hook ran: nothing of it is in flight.
+            self._pending_bytes -= nbytes
+            release()
+            return
+        import torch
+
+        event = torch.cuda.Event()
+        event.record(torch_stream(stream))
+        self._given_up.append((event, nbytes, release))
+
+    def _hand_back(self, wait=False, until_bytes=None):
+        """Hands back the sources whose events have completed; with ``wait``, waits for every
+        event; with ``until_bytes``, waits for the oldest until the sources still held total at
+        most that (counting each wait)."""
+        while self._given_up:
+            event, nbytes, release = self._given_up[0]
+            if not event.query():
+                must_wait = wait or (until_bytes is not None and
+                                     self._pending_bytes > until_bytes)
+                if not must_wait:
+                    break
+                event.synchronize()
+                if not wait:
+                    self._stats.pending_waits += 1
+            self._given_up.popleft()
+            self._pending_bytes -= nbytes
+            release()
 
     def _current(self, stream):
         """PyTorch's stream context for a call on ``stream``: the cuda executor's streams are CUDA
@@ -78,21 +124,29 @@ class _HooksActivation(Activation):
         return contextlib.nullcontext()
 
     def pack(self, tensor, stream):
-        # A view of our own over the source's memory: the source goes back to its owner when the
-        # view, and with it every PyTorch tensor over that memory, has been freed.
+        self._hand_back()
+        # A view of our own over the source's memory: the source goes back to its owner (in
+        # stream order) when the view, and with it every PyTorch tensor over that memory, has
+        # been freed.
         data = tensor.data
         view = Buffer(data.ptr, tensor.nbytes, data.kind, tensor.device, data.backend, stream)
-        given_back = weakref.finalize(view, tensor.release)
+        given_back = weakref.finalize(view, self._source_freed, tensor.nbytes, tensor.release)
+        self._call_stream = stream
         try:
             with self._current(stream):
                 source = Tensor(view, tensor.nbytes, tensor.device, tensor.dtype,
                                 tensor.shape).as_torch()
                 packed = self.pack_hook(source)
+            self._pending_bytes += tensor.nbytes
+            del source, view
         except BaseException:
             # Not packed: the caller keeps the buffer.
             given_back.detach()
             raise
-        del source, view
+        finally:
+            self._call_stream = None
+        if self.options.max_pending_bytes:
+            self._hand_back(until_bytes=self.options.max_pending_bytes)
         handle = next(self._ids)
         self._packed[handle] = (packed, tensor.nbytes, tensor.device)
         self._stats.packed += 1
@@ -103,10 +157,16 @@ class _HooksActivation(Activation):
         if handle not in self._packed:
             raise OutOfRange(f"handle {handle} is not packed (never packed, or already unpacked)")
         packed, nbytes, device = self._packed[handle]
-        with self._current(stream):
-            out = self.unpack_hook(packed).contiguous()
-        # Only now is the handle spent: a hook that raised leaves it packed for a retry.
-        del self._packed[handle]
+        self._hand_back()
+        self._call_stream = stream
+        try:
+            with self._current(stream):
+                out = self.unpack_hook(packed).contiguous()
+            # Only now is the handle spent: a hook that raised leaves it packed for a retry. A
+            # source the hook kept is freed here, after its reads on ``stream``.
+            del self._packed[handle], packed
+        finally:
+            self._call_stream = None
         self._stats.restored_bytes += nbytes
         self._stats.demand_uploads += 1
         if out.is_cuda:
@@ -116,10 +176,21 @@ class _HooksActivation(Activation):
         executor = self.executor
         return from_torch(out, device=device, before=lambda: executor.synchronize(stream))
 
+    def forward_layer_end(self, layer, stream):
+        self._hand_back()
+
+    def backward_layer_begin(self, layer, stream):
+        self._hand_back()
+
+    def synchronize(self):
+        self._hand_back(wait=True)
+
     def stats(self):
         return self._stats
 
     def close(self):
         # Whatever was never unpacked: dropping the packed objects frees their host copies (and
-        # gives back sources a hook kept).
+        # gives back sources a hook kept, at once: outside a call); then every source whose
+        # event is still pending, once it is done.
         self._packed.clear()
+        self._hand_back(wait=True)
