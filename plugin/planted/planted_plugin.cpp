@@ -1,13 +1,13 @@
 // Planted-bug plugins: offloadkit's reference implementations behind the C ABI with one bug each,
 // selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash, close,
-// close_v1, region_no_caller_wait). Each must make `offloadkit check --plugin` fail with a seed and a reproduce line;
-// `crash` kills the process inside one stash property, which must cost one failure row, not the
-// run: its correct arena is checked afterwards and passes. `region_leak` is a region that calls
-// CUDA itself, as outside offload code does, and leaks the physical allocation when cuMemMap
-// fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a GPU only).
-// `close` is an arena whose teardown gives its staging slot back to the plugin's pool twice; the
-// pool refuses the second release and the table's close (ABI 1.2) returns that error, which
-// must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
+// close_v1, region_no_caller_wait). Each must make `offloadkit check --plugin` fail with a seed and
+// a reproduce line; `crash` kills the process inside one stash property, which must cost one
+// failure row, not the run: its correct arena is checked afterwards and passes. `region_leak` is a
+// region that calls CUDA itself, as outside offload code does, and leaks the physical allocation
+// when cuMemMap fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a
+// GPU only). `close` is an arena whose teardown gives its staging slot back to the plugin's pool
+// twice; the pool refuses the second release and the table's close (ABI 1.2) returns that error,
+// which must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
 // before close (ABI 1.0 size): offloadkit calls destroy, which cannot report, and the bug is
 // printed but passes, which is what close is for. `region_no_caller_wait` is a region whose pause
 // copies out on its own stream without waiting for the caller's: only caller_writes_late fails.

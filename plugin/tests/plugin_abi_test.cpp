@@ -624,8 +624,9 @@ TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
   EXPECT_EQ(unknown_restore,
             (std::set<std::string>{to_string(t::stash_unknown_restore::status_word),
                                    to_string(t::stash_unknown_restore::error)}));
-  EXPECT_EQ(pause_modes, (std::set<std::string>{to_string(t::region_pause_modes::both),
-                                                to_string(t::region_pause_modes::fixed_per_allocation)}));
+  EXPECT_EQ(pause_modes,
+            (std::set<std::string>{to_string(t::region_pause_modes::both),
+                                   to_string(t::region_pause_modes::fixed_per_allocation)}));
   EXPECT_EQ(streams, (std::set<std::string>{to_string(t::region_streams::stream_ordered),
                                             to_string(t::region_streams::synchronous)}));
   EXPECT_EQ(graphs, (std::set<std::string>{to_string(t::region_graphs::own),

@@ -200,7 +200,7 @@ class sticky_flag_stash final : public stash_interface {
   std::set<std::uint32_t> seen_;  ///< distinct keys so far, for max_keys
   stash_overflow_report overflow_;
   free_pages free_;
-  stash_status status_;      ///< the first failure since the last reset or clear
+  stash_status status_;       ///< the first failure since the last reset or clear
   bool thrown_stop_ = false;  ///< the planted variant's silent flag, which stops stash() only
   buffer scalar_;
 };

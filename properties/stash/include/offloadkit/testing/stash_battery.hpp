@@ -212,7 +212,8 @@ inline void run_workload(stash_interface& st, device_io& io, const workload& w,
                          const offloadkit::testing::stash_capabilities* policy = nullptr) {
   const std::set<stash_key> drop(dropped.begin(), dropped.end());
   const bool overflow_throws =
-      policy != nullptr && policy->overflow == offloadkit::testing::stash_overflow_report::exception;
+      policy != nullptr &&
+      policy->overflow == offloadkit::testing::stash_overflow_report::exception;
   // Under the exception policy nothing else makes a dropped restore come back empty: it holds
   // nothing, which the profile may call an error.
   const bool empty_restore_throws =
