@@ -118,7 +118,7 @@ class planted_region final : public ok::region::offload_region {
 
 /// The reference region, its contents kept in a pinned buffer of its own while paused, with the
 /// planted bug (region_no_caller_wait): pause() copies out on a stream of its own with no event
-/// wait on the caller's stream; it polls the caller's stream from the host for at most 50 ms, then
+/// wait on the caller's stream; it polls the caller's stream from the host for at most 200 ms, then
 /// copies whatever the device holds. Only caller_writes_late holds the caller's stream longer.
 class own_stream_region final : public ok::region::offload_region {
  public:
@@ -145,7 +145,7 @@ class own_stream_region final : public ok::region::offload_region {
         host_ = ok::buffer(*ex_, ok::memory_kind::pinned, inner_.size(), inner_.device());
       }
       ex_->record(caller_.ref(), s);
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
       while (!ex_->ready(caller_.ref()) && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
@@ -180,7 +180,7 @@ class own_stream_region final : public ok::region::offload_region {
   ok::executor* ex_;
   ok::region::reference_region inner_;
   ok::stream own_;
-  ok::event caller_;  ///< recorded on the caller's stream, polled for at most 50 ms
+  ok::event caller_;  ///< recorded on the caller's stream, polled for at most 200 ms
   ok::buffer host_;   ///< pinned, allocated at the first preserving pause and kept
   bool preserved_ = false;
 };

@@ -312,9 +312,9 @@ class impatient_region final : public staged_region {
 };
 
 /// Bug (caller_writes_late): a pause copies out on a stream of its own, with no event wait on the
-/// caller's stream; it only polls the caller's stream from the host for at most 50 ms (as code
+/// caller's stream; it only polls the caller's stream from the host for at most 200 ms (as code
 /// that spins on cudaStreamQuery with a timeout does), then copies whatever the device holds.
-/// (The other properties' writes, held back by at most half a millisecond, land within that.)
+/// (The other properties' writes, large ones on a loaded machine included, land within that.)
 class own_stream_pause_region final : public staged_region {
  public:
   own_stream_pause_region(executor& ex, region_config c)
@@ -323,7 +323,7 @@ class own_stream_pause_region final : public staged_region {
  private:
   stream_ref copy_out_stream(stream_ref s) override {
     ex().record(caller_.ref(), s);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (!ex().ready(caller_.ref()) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (resume_pending_) ex().wait(resumed_.ref(), own_.ref());  // its own work stays ordered

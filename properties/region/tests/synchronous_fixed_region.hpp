@@ -30,7 +30,7 @@ enum class planted_mode {
   returns_before_resume_copy,
   /// A pause in the mode it does not offer discards the contents before it refuses.
   discards_before_refusing,
-  /// pause() does not wait for the caller's stream: it polls it from the host for at most 50 ms
+  /// pause() does not wait for the caller's stream: it polls it from the host for at most 200 ms
   /// (a timeout on cudaStreamQuery), then copies out on its own stream whatever the device holds.
   polls_caller_briefly,
 };
@@ -150,7 +150,7 @@ class synchronous_fixed_region final : public offload_region {
   }
   void do_unregister_graph(graph_id /*g*/) noexcept override {}
 
-  /// Waits for the work queued on the caller's stream (the planted variant gives up after 50 ms).
+  /// Waits for the work queued on the caller's stream (the planted variant gives up after 200 ms).
   void wait_for_caller(stream_ref s) {
     if (planted_ != planted_mode::polls_caller_briefly) {
       ex_->synchronize(s);
@@ -158,7 +158,7 @@ class synchronous_fixed_region final : public offload_region {
     }
     const event queued(*ex_, device_);
     ex_->record(queued.ref(), s);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (!ex_->ready(queued.ref()) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
