@@ -123,10 +123,22 @@ class planted_region final : public ok::region::offload_region {
 class own_stream_region final : public ok::region::offload_region {
  public:
   own_stream_region(ok::executor& ex, const ok::region::region_config& c)
-      : ex_(&ex), inner_(ex, c), own_(ex, c.device), caller_(ex, c.device) {}
+      : ex_(&ex),
+        inner_(ex, c),
+        own_(ex, c.device),
+        caller_(ex, c.device),
+        resumed_(ex, c.device) {}
   own_stream_region(const own_stream_region&) = delete;
   own_stream_region& operator=(const own_stream_region&) = delete;
-  ~own_stream_region() override = default;
+  ~own_stream_region() override {
+    if (!resume_pending_) return;
+    // The copy in reads host_ and writes the device memory, both freed below.
+    try {
+      ex_->synchronize(resumed_.ref());
+    } catch (const std::exception& e) {
+      ok::record_teardown_error(e.what());
+    }
+  }
 
  private:
   [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
@@ -139,6 +151,10 @@ class own_stream_region final : public ok::region::offload_region {
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
   void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
+    // Its own copy in of the last resume, which may still be pending on another stream, lands
+    // before anything is copied out or given back.
+    if (resume_pending_) ex_->synchronize(resumed_.ref());
+    resume_pending_ = false;
     if (m == ok::region::pause_mode::preserve &&
         inner_.state() == ok::region::region_state::active) {
       if (host_.data() == nullptr) {
@@ -169,6 +185,8 @@ class own_stream_region final : public ok::region::offload_region {
       inner_.pause(ok::region::pause_mode::discard, s);  // back to paused, the host copy intact
       throw;
     }
+    ex_->record(resumed_.ref(), s);
+    resume_pending_ = true;
     preserved_ = false;
   }
   ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
@@ -180,8 +198,10 @@ class own_stream_region final : public ok::region::offload_region {
   ok::executor* ex_;
   ok::region::reference_region inner_;
   ok::stream own_;
-  ok::event caller_;  ///< recorded on the caller's stream, polled for at most 200 ms
-  ok::buffer host_;   ///< pinned, allocated at the first preserving pause and kept
+  ok::event caller_;   ///< recorded on the caller's stream, polled for at most 200 ms
+  ok::event resumed_;  ///< recorded after the copy in of the last resume
+  bool resume_pending_ = false;
+  ok::buffer host_;  ///< pinned, allocated at the first preserving pause and kept
   bool preserved_ = false;
 };
 
