@@ -10,7 +10,7 @@ const char* to_string(stash_overflow_report r) noexcept {
     case stash_overflow_report::sticky_flag:
       return "sticky flag until reset";
     case stash_overflow_report::exception:
-      return "out_of_memory thrown";
+      return "thrown out_of_memory";
   }
   return "unknown";
 }
