@@ -1,25 +1,28 @@
 // Planted-bug plugins: offloadkit's reference implementations behind the C ABI with one bug each,
 // selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash, close,
-// close_v1). Each must make `offloadkit check --plugin` fail with a seed and a reproduce line;
-// `crash` kills the process inside one stash property, which must cost one failure row, not the
-// run: its correct arena is checked afterwards and passes. `region_leak` is a region that calls
-// CUDA itself, as outside offload code does, and leaks the physical allocation when cuMemMap
-// fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a GPU only).
-// `close` is an arena whose teardown gives its staging slot back to the plugin's pool twice; the
-// pool refuses the second release and the table's close (ABI 1.2) returns that error, which
-// must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
+// close_v1, region_no_caller_wait). Each must make `offloadkit check --plugin` fail with a seed and
+// a reproduce line; `crash` kills the process inside one stash property, which must cost one
+// failure row, not the run: its correct arena is checked afterwards and passes. `region_leak` is a
+// region that calls CUDA itself, as outside offload code does, and leaks the physical allocation
+// when cuMemMap fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a
+// GPU only). `close` is an arena whose teardown gives its staging slot back to the plugin's pool
+// twice; the pool refuses the second release and the table's close (ABI 1.2) returns that error,
+// which must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
 // before close (ABI 1.0 size): offloadkit calls destroy, which cannot report, and the bug is
-// printed but passes, which is what close is for.
+// printed but passes, which is what close is for. `region_no_caller_wait` is a region whose pause
+// copies out on its own stream without waiting for the caller's: only caller_writes_late fails.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,7 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_region_leak 6
 #define OKIT_PLANTED_close 7
 #define OKIT_PLANTED_close_v1 8
+#define OKIT_PLANTED_region_no_caller_wait 9
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -110,6 +114,95 @@ class planted_region final : public ok::region::offload_region {
 
   ok::executor* ex_;
   ok::region::reference_region inner_;
+};
+
+/// The reference region, its contents kept in a pinned buffer of its own while paused, with the
+/// planted bug (region_no_caller_wait): pause() copies out on a stream of its own with no event
+/// wait on the caller's stream; it polls the caller's stream from the host for at most 200 ms, then
+/// copies whatever the device holds. Only caller_writes_late holds the caller's stream longer.
+class own_stream_region final : public ok::region::offload_region {
+ public:
+  own_stream_region(ok::executor& ex, const ok::region::region_config& c)
+      : ex_(&ex),
+        inner_(ex, c),
+        own_(ex, c.device),
+        caller_(ex, c.device),
+        resumed_(ex, c.device) {}
+  own_stream_region(const own_stream_region&) = delete;
+  own_stream_region& operator=(const own_stream_region&) = delete;
+  ~own_stream_region() override {
+    if (!resume_pending_) return;
+    // The copy in reads host_ and writes the device memory, both freed below.
+    try {
+      ex_->synchronize(resumed_.ref());
+    } catch (const std::exception& e) {
+      ok::record_teardown_error(e.what());
+    }
+  }
+
+ private:
+  [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
+  [[nodiscard]] std::size_t do_size() const noexcept override { return inner_.size(); }
+  [[nodiscard]] int do_device() const noexcept override { return inner_.device(); }
+  [[nodiscard]] ok::region::region_state do_state() const noexcept override {
+    return inner_.state();
+  }
+  [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
+  [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
+  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
+    // Its own copy in of the last resume, which may still be pending on another stream, lands
+    // before anything is copied out or given back.
+    if (resume_pending_) ex_->synchronize(resumed_.ref());
+    resume_pending_ = false;
+    if (m == ok::region::pause_mode::preserve &&
+        inner_.state() == ok::region::region_state::active) {
+      if (host_.data() == nullptr) {
+        host_ = ok::buffer(*ex_, ok::memory_kind::pinned, inner_.size(), inner_.device());
+      }
+      ex_->record(caller_.ref(), s);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      while (!ex_->ready(caller_.ref()) && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      try {
+        ex_->copy(host_.data(), inner_.data(), inner_.size(), own_.ref());  // the planted bug
+      } catch (...) {
+        own_.synchronize();  // still active, nothing lost
+        throw;
+      }
+      own_.synchronize();
+    }
+    inner_.pause(ok::region::pause_mode::discard, s);
+    preserved_ = m == ok::region::pause_mode::preserve;
+  }
+  void do_resume(ok::stream_ref s) override {
+    inner_.resume(s);
+    if (!preserved_) return;
+    try {
+      ex_->copy(inner_.data(), host_.data(), inner_.size(), s);
+    } catch (...) {
+      inner_.pause(ok::region::pause_mode::discard, s);  // back to paused, the host copy intact
+      throw;
+    }
+    ex_->record(resumed_.ref(), s);
+    resume_pending_ = true;
+    preserved_ = false;
+  }
+  ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
+    return inner_.register_graph(std::move(fn), s);
+  }
+  void do_replay(ok::region::graph_id g, ok::stream_ref s) override { inner_.replay(g, s); }
+  void do_unregister_graph(ok::region::graph_id g) noexcept override { inner_.unregister_graph(g); }
+
+  ok::executor* ex_;
+  ok::region::reference_region inner_;
+  ok::stream own_;
+  ok::event caller_;   ///< recorded on the caller's stream, polled for at most 200 ms
+  ok::event resumed_;  ///< recorded after the copy in of the last resume
+  bool resume_pending_ = false;
+  ok::buffer host_;  ///< pinned, allocated at the first preserving pause and kept
+  bool preserved_ = false;
 };
 
 constexpr bool planted_close = PLANTED == OKIT_PLANTED_close || PLANTED == OKIT_PLANTED_close_v1;
@@ -491,6 +584,10 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<leaky_vmm_region>>(
       "planted-leaky-vmm",
       OKIT_CAP_CUDA_EXECUTOR | OKIT_REGION_CAP_ADDRESS_STABLE | OKIT_REGION_CAP_RELEASES_MEMORY);
+#elif PLANTED == OKIT_PLANTED_region_no_caller_wait
+  static const okit_region_vtable region =
+      op::region_vtable<&op::make_region_as<own_stream_region>>(
+          "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
 #else
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
@@ -516,7 +613,10 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_plugin plugin{
       OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,
       stash_like ? &stash : nullptr,
-      PLANTED == OKIT_PLANTED_region || PLANTED == OKIT_PLANTED_region_leak ? &region : nullptr,
+      PLANTED == OKIT_PLANTED_region || PLANTED == OKIT_PLANTED_region_leak ||
+              PLANTED == OKIT_PLANTED_region_no_caller_wait
+          ? &region
+          : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
       PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ? &arena
                                                                                       : nullptr,

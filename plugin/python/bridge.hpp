@@ -12,6 +12,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,8 @@ struct feature_decl {
   std::uint64_t capabilities = 0;
   std::string implementation;  ///< the name in results
   std::string owner;           ///< the maker's qualified name, for messages ("NumpyStash")
+  /// A stash's declared key limits (vp, layer, microbatch); 0: the codec's.
+  std::array<std::uint32_t, 3> key_limits{};
 };
 
 struct plugin_decl {

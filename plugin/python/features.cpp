@@ -559,6 +559,9 @@ const okit_plugin* load_plugin() noexcept {
     static okit_plugin plugin{};
     if (d.stash.present) {
       stash = op::stash_vtable<&make_stash>(d.stash.implementation.c_str(), d.stash.capabilities);
+      stash.vp_limit = d.stash.key_limits[0];
+      stash.layer_limit = d.stash.key_limits[1];
+      stash.microbatch_limit = d.stash.key_limits[2];
     }
     if (d.region.present) {
       region =

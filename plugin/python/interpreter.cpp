@@ -98,6 +98,10 @@ feature_decl read_feature(const py::dict& features, const char* feature) {
     d.capabilities |= plugin::capability_bit(feature, cap.cast<std::string>());
   }
   d.implementation = t[2].cast<std::string>();
+  py::tuple limits = t[3];
+  for (std::size_t i = 0; i < d.key_limits.size(); ++i) {
+    d.key_limits[i] = limits[i].cast<std::uint32_t>();
+  }
   d.owner = py::hasattr(d.make, "__qualname__")
                 ? py::str(d.make.attr("__qualname__")).cast<std::string>()
                 : d.implementation;

@@ -31,6 +31,8 @@ const std::vector<capability>& capability_table() {
        "a key goes whole into one tier, the device if it has room"},
       {"stash", "unknown_restore_error", OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR,
        "restoring a key that holds nothing is an error (OKIT_ERR_STATE)"},
+      {"stash", "overflow_exception", OKIT_STASH_CAP_OVERFLOW_EXCEPTION,
+       "a key that does not fit is an error (OKIT_ERR_OUT_OF_MEMORY) and stores nothing"},
       {"region", "address_stable", OKIT_REGION_CAP_ADDRESS_STABLE, "data() never changes"},
       {"region", "releases_memory", OKIT_REGION_CAP_RELEASES_MEMORY,
        "pause() gives the device memory back to the driver"},

@@ -109,7 +109,7 @@ std::optional<testing::stash_implementation> stash_of(const std::shared_ptr<cons
   if (t == nullptr) return std::nullopt;
   testing::stash_implementation impl;
   impl.name = detail::implementation_name(*lib, t->implementation);
-  impl.caps = stash_capabilities_of(t->capabilities);
+  impl.caps = stash_capabilities_of(*t);
   impl.support = support_of(t->capabilities);
   impl.make = [lib](executor& ex, const stash::stash_config& c, stream_ref s) {
     return std::unique_ptr<stash::stash_interface>(std::make_unique<plugin_stash>(lib, ex, c, s));

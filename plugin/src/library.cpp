@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host_common.hpp"
@@ -190,13 +191,38 @@ testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept {
   c.capturable = has(bits, OKIT_STASH_CAP_CAPTURABLE);
   c.page_ids = has(bits, OKIT_STASH_CAP_PAGE_IDS);
   c.overflow = has(bits, OKIT_STASH_CAP_STICKY_FLAG) ? testing::stash_overflow_report::sticky_flag
-                                                     : testing::stash_overflow_report::status_word;
+               : has(bits, OKIT_STASH_CAP_OVERFLOW_EXCEPTION)
+                   ? testing::stash_overflow_report::exception
+                   : testing::stash_overflow_report::status_word;
   c.placement = has(bits, OKIT_STASH_CAP_WHOLE_KEY_PER_TIER)
                     ? testing::stash_placement::whole_key_per_tier
                     : testing::stash_placement::split_within_key;
   c.unknown_restore = has(bits, OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR)
                           ? testing::stash_unknown_restore::error
                           : testing::stash_unknown_restore::status_word;
+  return c;
+}
+
+testing::stash_capabilities stash_capabilities_of(const okit_stash_vtable& t) {
+  testing::stash_capabilities c = stash_capabilities_of(t.capabilities);
+  OFFLOADKIT_EXPECTS(
+      !has(t.capabilities, OKIT_STASH_CAP_STICKY_FLAG) ||
+          !has(t.capabilities, OKIT_STASH_CAP_OVERFLOW_EXCEPTION),
+      out_of_range, "stash table '", t.implementation != nullptr ? t.implementation : "",
+      "' declares two overflow reports (sticky_flag and overflow_exception); declare one or none");
+  if (!OKIT_STASH_HAS_KEY_LIMITS(&t)) return c;
+  const std::pair<const char*, std::uint32_t*> fields[] = {
+      {"vp_limit", &c.vp_limit},
+      {"layer_limit", &c.layer_limit},
+      {"microbatch_limit", &c.microbatch_limit}};
+  const std::uint32_t declared[] = {t.vp_limit, t.layer_limit, t.microbatch_limit};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (declared[i] == 0) continue;  // the codec's
+    OFFLOADKIT_EXPECTS(declared[i] <= *fields[i].second, out_of_range, "stash table ",
+                       fields[i].first, " = ", declared[i], " is outside [1, ", *fields[i].second,
+                       "] (the key codec's limit; 0 for that limit)");
+    *fields[i].second = declared[i];
+  }
   return c;
 }
 

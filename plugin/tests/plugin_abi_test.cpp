@@ -589,6 +589,87 @@ TEST(CapabilityTable, EveryBitIsOneNameAndChangesItsDescriptor) {
   }
 }
 
+TEST(CapabilityTable, NoBitOutsideTheTableIsDecoded) {
+  // A bit that a decoder reads but the table does not name would reach the batteries from C and
+  // never from Python.
+  for (const std::string feature : {"stash", "region", "arena", "activation"}) {
+    std::uint64_t named = 0;
+    for (const op::capability& c : op::capability_table()) {
+      if (c.feature == feature || std::string(c.feature) == "common") named |= c.bit;
+    }
+    for (int b = 0; b < 64; ++b) {
+      const std::uint64_t bit = std::uint64_t{1} << b;
+      if ((named & bit) != 0) continue;
+      EXPECT_EQ(decoded(feature, bit), decoded(feature, 0)) << feature << ": bit " << b;
+    }
+  }
+}
+
+TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
+  // Every value of every stash and region policy of the descriptor is what some word decodes to:
+  // a value added to a descriptor without its bit fails here.
+  std::set<std::string> overflow, placement, unknown_restore, pause_modes, streams, graphs;
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 8); ++bits) {
+    const std::uint64_t word = bits << 8;  // feature bits start at 8
+    const auto st = op::stash_capabilities_of(word);
+    overflow.insert(ok::testing::to_string(st.overflow));
+    placement.insert(ok::testing::to_string(st.placement));
+    unknown_restore.insert(ok::testing::to_string(st.unknown_restore));
+    const auto rg = op::region_capabilities_of(word);
+    pause_modes.insert(ok::testing::to_string(rg.pause_modes));
+    streams.insert(ok::testing::to_string(rg.streams));
+    graphs.insert(ok::testing::to_string(rg.graphs));
+  }
+  using ok::testing::to_string;
+  namespace t = ok::testing;
+  EXPECT_EQ(overflow, (std::set<std::string>{to_string(t::stash_overflow_report::status_word),
+                                             to_string(t::stash_overflow_report::sticky_flag),
+                                             to_string(t::stash_overflow_report::exception)}));
+  EXPECT_EQ(placement, (std::set<std::string>{to_string(t::stash_placement::split_within_key),
+                                              to_string(t::stash_placement::whole_key_per_tier)}));
+  EXPECT_EQ(unknown_restore,
+            (std::set<std::string>{to_string(t::stash_unknown_restore::status_word),
+                                   to_string(t::stash_unknown_restore::error)}));
+  EXPECT_EQ(pause_modes,
+            (std::set<std::string>{to_string(t::region_pause_modes::both),
+                                   to_string(t::region_pause_modes::fixed_per_allocation)}));
+  EXPECT_EQ(streams, (std::set<std::string>{to_string(t::region_streams::stream_ordered),
+                                            to_string(t::region_streams::synchronous)}));
+  EXPECT_EQ(graphs, (std::set<std::string>{to_string(t::region_graphs::own),
+                                           to_string(t::region_graphs::none)}));
+}
+
+TEST(CapabilityTable, StashKeyLimitsTravelInTheTable) {
+  okit_stash_vtable t{};
+  t.struct_size = sizeof t;
+  t.implementation = "decimal";
+  t.capabilities = OKIT_STASH_CAP_OVERFLOW_EXCEPTION;
+  t.vp_limit = 1000 / 4;  // within the codec's 256
+  t.layer_limit = 1000;
+  t.microbatch_limit = 0;  // the codec's
+  auto c = op::stash_capabilities_of(t);
+  EXPECT_EQ(c.overflow, ok::testing::stash_overflow_report::exception);
+  EXPECT_EQ(c.vp_limit, 250u);
+  EXPECT_EQ(c.layer_limit, 1000u);
+  EXPECT_EQ(c.microbatch_limit, ok::stash::key_limits::microbatch);
+  // A table of ABI 1.2 ends before the limits: whatever lies past it is not read.
+  t.struct_size = offsetof(okit_stash_vtable, vp_limit);
+  c = op::stash_capabilities_of(t);
+  EXPECT_EQ(c.layer_limit, ok::stash::key_limits::layer);
+  // A limit past the codec's, or two overflow reports, is refused, naming what is wrong.
+  t.struct_size = sizeof t;
+  t.layer_limit = ok::stash::key_limits::layer + 1;
+  try {
+    (void)op::stash_capabilities_of(t);
+    ADD_FAILURE() << "a layer limit past the codec's was accepted";
+  } catch (const ok::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_limit = 4097"), std::string::npos) << e.what();
+  }
+  t.layer_limit = 0;
+  t.capabilities |= OKIT_STASH_CAP_STICKY_FLAG;
+  EXPECT_THROW((void)op::stash_capabilities_of(t), ok::out_of_range);
+}
+
 TEST(CapabilityTable, PythonProtocolNamesAreTheTables) {
   const std::string command = std::string("PYTHONPATH='") + OFFLOADKIT_PYTHON_PACKAGE_DIR +
                               "' python3 -c 'from offloadkit import protocol as p\n"

@@ -890,6 +890,33 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
   a.synchronize();
 }
 
+/// The caller's last write of the contents is late on the caller's stream: a long hold, then the
+/// write, then pause() on that stream. A pause (stream-ordered or synchronous alike) waits for the
+/// work queued on the stream it is given, so the copy out must hold the late write; one that
+/// copies on a stream of its own without waiting for the caller's moves what the region held
+/// before it. The hold (300 to 400 ms, drawn per case) outlasts any bounded wait shorter than that
+/// (the other properties' writes, large ones on a loaded machine included, land well within it).
+void caller_writes_late(executor& ex, const region_implementation& impl) {
+  const shape sh = gen_shape(ex, 0, 3);
+  const std::uint32_t before = *rc::gen::arbitrary<std::uint32_t>();
+  const std::uint32_t late = *rc::gen::distinctFrom(before);
+  const int delay_us = *rc::gen::inRange(300000, 400000);
+  delay_adaptor dx(ex);
+  stream s(dx, 0);
+  auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});
+  // A failed check unwinds: the late write must land before the region goes.
+  const testing::sync_on_exit guard(dx, {s});
+  write_pattern(dx, r->data(), sh.words, before, s);
+  s.synchronize();
+  RC_LOG() << "hold of " << delay_us << " us on the caller's stream, then its last write\n";
+  dx.delay_next(std::chrono::microseconds(delay_us), 1, s);
+  write_pattern(dx, r->data(), sh.words, late, s);
+  r->pause(s);
+  dx.clear();
+  r->resume(s);
+  assert_contents(dx, *r, sh.words, late, 0, s);
+}
+
 /// Regions whose allocations touch, as cudaMalloc places them: a region's copies stay inside
 /// each of its allocations (a copy spanning two touching allocations fails on a GPU and on the
 /// host back end), and a pause or resume of one region never changes its neighbours. The host
@@ -1195,6 +1222,7 @@ std::vector<check_case> region_battery(const region_implementation& impl) {
               "declared)")
       .min_devices = 2;
   list.add("cross_stream_order", &region::cross_stream_order, 5);
+  list.add("caller_writes_late", &region::caller_writes_late, 5);
   list.add("adjacent_allocations", &region::adjacent_allocations, 10);
   list.add_if(caps.managed_memory, "unified_release_behaviour", &region::unified_release_behaviour,
               10,

@@ -9,6 +9,8 @@ const char* to_string(stash_overflow_report r) noexcept {
       return "per-key status word";
     case stash_overflow_report::sticky_flag:
       return "sticky flag until reset";
+    case stash_overflow_report::exception:
+      return "thrown out_of_memory";
   }
   return "unknown";
 }

@@ -173,6 +173,28 @@ class NumpyStash(ok.Stash):
 # ---- graph-stable region --------------------------------------------------------------------
 
 
+class NumpyDecimalStash(NumpyStash):
+    """NumpyStash as a library whose keys are decimal schedule positions declares itself: layer
+    and microbatch below 1000 (``key_limits``), and a key that does not fit raises OutOfMemory and
+    stores nothing (``overflow_exception``); other failures still go to the status word."""
+
+    implementation = "numpy-decimal-stash"
+    capabilities = NumpyStash.capabilities | {"overflow_exception"}
+    key_limits = (ok.CODEC_KEY_LIMITS[0], 1000, 1000)
+
+    def _note(self, key):
+        for name, value, limit in zip(("vp", "layer", "microbatch"), tuple(key), self.key_limits):
+            if not 0 <= value < limit:
+                raise ok.OutOfRange(f"key {tuple(key)}: {name} = {value} is outside [0, {limit})")
+        return super()._note(key)
+
+    def _fail(self, code, key, rows, needed):
+        if code == "overflow":
+            raise ok.OutOfMemory(f"key {tuple(key)} needs {needed} pages; free: "
+                                 f"{len(self.free_device)} device, {len(self.free_pinned)} pinned")
+        super()._fail(code, key, rows, needed)
+
+
 class NumpyRegion(ok.Region):
     implementation = "numpy-reference"
     capabilities = ok.BOTH_EXECUTORS | {"releases_memory", "multi_device"}
@@ -537,6 +559,10 @@ def make():
 
 def make_stash():
     return ok.Plugin(name="numpy-offload", stash=NumpyStash)
+
+
+def make_decimal_stash():
+    return ok.Plugin(name="numpy-offload", stash=NumpyDecimalStash)
 
 
 def make_region():

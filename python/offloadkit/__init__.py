@@ -16,8 +16,9 @@ Nothing here imports PyTorch or NumPy until it is used.
 from .errors import (CudaError, Error, InjectedFault, LogicError, OutOfMemory, OutOfRange,
                      PlatformError, StateError, with_context)
 from .hooks import saved_tensor_hooks
-from .protocol import (BOTH_EXECUTORS, CUDA_EXECUTOR, EXECUTOR_ALLOCATIONS, HOST_EXECUTOR,
-                       Activation, Arena, Feature, Plugin, Region, Stash, capture_graph)
+from .protocol import (BOTH_EXECUTORS, CODEC_KEY_LIMITS, CUDA_EXECUTOR, EXECUTOR_ALLOCATIONS,
+                       HOST_EXECUTOR, Activation, Arena, Feature, Plugin, Region, Stash,
+                       capture_graph)
 from .schedule import ScheduleError, ScheduleRecorder, TorchRing
 from .torch_support import as_torch, from_torch, torch_stream
 from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOptions, Physical,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Activation", "ActivationStats", "Arena", "ArenaInfo", "BOTH_EXECUTORS", "Buffer",
-    "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",
+    "CODEC_KEY_LIMITS", "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",
     "HOST_EXECUTOR", "InjectedFault", "LogicError", "OffloadOptions", "OutOfMemory", "OutOfRange",
     "Physical", "PlatformError", "Plugin", "Region", "RegionConfig", "RegionInfo", "ScheduleError",
     "ScheduleRecorder", "TorchRing", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",

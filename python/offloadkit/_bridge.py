@@ -10,7 +10,8 @@ import traceback
 
 from . import errors
 from . import types as _t
-from .protocol import COMMON_CAPABILITIES, FEATURE_CAPABILITIES, FEATURES, Feature
+from .protocol import (CODEC_KEY_LIMITS, COMMON_CAPABILITIES, FEATURE_CAPABILITIES, FEATURES,
+                       Feature)
 
 # okit_status codes (offloadkit/plugin.h).
 OUT_OF_RANGE, STATE, LOGIC, OUT_OF_MEMORY, CUDA, RUNTIME, INJECTED, UNSUPPORTED = range(1, 9)
@@ -63,7 +64,8 @@ _PLUGIN = None  # what the factory returned, kept for release_cached_memory
 
 def describe(spec):
     """Loads and calls the factory; returns (name, version, {feature: (make, [capabilities],
-    implementation)}) for the features it provides."""
+    implementation, key_limits)}) for the features it provides (key_limits: the stash's
+    ``(vp, layer, microbatch)`` limits, 0 for the codec's; ``(0, 0, 0)`` for other features)."""
     global _PLUGIN
     plugin = load_factory(spec)()
     _PLUGIN = plugin
@@ -96,11 +98,33 @@ def describe(spec):
                                     "nor host_executor; at least one is required")
         implementation = getattr(value, "implementation", None) or getattr(
             make, "__name__", feature)
-        features[feature] = (make, caps, str(implementation))
+        features[feature] = (make, caps, str(implementation),
+                             _key_limits(spec, feature, value))
     if not features:
         raise errors.LogicError(f"{spec}: the factory returned {plugin!r}, which provides no "
                                 f"feature (set one of {', '.join(FEATURES)})")
     return str(name), version, features
+
+
+def _key_limits(spec, feature, value):
+    """The declared ``key_limits`` of a stash: three ints, each in [1, the codec's limit], or
+    (0, 0, 0) where none is declared (the codec's limits)."""
+    limits = getattr(value, "key_limits", None)
+    if limits is None:
+        return (0, 0, 0)
+    if feature != "stash":
+        raise errors.LogicError(f"{spec}: feature {feature} declares key_limits; only a stash "
+                                "has a key space")
+    codec = CODEC_KEY_LIMITS
+    try:
+        values = tuple(int(v) for v in limits)
+    except (TypeError, ValueError):
+        values = ()
+    if len(values) != 3 or any(not 1 <= v <= c for v, c in zip(values, codec)):
+        raise errors.OutOfRange(
+            f"{spec}: stash key_limits = {limits!r}; expected (vp, layer, microbatch) with each "
+            f"in [1, {codec[0]}], [1, {codec[1]}], [1, {codec[2]}]")
+    return values
 
 
 def release_cached_memory():

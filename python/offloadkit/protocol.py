@@ -19,8 +19,9 @@ the class name). Wrap a plain function in ``Feature(make, capabilities, implemen
 feature        built as                          feature capabilities (besides the common ones)
 =============  ================================  =============================================
 ``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``; profile:
-                                                   ``sticky_flag``, ``whole_key_per_tier``,
-                                                   ``unknown_restore_error``
+                                                   ``sticky_flag``, ``overflow_exception``,
+                                                   ``whole_key_per_tier``,
+                                                   ``unknown_restore_error``; ``key_limits``
 ``region``     ``make(executor, config)``          ``address_stable``, ``releases_memory``,
                                                    ``multi_device``, ``managed_memory``;
                                                    profile: ``fixed_pause_mode``,
@@ -112,13 +113,16 @@ BOTH_EXECUTORS = frozenset({CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS})
 COMMON_CAPABILITIES = (CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS)
 FEATURE_CAPABILITIES = {
     "stash": ("capturable", "page_ids", "sticky_flag", "whole_key_per_tier",
-              "unknown_restore_error"),
+              "unknown_restore_error", "overflow_exception"),
     "region": ("address_stable", "releases_memory", "multi_device", "managed_memory",
                "fixed_pause_mode", "synchronous", "no_graphs"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
     "activation": ("origin_device", "prefetch_bound", "pending_bound", "backward_prefetch"),
 }
 FEATURES = tuple(FEATURE_CAPABILITIES)
+#: offloadkit's key codec's limits (vp, layer, microbatch): the key space of a stash that declares
+#: no ``key_limits``, and the largest one a stash may declare.
+CODEC_KEY_LIMITS = (256, 4096, 4096)
 
 
 @dataclasses.dataclass
@@ -128,6 +132,8 @@ class Feature:
     make: Callable[..., Any]
     capabilities: Iterable[str]
     implementation: Optional[str] = None
+    #: A stash's key space, as ``Stash.key_limits``.
+    key_limits: Optional[tuple] = None
 
 
 @dataclasses.dataclass
@@ -170,7 +176,17 @@ class Stash:
     ``snapshot`` reports only the code; ``whole_key_per_tier``: a key goes whole into the device
     tier if it has room, else whole into the pinned tier, else it overflows;
     ``unknown_restore_error``: ``restore`` of a key that holds nothing raises StateError and
-    changes nothing.
+    changes nothing; ``overflow_exception`` (not with ``sticky_flag``): ``stash`` of a key that
+    does not fit raises OutOfMemory (naming the key, the pages it needs and the free pages),
+    stores nothing and leaves the status word as it was, and later calls go on; the other
+    failures (``rows_too_large``, ``double_stash``) still go to the status word.
+
+    Key space (``key_limits``, a class attribute): ``(vp, layer, microbatch)``, each field of a
+    key below its limit, each limit in [1, ``CODEC_KEY_LIMITS``]; a key past a limit raises
+    OutOfRange naming the field, its value and the limit. ``None`` (the default) is the codec's
+    ``CODEC_KEY_LIMITS``. A library whose keys are decimal schedule positions declares
+    ``(1000, 1000, 1000)``; the battery's ``key_limits`` property checks the corners of the
+    declared space and the first values past it.
 
     Ownership of ``rows``: the stash reads the row count in the order of ``stream``; the caller
     may overwrite the ``rows`` buffer with work it issues to ``stream`` after ``stash`` returns
@@ -186,6 +202,7 @@ class Stash:
 
     implementation: Optional[str] = None
     capabilities = frozenset()
+    key_limits: Optional[tuple] = None
 
     def stash(self, key, src, rows, stream):
         """Stashes the first r rows of ``src`` (device Buffer of max_rows * row_bytes bytes) under

@@ -1,6 +1,7 @@
 /* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap; 1.2:
- * optional close, a destroy that reports a failure, in every feature table; 1.3: the plugin's
- * optional release_cached_memory, for plugins that run on a framework with caching allocators).
+ * optional close, a destroy that reports a failure, in every feature table; 1.3: a stash's key
+ * limits and its overflow-exception policy, and the plugin's optional release_cached_memory, for
+ * plugins that run on a framework with caching allocators).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -255,6 +256,12 @@ typedef struct okit_executor {
 #define OKIT_STASH_CAP_WHOLE_KEY_PER_TIER (1ull << 11)
 /* restore of a key that holds nothing returns OKIT_ERR_STATE and changes nothing. */
 #define OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR (1ull << 12)
+/* Read by offloadkit 1.3 and later. stash of a key that does not fit returns
+ * OKIT_ERR_OUT_OF_MEMORY (the message names the key, the pages it needs and the free pages),
+ * stores nothing and leaves the status word as it was; later calls go on. Other failures (a key
+ * stashed twice, rows past max_rows) go to the status word. Not together with
+ * OKIT_STASH_CAP_STICKY_FLAG (offloadkit refuses a table with both). */
+#define OKIT_STASH_CAP_OVERFLOW_EXCEPTION (1ull << 13)
 
 /* Region. */
 #define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8) /* data() never changes */
@@ -396,7 +403,21 @@ typedef struct okit_stash_vtable {
    * destroy). Tears the object down as destroy does and reports a failure of it; the object is
    * gone when it returns, whatever it returns. */
   okit_status (*close)(void* self, okit_error* err);
+
+  /* Appended in version 1.3; read where struct_size reaches them (OKIT_STASH_HAS_KEY_LIMITS). The
+   * key space: each field of a key is below its limit, and stash / restore of another key return
+   * OKIT_ERR_OUT_OF_RANGE naming the field, its value and the limit (a library whose keys are
+   * decimal schedule positions declares 1000 for each). 0 in a field: offloadkit's fixed-width
+   * codec's limit (vp < 256, layer and microbatch < 4096). */
+  uint32_t vp_limit;
+  uint32_t layer_limit;
+  uint32_t microbatch_limit;
 } okit_stash_vtable;
+
+/* Whether a stash table carries the key limits (1.3). */
+#define OKIT_STASH_HAS_KEY_LIMITS(table) \
+  ((table)->struct_size >=               \
+   offsetof(okit_stash_vtable, microbatch_limit) + sizeof((table)->microbatch_limit))
 
 /* The size of a version-1.0 stash table (without the batch entries): the smallest accepted. */
 #define OKIT_STASH_V1_SIZE offsetof(okit_stash_vtable, stash_batch)

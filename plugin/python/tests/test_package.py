@@ -374,10 +374,30 @@ class DescribeTest(unittest.TestCase):
 
         name, _, features = _bridge.describe(self.factory(arena=MyArena))
         self.assertEqual(name, "t")
-        make, caps, implementation = features["arena"]
+        make, caps, implementation, key_limits = features["arena"]
         self.assertIs(make, MyArena)
         self.assertIn("asynchronous", caps)
         self.assertEqual(implementation, "MyArena")
+        self.assertEqual(key_limits, (0, 0, 0))
+
+    def test_a_stash_declares_its_key_limits_within_the_codecs(self):
+        class Decimal(ok.Stash):
+            capabilities = ok.BOTH_EXECUTORS | {"overflow_exception"}
+            key_limits = (1000 // 4, 1000, 1000)
+
+        spec = self.factory(stash=Decimal)
+        _, _, features = _bridge.describe(spec)
+        self.assertEqual(features["stash"][3], (250, 1000, 1000))
+        self.assertIn("overflow_exception", features["stash"][1])
+        for bad in [(256, 4097, 1), (0, 1, 1), (1, 1), "abc"]:
+            Decimal.key_limits = bad
+            with self.assertRaisesRegex(ok.OutOfRange, r"key_limits = .*\[1, 256\], \[1, 4096\]"):
+                _bridge.describe(spec)
+
+    def test_only_a_stash_has_key_limits(self):
+        f = ok.Feature(lambda ex: None, ok.BOTH_EXECUTORS, "f", key_limits=(1, 1, 1))
+        with self.assertRaisesRegex(ok.LogicError, "only a stash has a key space"):
+            _bridge.describe(self.factory(arena=f))
 
     def test_unknown_capabilities_are_named_with_the_valid_ones(self):
         class Bad(ok.Stash):

@@ -178,7 +178,9 @@ class moving_region final : public forwarding_region {
 class staged_region : public forwarding_region {
  public:
   staged_region(executor& ex, region_config c)
-      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)), resumed_(ex, c.device) {
+      : forwarding_region(ex, std::make_unique<vmm_region>(ex, c)),
+        resumed_(ex, c.device),
+        copied_out_(ex, c.device) {
     const std::size_t gran = ex.granularity(c.device);
     const std::size_t reserved = (c.bytes + gran - 1) / gran * gran;
     const std::size_t chunk = c.chunk_bytes != 0 ? c.chunk_bytes : default_chunk_bytes;
@@ -205,19 +207,31 @@ class staged_region : public forwarding_region {
   virtual bool merge_touching() const { return false; }
   /// Orders the copies out on `s` after a resume still pending on another stream.
   virtual void order_after_resume(stream_ref s) { ex().wait(resumed_.ref(), s); }
+  /// The stream the copies out of a pause given `s` run on, ordered after the caller's work on
+  /// `s` and after the region's pending resume; `s` itself here.
+  virtual stream_ref copy_out_stream(stream_ref s) {
+    if (resume_pending_) order_after_resume(s);
+    return s;
+  }
   /// Whether a preserving pause copies out; false once a discarding pause has happened.
   virtual bool copies_out() const { return true; }
   bool discarded_once_ = false;
   event resumed_;  ///< recorded after the copies in of the last resume
+  bool resume_pending_ = false;
 
   void do_pause(pause_mode m, stream_ref s) override {
     if (m == pause_mode::preserve && copies_out()) {
       while (staging_.size() < chunks_.size())
         staging_.emplace_back(ex(), memory_kind::pinned, chunks_[staging_.size()].bytes);
-      if (resume_pending_) order_after_resume(s);
+      const stream_ref c = copy_out_stream(s);
       each_run([&](std::size_t first, std::size_t offset, std::size_t bytes) {
-        ex().copy(staging_[first].data(), static_cast<char*>(inner().data()) + offset, bytes, s);
+        ex().copy(staging_[first].data(), static_cast<char*>(inner().data()) + offset, bytes, c);
       });
+      if (c.native != s.native) {
+        // The device memory goes on `s`, after the copies out.
+        ex().record(copied_out_.ref(), c);
+        ex().wait(copied_out_.ref(), s);
+      }
     }
     // The device memory goes only once the copies in of a pending resume have landed.
     if (resume_pending_) ex().synchronize(resumed_.ref());
@@ -268,7 +282,7 @@ class staged_region : public forwarding_region {
 
   std::vector<span> chunks_;
   std::vector<buffer> staging_;
-  bool resume_pending_ = false;
+  event copied_out_;  ///< recorded after copies out issued on a stream other than the caller's
   bool saved_ = false;
 };
 
@@ -295,6 +309,28 @@ class impatient_region final : public staged_region {
     while (!ex().ready(resumed_.ref()) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+};
+
+/// Bug (caller_writes_late): a pause copies out on a stream of its own, with no event wait on the
+/// caller's stream; it only polls the caller's stream from the host for at most 200 ms (as code
+/// that spins on cudaStreamQuery with a timeout does), then copies whatever the device holds.
+/// (The other properties' writes, large ones on a loaded machine included, land within that.)
+class own_stream_pause_region final : public staged_region {
+ public:
+  own_stream_pause_region(executor& ex, region_config c)
+      : staged_region(ex, c), own_(ex, c.device), caller_(ex, c.device) {}
+
+ private:
+  stream_ref copy_out_stream(stream_ref s) override {
+    ex().record(caller_.ref(), s);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!ex().ready(caller_.ref()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (resume_pending_) ex().wait(resumed_.ref(), own_.ref());  // its own work stays ordered
+    return own_.ref();
+  }
+  stream own_;
+  event caller_;
 };
 
 /// Bug (model_based): after one discarding pause, preserving pauses no longer copy out.
@@ -617,6 +653,10 @@ TEST(RegionCatchesExactlyOne, ImpatientPauseOnlyByCrossStreamOrder) {
   EXPECT_EQ(failing_properties(planted<impatient_region>(optimized())),
             names{"cross_stream_order"});
 }
+TEST(RegionCatchesExactlyOne, OwnStreamPauseOnlyByCallerWritesLate) {
+  EXPECT_EQ(failing_properties(planted<own_stream_pause_region>(optimized())),
+            names{"caller_writes_late"});
+}
 TEST(RegionCatchesExactlyOne, MergedCopyAcrossAllocationsOnlyByAdjacentAllocations) {
   EXPECT_EQ(failing_properties(planted<merging_region>(optimized())),
             names{"adjacent_allocations"});
@@ -641,6 +681,12 @@ TEST(RegionProfiles, ResumeReturningBeforeItsCopyOnlyByModelWhenDeclaredSynchron
   // The same code is right for what a stream-ordered region promises.
   impl.caps.streams = offloadkit::testing::region_streams::stream_ordered;
   EXPECT_EQ(failing_properties(impl), names{});
+}
+TEST(RegionProfiles, PauseNotWaitingForTheCallerOnlyByCallerWritesLateWhenSynchronous) {
+  // A synchronous pause waits for the stream given as a stream-ordered one does: the same rule.
+  EXPECT_EQ(failing_properties(doubles::synchronous_fixed_region_implementation(
+                doubles::planted_mode::polls_caller_briefly)),
+            names{"caller_writes_late"});
 }
 TEST(RegionProfiles, DiscardBeforeRefusingAModeOnlyByStateErrors) {
   EXPECT_EQ(failing_properties(doubles::synchronous_fixed_region_implementation(

@@ -7,9 +7,11 @@
 // Planted variants (planted_mode) break one declared policy each.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "offloadkit/detail/text.hpp"
 #include "offloadkit/error.hpp"
@@ -28,6 +30,9 @@ enum class planted_mode {
   returns_before_resume_copy,
   /// A pause in the mode it does not offer discards the contents before it refuses.
   discards_before_refusing,
+  /// pause() does not wait for the caller's stream: it polls it from the host for at most 200 ms
+  /// (a timeout on cudaStreamQuery), then copies out on its own stream whatever the device holds.
+  polls_caller_briefly,
 };
 
 class synchronous_fixed_region final : public offload_region {
@@ -94,7 +99,7 @@ class synchronous_fixed_region final : public offload_region {
           "synchronous_fixed_region::pause(", to_string(mode), "): this region was allocated for ",
           to_string(mode_), " pauses only"));
     }
-    ex_->synchronize(s);  // the caller's work on the region comes first
+    wait_for_caller(s);  // the caller's work on the region comes first
     if (mode == pause_mode::preserve) {
       // One pinned buffer, kept across cycles: a pause in steady state allocates nothing.
       if (host_ == nullptr) host_ = ex_->allocate(memory_kind::pinned, bytes_, device_);
@@ -145,6 +150,18 @@ class synchronous_fixed_region final : public offload_region {
   }
   void do_unregister_graph(graph_id /*g*/) noexcept override {}
 
+  /// Waits for the work queued on the caller's stream (the planted variant gives up after 200 ms).
+  void wait_for_caller(stream_ref s) {
+    if (planted_ != planted_mode::polls_caller_briefly) {
+      ex_->synchronize(s);
+      return;
+    }
+    const event queued(*ex_, device_);
+    ex_->record(queued.ref(), s);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!ex_->ready(queued.ref()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   /// Waits for the planted resume's copy, which may still read the host buffer.
   void wait_copy_in() {
     if (copy_in_pending_) ex_->synchronize(copied_in_);

@@ -18,6 +18,7 @@ std::vector<offloadkit::testing::stash_implementation> implementations_under_tes
       offloadkit::testing::OFFLOADKIT_STASH_IMPL()};
 #ifdef OFFLOADKIT_STASH_WITH_DOUBLES
   all.push_back(offloadkit::stash::testing_doubles::sticky_flag_stash_implementation());
+  all.push_back(offloadkit::stash::testing_doubles::throwing_stash_implementation());
 #endif
   return all;
 }

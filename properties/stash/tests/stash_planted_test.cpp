@@ -319,6 +319,15 @@ TEST(StashProfiles, StashingPastTheStickyFlagOnlyByTheModel) {
             names{"model_based"});
 }
 
+TEST(StashProfiles, ThrowingOverflowStashPassesItsProfile) {
+  EXPECT_EQ(failing_properties(doubles::throwing_stash_implementation()), names{});
+}
+TEST(StashProfiles, StoppingAfterAThrownOverflowOnlyByTheModel) {
+  EXPECT_EQ(failing_properties(doubles::throwing_stash_implementation(
+                doubles::sticky_planted::stops_after_exception)),
+            names{"model_based"});
+}
+
 TEST(StashCatchesExactlyOne, ForwardingWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<plain_stash>()), names{});
 }

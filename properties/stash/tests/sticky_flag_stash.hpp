@@ -4,7 +4,9 @@
 // failure raises one sticky flag after which stash() stores nothing and restore() gives back
 // nothing until the step is run again (reset) or the flag is cleared, and restoring a key that
 // was never stashed is an error. It passes the battery under the profile it declares
-// (sticky_flag_stash_implementation); the planted variants break one declared policy each.
+// (sticky_flag_stash_implementation); the planted variants break one declared policy each. Made
+// to throw out_of_memory for a key that does not fit instead of raising the flag, it is the double
+// of the exception overflow policy (throwing_stash_implementation).
 #pragma once
 
 #include <cstdint>
@@ -28,14 +30,20 @@ enum class sticky_planted {
   splits_keys,
   /// Declared sticky, but goes on stashing after the flag is up.
   stashes_after_the_flag,
+  /// Declared to throw on overflow, but after throwing raises a hidden flag that silently stops
+  /// every later stash() until reset() or clear_status().
+  stops_after_exception,
 };
+
+using offloadkit::testing::stash_overflow_report;
 
 class sticky_flag_stash final : public stash_interface {
  public:
   static constexpr std::uint32_t field_limit = 1000;
 
-  sticky_flag_stash(executor& ex, const stash_config& c, sticky_planted planted)
-      : ex_(&ex), cfg_(c), planted_(planted) {
+  sticky_flag_stash(executor& ex, const stash_config& c, sticky_planted planted,
+                    stash_overflow_report overflow = stash_overflow_report::sticky_flag)
+      : ex_(&ex), cfg_(c), planted_(planted), overflow_(overflow) {
     check_config(c, ex.device_count());
     free_ = {c.device_pages, c.pinned_pages};
     scalar_ = buffer(ex, memory_kind::pinned, sizeof(std::uint64_t));
@@ -66,8 +74,12 @@ class sticky_flag_stash final : public stash_interface {
                        " is outside [1, max_keys = ", cfg_.max_keys, "]");
     seen_.insert(code);
   }
-  void raise(status_code c) {
-    if (flag_ == status_code::ok) flag_ = c;
+  void raise(status_code c, const stash_key& k, std::uint64_t rows, std::uint64_t need) {
+    if (status_.ok()) status_ = stash_status{c, k, rows, need, free_.device, free_.pinned};
+  }
+  /// The flag is up and stops stash() and restore() (a sticky flag only).
+  [[nodiscard]] bool stopped() const {
+    return !status_.ok() && overflow_ == stash_overflow_report::sticky_flag;
   }
   void write_rows(std::uint64_t* rows_out, std::uint64_t rows, stream_ref s) {
     if (rows_out == nullptr) return;
@@ -83,13 +95,14 @@ class sticky_flag_stash final : public stash_interface {
                 stream_ref s) override {
     const std::uint32_t code = decimal(key);
     note_key(code);
-    if (flag_ != status_code::ok && planted_ != sticky_planted::stashes_after_the_flag) return;
+    if (stopped() && planted_ != sticky_planted::stashes_after_the_flag) return;
+    if (thrown_stop_) return;  // the planted silent flag
     ex_->copy(scalar_.data(), rows, sizeof(std::uint64_t), s);
     ex_->synchronize(s);
     const std::uint64_t r = *scalar_.as<std::uint64_t>();
-    if (r > cfg_.max_rows) return raise(status_code::rows_too_large);
-    if (entries_.count(code) != 0) return raise(status_code::double_stash);
+    if (r > cfg_.max_rows) return raise(status_code::rows_too_large, key, r, 0);
     const std::uint64_t need = (r + cfg_.rows_per_page - 1) / cfg_.rows_per_page;
+    if (entries_.count(code) != 0) return raise(status_code::double_stash, key, r, need);
     held h;
     h.rows = r;
     if (need <= free_.device) {
@@ -99,8 +112,13 @@ class sticky_flag_stash final : public stash_interface {
     } else if (planted_ == sticky_planted::splits_keys && need <= free_.device + free_.pinned) {
       h.device_pages = free_.device;
       h.pinned_pages = need - free_.device;
+    } else if (overflow_ == stash_overflow_report::exception) {
+      thrown_stop_ = planted_ == sticky_planted::stops_after_exception;
+      OFFLOADKIT_FAIL(out_of_memory, "sticky_flag_stash: ", to_string(key), " needs ", need,
+                      " pages; free: ", free_.device, " device, ", free_.pinned,
+                      " pinned (a key goes whole into one tier)");
     } else {
-      return raise(status_code::overflow);
+      return raise(status_code::overflow, key, r, need);
     }
     const std::uint64_t dev_rows = std::min<std::uint64_t>(r, h.device_pages * cfg_.rows_per_page);
     const std::size_t dev_bytes = dev_rows * cfg_.row_bytes;
@@ -119,7 +137,7 @@ class sticky_flag_stash final : public stash_interface {
   void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out, stream_ref s) override {
     const std::uint32_t code = decimal(key);
     note_key(code);
-    if (flag_ != status_code::ok) {
+    if (stopped()) {
       // The step is lost: nothing comes back until it is run again.
       write_rows(rows_out, 0, s);
       ex_->synchronize(s);
@@ -146,17 +164,23 @@ class sticky_flag_stash final : public stash_interface {
     ex_->synchronize(s);
     entries_.clear();
     free_ = {cfg_.device_pages, cfg_.pinned_pages};
-    flag_ = status_code::ok;
+    status_ = {};
+    thrown_stop_ = false;
   }
   void do_clear_status(stream_ref s) override {
     ex_->synchronize(s);
-    flag_ = status_code::ok;
+    status_ = {};
+    thrown_stop_ = false;
   }
   stash_snapshot do_snapshot(stream_ref s) override {
     ex_->synchronize(s);
     stash_snapshot out;
     out.free = free_;
-    out.status.code = flag_;  // a flag: which key failed is not kept
+    if (overflow_ == stash_overflow_report::sticky_flag) {
+      out.status.code = status_.code;  // a flag: which key failed is not reported
+    } else {
+      out.status = status_;
+    }
     for (const auto& [code, h] : entries_) {
       entry_view ev;
       ev.key = stash_key{code / (field_limit * field_limit), code / field_limit % field_limit,
@@ -174,10 +198,31 @@ class sticky_flag_stash final : public stash_interface {
   sticky_planted planted_;
   std::map<std::uint32_t, held> entries_;
   std::set<std::uint32_t> seen_;  ///< distinct keys so far, for max_keys
+  stash_overflow_report overflow_;
   free_pages free_;
-  status_code flag_ = status_code::ok;
+  stash_status status_;       ///< the first failure since the last reset or clear
+  bool thrown_stop_ = false;  ///< the planted variant's silent flag, which stops stash() only
   buffer scalar_;
 };
+
+/// The same double, declaring that stash() of a key that does not fit throws out_of_memory (and
+/// records nothing, later calls going on); other failures go to a per-key status word.
+inline offloadkit::testing::stash_implementation throwing_stash_implementation(
+    sticky_planted planted = sticky_planted::none) {
+  offloadkit::testing::stash_implementation impl;
+  impl.name = planted == sticky_planted::none ? "throwing" : "planted_throwing";
+  impl.caps.overflow = stash_overflow_report::exception;
+  impl.caps.placement = offloadkit::testing::stash_placement::whole_key_per_tier;
+  impl.caps.unknown_restore = offloadkit::testing::stash_unknown_restore::error;
+  impl.caps.vp_limit = sticky_flag_stash::field_limit;
+  impl.caps.layer_limit = sticky_flag_stash::field_limit;
+  impl.caps.microbatch_limit = sticky_flag_stash::field_limit;
+  impl.make = [planted](executor& ex, const stash_config& c, stream_ref /*s*/) {
+    return std::unique_ptr<stash_interface>(
+        std::make_unique<sticky_flag_stash>(ex, c, planted, stash_overflow_report::exception));
+  };
+  return impl;
+}
 
 /// The double's descriptor: the profile it declares.
 inline offloadkit::testing::stash_implementation sticky_flag_stash_implementation(

@@ -61,6 +61,10 @@ std::optional<testing::activation_implementation> activation_of(
 /// capabilities.hpp's table decoded once, here).
 testing::executor_support support_of(std::uint64_t bits) noexcept;
 testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept;
+/// A stash table's whole profile: its capabilities word and, where the table carries them (ABI
+/// 1.3), its key limits (0: the codec's). Throws out_of_range for a word that declares two
+/// overflow reports, or a key limit past the codec's.
+testing::stash_capabilities stash_capabilities_of(const okit_stash_vtable& t);
 testing::region_capabilities region_capabilities_of(std::uint64_t bits) noexcept;
 arena::offload_promises arena_promises_of(std::uint64_t bits) noexcept;
 testing::activation_capabilities activation_capabilities_of(std::uint64_t bits) noexcept;

@@ -43,6 +43,11 @@ enum class stash_overflow_report {
   /// and every later restore() gives back nothing (0 rows) until reset() or clear_status(); the
   /// status says only that something failed (its code), not which key.
   sticky_flag,
+  /// stash() of a key that does not fit throws out_of_memory (naming the key, the pages it needs
+  /// and the free pages of both tiers), stores nothing and leaves the status word as it was;
+  /// later calls go on. Other failures (a key stashed twice, rows past max_rows) are recorded in
+  /// the status word as with status_word.
+  exception,
 };
 
 /// Where a key's pages go.

@@ -203,10 +203,22 @@ inline std::uint64_t pinned_for_peak(const stash_implementation& impl, std::uint
 
 /// Runs a workload through a stash, checking every restore against the model (the key's pattern)
 /// and, when asked, page conservation after every step. Keys in `dropped` must restore nothing.
+/// With `policy`, a dropped key is dropped as the profile says: stash() throws out_of_memory where
+/// the overflow is an exception, and restore() of it throws state_error where restoring a key that
+/// holds nothing is an error.
 inline void run_workload(stash_interface& st, device_io& io, const workload& w,
                          const std::vector<stash_key>& dropped, bool check_each_step,
-                         bool has_page_ids, std::uint32_t salt) {
+                         bool has_page_ids, std::uint32_t salt,
+                         const offloadkit::testing::stash_capabilities* policy = nullptr) {
   const std::set<stash_key> drop(dropped.begin(), dropped.end());
+  const bool overflow_throws =
+      policy != nullptr &&
+      policy->overflow == offloadkit::testing::stash_overflow_report::exception;
+  // Under the exception policy nothing else makes a dropped restore come back empty: it holds
+  // nothing, which the profile may call an error.
+  const bool empty_restore_throws =
+      overflow_throws &&
+      policy->unknown_restore == offloadkit::testing::stash_unknown_restore::error;
   for (std::size_t i = 0; i < w.sched.steps.size(); ++i) {
     const schedule_step& step = w.sched.steps[i];
     const std::uint32_t code = pattern_code(step.key);
@@ -214,12 +226,23 @@ inline void run_workload(stash_interface& st, device_io& io, const workload& w,
     if (step.kind == step_kind::stash) {
       io.write_u64(io.rows.data(), rows);
       io.write_source(io.src.data(), code, salt);
-      st.stash(step.key, io.src.data(), io.rows.as<std::uint64_t>(), io.s);
+      if (overflow_throws && drop.count(step.key) != 0) {
+        RC_ASSERT_THROWS_AS(st.stash(step.key, io.src.data(), io.rows.as<std::uint64_t>(), io.s),
+                            out_of_memory);
+      } else {
+        st.stash(step.key, io.src.data(), io.rows.as<std::uint64_t>(), io.s);
+      }
     } else {
+      const bool is_dropped = drop.count(step.key) != 0;
       io.clear(io.dst.data());
       io.write_u64(io.rows_out.data(), 0xDEADBEEFull);
+      if (empty_restore_throws && is_dropped) {
+        RC_ASSERT_THROWS_AS(
+            st.restore(step.key, io.dst.data(), io.rows_out.as<std::uint64_t>(), io.s),
+            state_error);
+        continue;
+      }
       st.restore(step.key, io.dst.data(), io.rows_out.as<std::uint64_t>(), io.s);
-      const bool is_dropped = drop.count(step.key) != 0;
       const auto got = io.read(io.dst.data());
       const long long bad = first_mismatch(got, code, salt, is_dropped ? 0 : rows * w.row_bytes);
       RC_ASSERT_FALSE(bad >= 0);
@@ -522,8 +545,10 @@ inline void prop_config_limits(executor& ex, const stash_implementation& impl) {
   w.row_bytes = cfg.row_bytes;
   w.max_rows = cfg.max_rows;
   run_workload(*st, io, w, fits ? std::vector<stash_key>{} : std::vector<stash_key>{k}, true,
-               impl.caps.page_ids, 3);
-  RC_ASSERT(st->status(s).ok() == fits);
+               impl.caps.page_ids, 3, &impl.caps);
+  // An overflow thrown is not recorded.
+  RC_ASSERT(st->status(s).ok() ==
+            (fits || impl.caps.overflow == offloadkit::testing::stash_overflow_report::exception));
 }
 
 /// Countdown fault injection (abseil style): fail the Nth allocation, copy, fill or launch the
@@ -598,6 +623,10 @@ struct model_state {
   }
   /// A sticky flag is up: stash() and restore() do nothing until reset() or clear_status().
   [[nodiscard]] bool stopped() const noexcept { return sticky() && !status.ok(); }
+  /// stash() of a key that does not fit throws out_of_memory and records nothing.
+  [[nodiscard]] bool overflow_throws() const noexcept {
+    return caps.overflow == offloadkit::testing::stash_overflow_report::exception;
+  }
   /// restore() of `key` throws: it holds nothing and the profile says that is an error.
   [[nodiscard]] bool restore_throws(const stash_key& key) const {
     return !stopped() && rows.count(key) == 0 &&
@@ -675,8 +704,14 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
   stash_command() = default;
   explicit stash_command(const model_state& m)
       : rows(*rc::gen::inRange<std::uint64_t>(0, m.max_rows + 2)) {}
+  /// The key does not fit and the profile says that is an exception.
+  [[nodiscard]] bool throws(const model_state& m) const {
+    const std::uint64_t need = (rows + m.rows_per_page - 1) / m.rows_per_page;
+    return m.overflow_throws() && !m.stopped() && rows <= m.max_rows && m.rows.count(key) == 0 &&
+           !key_fits(m.caps.placement, need, m.free_dev, m.free_pin);
+  }
   void apply(model_state& m) const override {
-    if (m.stopped()) return;
+    if (m.stopped() || throws(m)) return;
     const std::uint64_t need = (rows + m.rows_per_page - 1) / m.rows_per_page;
     if (rows > m.max_rows) return m.fail(status_code::rows_too_large, key, rows, 0);
     if (m.rows.count(key) != 0) return m.fail(status_code::double_stash, key, rows, need);
@@ -702,7 +737,12 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
     if (delay_us > 0) sut.dx->delay_next(std::chrono::microseconds(delay_us), 1, s);
     if (io.bytes > 0) io.ex->copy(io.src.data(), h, io.bytes, s);
     io.ex->copy(io.rows.data(), h + io.bytes, sizeof rows, s);
-    sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+    if (throws(m)) {
+      RC_ASSERT_THROWS_AS(sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s),
+                          out_of_memory);
+    } else {
+      sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+    }
     sut.called();
     sut.dx->clear();
     model_state next = m;
@@ -947,6 +987,20 @@ inline std::string describe(const stash_snapshot& snap, bool page_ids) {
   return out;
 }
 
+/// Runs `f` and names what it threw: "nothing", "out_of_memory" or "state_error" (an overflow
+/// thrown, a restore of nothing refused); anything else goes on to fail the property.
+template <class F>
+const char* stash_error_kind(F&& f) {
+  try {
+    f();
+  } catch (const out_of_memory&) {
+    return "out_of_memory";
+  } catch (const state_error&) {
+    return "state_error";
+  }
+  return "nothing";
+}
+
 /// Differential: stash_batch() and restore_batch() leave exactly what stash() and restore() of
 /// the same items in batch order leave: the same entries (page ids included where reported), free
 /// pages, sticky status word (which key failed first, with its need and the free pages it saw),
@@ -1001,8 +1055,16 @@ inline void prop_batch_matches_per_key(executor& ex, const stash_implementation&
         items.push_back(stash_item{keys[k], src[k].data(), rows[k].as<std::uint64_t>()});
         what += detail::concat(" ", to_string(keys[k]), ":", r);
       }
-      for (const stash_item& it : items) per->stash(it.key, it.src, it.rows, s);
-      bat->stash_batch(items, s);
+      // Where an overflow is an exception, a batch stops at the first item that throws, as
+      // per-key calls in batch order do, and throws what that item throws.
+      const char* per_threw = stash_error_kind([&] {
+        for (const stash_item& it : items) per->stash(it.key, it.src, it.rows, s);
+      });
+      const char* bat_threw = stash_error_kind([&] { bat->stash_batch(items, s); });
+      if (std::string(per_threw) != bat_threw) {
+        RC_FAIL(detail::concat("round ", round, ", ", what, ": the batch threw ", bat_threw,
+                               ", per-key calls in batch order threw ", per_threw));
+      }
     } else {
       if (impl.caps.unknown_restore == offloadkit::testing::stash_unknown_restore::error) {
         // Restoring a key that holds nothing is an error under this profile (model_based checks
