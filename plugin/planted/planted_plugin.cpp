@@ -244,8 +244,6 @@ class planted_activation final : public ok::activation::offloader {
   ok::activation::reference_offloader inner_;
 };
 
-
-
 /// The driver functions the black boxes call, from the driver library itself (never linked).
 struct driver_api {
   PFN_cuInit_v2000 init = nullptr;
@@ -269,9 +267,8 @@ template <class Fn>
 void driver_symbol(void* lib, const char* symbol, Fn& fn) {
   fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
   if (fn == nullptr) {
-    throw ok::cuda_error(ok::detail::concat("planted " OKIT_PLANTED_NAME ": the driver has no ",
-                                            symbol),
-                         0);
+    throw ok::cuda_error(
+        ok::detail::concat("planted " OKIT_PLANTED_NAME ": the driver has no ", symbol), 0);
   }
 }
 
@@ -280,10 +277,10 @@ const driver_api& driver() {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* why = dlerror();
-      throw ok::cuda_error(ok::detail::concat("planted " OKIT_PLANTED_NAME
-                                              ": libcuda.so.1 cannot be loaded: ",
-                                              why != nullptr ? why : "(no reason given)"),
-                           0);
+      throw ok::cuda_error(
+          ok::detail::concat("planted " OKIT_PLANTED_NAME ": libcuda.so.1 cannot be loaded: ",
+                             why != nullptr ? why : "(no reason given)"),
+          0);
     }
     driver_api a;
     driver_symbol(lib, "cuInit", a.init);
@@ -373,7 +370,9 @@ class driver_stream {
   driver_stream(const driver_stream&) = delete;
   driver_stream& operator=(const driver_stream&) = delete;
   [[nodiscard]] CUstream get() const noexcept { return stream_; }
-  void synchronize() const { driver_check(driver().stream_synchronize(stream_), "cuStreamSynchronize"); }
+  void synchronize() const {
+    driver_check(driver().stream_synchronize(stream_), "cuStreamSynchronize");
+  }
 
  private:
   CUstream stream_ = nullptr;
