@@ -1388,47 +1388,54 @@ OKIT_EXPORT cudaError_t cudaFreeHost(void* p) {
 
 // ---- the delayed calls: a delay in front, then the call, unchanged ----------------------------
 
-#define OKIT_DELAYED_COPY(symbol, id, pfn, dst_t, src_t)                             \
-  OKIT_EXPORT CUresult symbol(dst_t dst, src_t src, size_t bytes, CUstream stream) { \
-    const auto real = real_delayed_of<pfn>(id);                                      \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                          \
-    const delayed_call delay(stream);                                                \
-    return real(dst, src, bytes, stream);                                            \
+// The parameters keep cuda.h's names.
+#define OKIT_DELAYED_COPY(symbol, id, pfn, dst_t, dst, src_t, src, count)             \
+  OKIT_EXPORT CUresult symbol(dst_t dst, src_t src, size_t count, CUstream hStream) { \
+    const auto real = real_delayed_of<pfn>(id);                                       \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                           \
+    const delayed_call delay(hStream);                                                \
+    return real(dst, src, count, hStream);                                            \
   }
 
-OKIT_DELAYED_COPY(cuMemcpyAsync, d_memcpy_async, PFN_cuMemcpyAsync_v4000, CUdeviceptr, CUdeviceptr)
+OKIT_DELAYED_COPY(cuMemcpyAsync, d_memcpy_async, PFN_cuMemcpyAsync_v4000, CUdeviceptr, dst,
+                  CUdeviceptr, src, ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyAsync_ptsz, d_memcpy_async_ptsz, PFN_cuMemcpyAsync_v7000_ptsz,
-                  CUdeviceptr, CUdeviceptr)
+                  CUdeviceptr, dst, CUdeviceptr, src, ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyHtoDAsync_v2, d_memcpy_htod_async, PFN_cuMemcpyHtoDAsync_v3020,
-                  CUdeviceptr, const void*)
+                  CUdeviceptr, dstDevice, const void*, srcHost, ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyHtoDAsync_v2_ptsz, d_memcpy_htod_async_ptsz,
-                  PFN_cuMemcpyHtoDAsync_v7000_ptsz, CUdeviceptr, const void*)
+                  PFN_cuMemcpyHtoDAsync_v7000_ptsz, CUdeviceptr, dstDevice, const void*, srcHost,
+                  ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyDtoHAsync_v2, d_memcpy_dtoh_async, PFN_cuMemcpyDtoHAsync_v3020, void*,
-                  CUdeviceptr)
+                  dstHost, CUdeviceptr, srcDevice, ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyDtoHAsync_v2_ptsz, d_memcpy_dtoh_async_ptsz,
-                  PFN_cuMemcpyDtoHAsync_v7000_ptsz, void*, CUdeviceptr)
+                  PFN_cuMemcpyDtoHAsync_v7000_ptsz, void*, dstHost, CUdeviceptr, srcDevice,
+                  ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyDtoDAsync_v2, d_memcpy_dtod_async, PFN_cuMemcpyDtoDAsync_v3020,
-                  CUdeviceptr, CUdeviceptr)
+                  CUdeviceptr, dstDevice, CUdeviceptr, srcDevice, ByteCount)
 OKIT_DELAYED_COPY(cuMemcpyDtoDAsync_v2_ptsz, d_memcpy_dtod_async_ptsz,
-                  PFN_cuMemcpyDtoDAsync_v7000_ptsz, CUdeviceptr, CUdeviceptr)
+                  PFN_cuMemcpyDtoDAsync_v7000_ptsz, CUdeviceptr, dstDevice, CUdeviceptr, srcDevice,
+                  ByteCount)
 OKIT_DELAYED_COPY(cuMemsetD8Async, d_memset_d8_async, PFN_cuMemsetD8Async_v3020, CUdeviceptr,
-                  unsigned char)
+                  dstDevice, unsigned char, uc, N)
 OKIT_DELAYED_COPY(cuMemsetD8Async_ptsz, d_memset_d8_async_ptsz, PFN_cuMemsetD8Async_v7000_ptsz,
-                  CUdeviceptr, unsigned char)
+                  CUdeviceptr, dstDevice, unsigned char, uc, N)
 OKIT_DELAYED_COPY(cuMemsetD32Async, d_memset_d32_async, PFN_cuMemsetD32Async_v3020, CUdeviceptr,
-                  unsigned int)
+                  dstDevice, unsigned int, ui, N)
 OKIT_DELAYED_COPY(cuMemsetD32Async_ptsz, d_memset_d32_async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz,
-                  CUdeviceptr, unsigned int)
+                  CUdeviceptr, dstDevice, unsigned int, ui, N)
 #undef OKIT_DELAYED_COPY
 
-#define OKIT_DELAYED_LAUNCH(symbol, id, pfn)                                                       \
-  OKIT_EXPORT CUresult symbol(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,     \
-                              unsigned int bx, unsigned int by, unsigned int bz,                   \
-                              unsigned int shared, CUstream stream, void** params, void** extra) { \
-    const auto real = real_delayed_of<pfn>(id);                                                    \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                        \
-    const delayed_call delay(stream);                                                              \
-    return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                         \
+#define OKIT_DELAYED_LAUNCH(symbol, id, pfn)                                                      \
+  OKIT_EXPORT CUresult symbol(                                                                    \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,          \
+      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                     \
+      unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {         \
+    const auto real = real_delayed_of<pfn>(id);                                                   \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                       \
+    const delayed_call delay(hStream);                                                            \
+    return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
+                hStream, kernelParams, extra);                                                    \
   }
 
 OKIT_DELAYED_LAUNCH(cuLaunchKernel, d_launch_kernel, PFN_cuLaunchKernel_v4000)

@@ -320,86 +320,91 @@ void* as_pointer(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<std
 
 }  // namespace
 
-FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int /*flags*/) {
-  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *s = reinterpret_cast<CUstream>(new fake_stream());
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int /*Flags*/) {
+  if (phStream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phStream = reinterpret_cast<CUstream>(new fake_stream());
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
-  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  delete reinterpret_cast<fake_stream*>(s);  // runs what is queued first, as the driver does
+  delete reinterpret_cast<fake_stream*>(hStream);  // runs what is queued first, as the driver does
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
-  stream_of(s).synchronize();
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
+  stream_of(hStream).synchronize();
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuStreamQuery(CUstream s) {
-  return stream_of(s).idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+FAKE_EXPORT CUresult cuStreamQuery(CUstream hStream) {
+  return stream_of(hStream).idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream /*s*/, CUstreamCaptureStatus* status) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;  // nothing here captures
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream /*hStream*/,
+                                         CUstreamCaptureStatus* captureStatus) {
+  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;  // nothing here captures
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* user_data) {
+FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s).issue([fn, user_data] { fn(user_data); }, false);
+  stream_of(hStream).issue([fn, userData] { fn(userData); }, false);
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
-  return copy_async(as_pointer(dst), as_pointer(src), bytes, s);
+FAKE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                   CUstream hStream) {
+  return copy_async(as_pointer(dst), as_pointer(src), ByteCount, hStream);
 }
 
-FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes,
-                                          CUstream s) {
-  return copy_async(as_pointer(dst), src, bytes, s);
+FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost,
+                                          size_t ByteCount, CUstream hStream) {
+  return copy_async(as_pointer(dstDevice), srcHost, ByteCount, hStream);
 }
 
-FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream s) {
-  return copy_async(dst, as_pointer(src), bytes, s);
+FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                          CUstream hStream) {
+  return copy_async(dstHost, as_pointer(srcDevice), ByteCount, hStream);
 }
 
-FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
-                                          CUstream s) {
-  return copy_async(as_pointer(dst), as_pointer(src), bytes, s);
+FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount, CUstream hStream) {
+  return copy_async(as_pointer(dstDevice), as_pointer(srcDevice), ByteCount, hStream);
 }
 
-FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
-  if (dst == 0 && n != 0) return CUDA_ERROR_INVALID_VALUE;
-  void* p = as_pointer(dst);
-  stream_of(s).issue([p, value, n] { std::memset(p, value, n); }, true);
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                     CUstream hStream) {
+  if (dstDevice == 0 && N != 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = as_pointer(dstDevice);
+  stream_of(hStream).issue([p, uc, N] { std::memset(p, uc, N); }, true);
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstream s) {
-  if (dst == 0 && n != 0) return CUDA_ERROR_INVALID_VALUE;
-  auto* p = static_cast<unsigned int*>(as_pointer(dst));
-  stream_of(s).issue(
-      [p, value, n] {
-        for (size_t i = 0; i < n; ++i) p[i] = value;
+FAKE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                      CUstream hStream) {
+  if (dstDevice == 0 && N != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = static_cast<unsigned int*>(as_pointer(dstDevice));
+  stream_of(hStream).issue(
+      [p, ui, N] {
+        for (size_t i = 0; i < N; ++i) p[i] = ui;
       },
       true);
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int /*flags*/) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *e = reinterpret_cast<CUevent>(new fake_event());
+FAKE_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int /*Flags*/) {
+  if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phEvent = reinterpret_cast<CUevent>(new fake_event());
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(e);
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
   // The driver defers the release until recorded work completes; so does this.
   std::uint64_t target = 0;
   {
@@ -411,15 +416,15 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(e);
+FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
   std::uint64_t n = 0;
   {
     std::lock_guard<std::mutex> lock(ev->mutex);
     n = ++ev->recorded;
   }
-  stream_of(s).issue(
+  stream_of(hStream).issue(
       [ev, n] {
         {
           std::lock_guard<std::mutex> lock(ev->mutex);
@@ -431,9 +436,9 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(e);
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
   std::uint64_t target = 0;
   {
     std::lock_guard<std::mutex> lock(ev->mutex);
@@ -443,22 +448,22 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(e);
+FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
   std::lock_guard<std::mutex> lock(ev->mutex);
   return ev->completed >= ev->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int /*flags*/) {
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(e);
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int /*Flags*/) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
   std::uint64_t target = 0;
   {
     std::lock_guard<std::mutex> lock(ev->mutex);
     target = ev->recorded;
   }
-  stream_of(s).issue([ev, target] { ev->wait_for(target); }, false);
+  stream_of(hStream).issue([ev, target] { ev->wait_for(target); }, false);
   return CUDA_SUCCESS;
 }
 
