@@ -389,10 +389,17 @@ class own_stream_activation final : public ok::activation::offloader {
   own_stream_activation(ok::executor& ex, const ok::activation::offload_options& o)
       : ex_(&ex), options_(o), stream_(std::make_shared<driver_stream>()) {}
   ~own_stream_activation() override {
-    stream_->synchronize();
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& err) {
+      // A destructor cannot throw: the table's close reports what is recorded here.
+      ok::record_teardown_error(err.what());
+    }
     free_uploaded();
     for (auto& [id, e] : entries_) {
-      if (e.host != nullptr) ex_->deallocate(ok::memory_kind::pinned, e.host, e.source.bytes);
+      if (e.host != nullptr) {
+        ex_->deallocate(ok::memory_kind::pinned, e.host, std::max<std::size_t>(e.source.bytes, 1));
+      }
       if (e.host == nullptr && e.source.release) {
         try {
           e.source.release();
@@ -467,7 +474,7 @@ class own_stream_activation final : public ok::activation::offloader {
     // The planted bug: the caller's stream `s` is not made to wait for the upload.
     stats_.restored_bytes += bytes;
     stats_.demand_uploads += 1;
-    uploaded_.push_back({e.host, held});  // freed once the stream is seen done
+    uploaded_.emplace_back(e.host, held);  // freed once the stream is seen done
     ok::activation::tensor t = std::move(e.source);
     entries_.erase(it);
     t.data = dev;
