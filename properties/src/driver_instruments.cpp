@@ -57,8 +57,9 @@ driver_delays::driver_delays() {
   set_ = dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_SET_DELAYS_SYMBOL);
   if (set_ == nullptr) return;
   seed_ = *rc::gen::arbitrary<std::uint64_t>();
-  // Uniform up to 5 ms: shrinking lowers it toward 0 (no delay).
-  max_us_ = *rc::gen::inRange<std::uint32_t>(0, 5001);
+  // Up to 5 ms in steps of 100 us: shrinking lowers it toward 0 (no delay), and a maximum it keeps
+  // is long enough to lose a race every time, not a few microseconds that lose it by chance.
+  max_us_ = 100 * *rc::gen::inRange<std::uint32_t>(0, 51);
   RC_LOG() << "driver delays (interposer): seed " << seed_ << ", up to " << max_us_ << " us\n";
   reinterpret_cast<okit_interpose_set_delays_fn>(set_)(seed_, max_us_);
 }
