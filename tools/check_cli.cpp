@@ -5,6 +5,7 @@
 // goes on. --in-process runs the properties one after another in this process (for a debugger).
 #include "check_cli.hpp"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 
 #include <algorithm>
@@ -28,6 +29,8 @@
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/text.hpp"
 #include "offloadkit/host_executor.hpp"
+#include "offloadkit/interpose/control.h"
+#include "offloadkit/interpose/countdown.hpp"
 #include "report.hpp"
 
 namespace offloadkit::tools {
@@ -127,6 +130,16 @@ std::string check_footer() {
          "command that replays it (same seed and case count); a crash or a time-out also\n"
          "prints it with --in-process under gdb, which stops at the crash or lets you\n"
          "interrupt the hang.\n"
+         "\n"
+         "Black-box instruments: the children run under offloadkit's driver-call interposer\n"
+         "(liboffloadkit_interpose.so, looked for beside the command, in <prefix>/lib, and in\n"
+         "the build tree; OFFLOADKIT_INTERPOSE_LIBRARY=PATH names it, =none turns it off),\n"
+         "counting only, so that code calling CUDA itself is reached: the steady-state\n"
+         "properties (region many_cycles, arena steady_state) also count its device and\n"
+         "pinned allocations, physical handles and reservations from the driver calls, and\n"
+         "the race properties delay its own asynchronous copies and launches on its own\n"
+         "streams by seeded amounts. The header says whether they are on (not with\n"
+         "--in-process, nor in a sanitizer build).\n"
          "\n"
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
          "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
@@ -631,6 +644,64 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
   return row;
 }
 
+// A sanitizer's runtime must come first in a process, which a preloaded interposer prevents.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized_build = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized_build = true;
+#else
+constexpr bool sanitized_build = false;
+#endif
+#else
+constexpr bool sanitized_build = false;
+#endif
+
+/// The black-box instruments: the interposer the property children run under, counting only (no
+/// fault armed, no report, every child counting for itself, delays off until a race property arms
+/// them), so that the driver counts and the delays reach code that calls CUDA itself.
+struct black_box_instruments {
+  std::string library;  ///< empty: off
+  std::string state;    ///< for the header: "on (...)" or "off (...)"
+  /// NAME=VALUE entries for the children.
+  [[nodiscard]] std::vector<std::string> environment() const {
+    if (library.empty()) return {};
+    const char* preload = std::getenv("LD_PRELOAD");
+    return {"LD_PRELOAD=" + library +
+                (preload != nullptr && *preload ? ":" + std::string(preload) : ""),
+            std::string(OKIT_INTERPOSE_ENV_CALL) + "=",
+            std::string(OKIT_INTERPOSE_ENV_REPORT) + "=",
+            std::string(OKIT_INTERPOSE_ENV_WINDOW) + "=open",
+            std::string(OKIT_INTERPOSE_ENV_DELAY_MAX_US) + "=0"};
+  }
+};
+
+black_box_instruments find_black_box_instruments(bool in_process) {
+  black_box_instruments b;
+  if (in_process) {
+    const bool here = dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_COUNTS_SYMBOL) != nullptr;
+    b.state = here ? "on (this process runs under the interposer)"
+                   : "off (--in-process: the properties run in this process, which is not "
+                     "interposed)";
+    return b;
+  }
+  if (sanitized_build) {
+    b.state = "off (a sanitizer build: the interposer cannot be preloaded before its runtime)";
+    return b;
+  }
+  if (interposer_switched_off()) {
+    b.state = "off (OFFLOADKIT_INTERPOSE_LIBRARY=" +
+              std::string(std::getenv("OFFLOADKIT_INTERPOSE_LIBRARY")) + ")";
+    return b;
+  }
+  const std::vector<std::string> candidates = interposer_candidates();
+  b.library = interpose::find_interposer(candidates);
+  b.state = b.library.empty() ? "off (" + std::string(OKIT_INTERPOSE_LIBRARY_NAME) +
+                                    " not found: looked for " + join(candidates, ", ") + ")"
+                              : "on (driver counts and delays through " + b.library + ")";
+  return b;
+}
+
 std::vector<std::string> child_arguments(const check_program& program, const check_options& opt,
                                          const std::string& executor_name, const check_case& c,
                                          std::uint64_t seed) {
@@ -748,7 +819,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   std::unique_ptr<report_file> report;
   if (!opt.report.empty()) report = std::make_unique<report_file>(opt.report);
 
+  const black_box_instruments black_box = find_black_box_instruments(opt.in_process);
   std::cout << program.name << " check: " << executor_name << " executor (" << why << ")\n";
+  std::cout << "black-box instruments: " << black_box.state << "\n";
   if (!opt.plugin.empty()) std::cout << "plugin: " << opt.plugin << "\n";
   if (!opt.python.empty()) std::cout << "python: " << opt.python << "\n";
   for (const auto& n : notes) std::cout << "  " << n << "\n";
@@ -839,8 +912,9 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
       row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } else {
       result->clear();
-      const child_run run = run_child(child_arguments(program, opt, executor_name, c, cfg.seed),
-                                      timeout, result->fd(), child_result_fd);
+      const child_run run =
+          run_child(child_arguments(program, opt, executor_name, c, cfg.seed), timeout,
+                    result->fd(), child_result_fd, std::size_t{64} * 1024, black_box.environment());
       if (run.how == child_run::end::interrupted) {
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
         const double total =

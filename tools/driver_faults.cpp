@@ -48,23 +48,6 @@ constexpr std::uint64_t max_cases = 5000;
 /// Lines of a case's output shown under a row that is not clean.
 constexpr std::size_t output_lines_shown = 12;
 
-/// Where the interposer is: $OFFLOADKIT_INTERPOSE_LIBRARY, beside an installed command
-/// (<prefix>/lib from <prefix>/bin), or the build tree this command was built in.
-std::vector<std::string> interposer_candidates() {
-  std::vector<std::string> c;
-  if (const char* env = std::getenv("OFFLOADKIT_INTERPOSE_LIBRARY"); env != nullptr && *env) {
-    c.emplace_back(env);
-  }
-  std::error_code ec;
-  const fs::path installed =
-      fs::path(self_executable()).parent_path() / ".." / "lib" / OKIT_INTERPOSE_LIBRARY_NAME;
-  c.push_back(installed.lexically_normal().string());
-#ifdef OFFLOADKIT_INTERPOSE_BUILD_PATH
-  c.emplace_back(OFFLOADKIT_INTERPOSE_BUILD_PATH);
-#endif
-  return c;
-}
-
 /// A scratch folder for the cases' reports, removed with its contents.
 class scratch_folder {
  public:
@@ -239,6 +222,27 @@ profile_flags profile_of_subject(const oi::fault_subjects& subjects, const std::
 }
 
 }  // namespace
+
+bool interposer_switched_off() {
+  const char* env = std::getenv("OFFLOADKIT_INTERPOSE_LIBRARY");
+  return env != nullptr && (std::string(env) == "none" || std::string(env) == "off");
+}
+
+std::vector<std::string> interposer_candidates() {
+  std::vector<std::string> c;
+  if (const char* env = std::getenv("OFFLOADKIT_INTERPOSE_LIBRARY");
+      env != nullptr && *env && !interposer_switched_off()) {
+    c.emplace_back(env);
+  }
+  std::error_code ec;
+  const fs::path installed =
+      fs::path(self_executable()).parent_path() / ".." / "lib" / OKIT_INTERPOSE_LIBRARY_NAME;
+  c.push_back(installed.lexically_normal().string());
+#ifdef OFFLOADKIT_INTERPOSE_BUILD_PATH
+  c.emplace_back(OFFLOADKIT_INTERPOSE_BUILD_PATH);
+#endif
+  return c;
+}
 
 int driver_faults_main(const check_program& program, const driver_fault_request& r) {
   if (!program.fault_subjects) {

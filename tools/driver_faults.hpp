@@ -39,4 +39,13 @@ struct driver_fault_request {
 /// Throws usage_error and plugin_unusable as check_main does.
 int driver_faults_main(const check_program& program, const driver_fault_request& request);
 
+/// Where the interposer may be, in the order to look: $OFFLOADKIT_INTERPOSE_LIBRARY (unless it
+/// turns the interposer off: see interposer_switched_off), beside an installed command
+/// (<prefix>/lib from <prefix>/bin), the build tree this command was built in.
+std::vector<std::string> interposer_candidates();
+
+/// Whether $OFFLOADKIT_INTERPOSE_LIBRARY is `none` or `off`: `check` then runs its property
+/// children without the interposer.
+bool interposer_switched_off();
+
 }  // namespace offloadkit::tools

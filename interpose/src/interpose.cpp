@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "offloadkit/interpose/control.h"
 
@@ -176,6 +177,15 @@ settings config;
 std::atomic<int> init_state{0};  // 0: not yet, 1: running, 2: done
 std::atomic<bool> window_open{false};
 
+// Armed by OFFLOADKIT_DELAY_* at load or okit_interpose_set_delays(); max 0 is off. The n-th delay
+// since arming lasts mix(seed, n) % (max + 1) microseconds: the same seed gives the same durations
+// in the same order.
+std::atomic<std::uint64_t> delay_seed{0};
+std::atomic<std::uint32_t> delay_max_us{0};
+std::atomic<std::uint64_t> delay_sequence{0};
+std::atomic<std::uint64_t> delays_added{0};
+constexpr std::uint32_t delay_limit_us = 1000000;
+
 void say(const char* a, const char* b = "", const char* c = "", const char* d = "") noexcept {
   // Diagnostics go straight to the descriptor: stdio may not be usable from every caller.
   const char* parts[] = {"offloadkit-interpose: ", a, b, c, d, "\n"};
@@ -282,6 +292,27 @@ void initialize() noexcept {
     }
   }
   window_open.store(open, std::memory_order_release);
+  std::uint64_t seed = 0;
+  if (const char* text = getenv(OKIT_INTERPOSE_ENV_DELAY_SEED); text != nullptr && *text != '\0') {
+    if (!parse_call(text, seed)) {
+      say(OKIT_INTERPOSE_ENV_DELAY_SEED "='", text, "' is not an integer >= 0; seed 0");
+      seed = 0;
+    }
+  }
+  std::uint64_t max = 0;
+  if (const char* text = getenv(OKIT_INTERPOSE_ENV_DELAY_MAX_US);
+      text != nullptr && *text != '\0') {
+    if (!parse_call(text, max)) {
+      say(OKIT_INTERPOSE_ENV_DELAY_MAX_US "='", text,
+          "' is not a number of microseconds (an integer in 0..1000000); delays stay off");
+      max = 0;
+    } else if (max > delay_limit_us) {
+      say(OKIT_INTERPOSE_ENV_DELAY_MAX_US "='", text, "' is above 1000000; 1000000 is used");
+      max = delay_limit_us;
+    }
+  }
+  delay_seed.store(seed, std::memory_order_relaxed);
+  delay_max_us.store(static_cast<std::uint32_t>(max), std::memory_order_release);
 }
 
 void ensure_init() noexcept {
@@ -904,11 +935,176 @@ void* substitute(int id, void* found) noexcept {
   return found;
 }
 
+// ---- delays on the code's own asynchronous work -----------------------------------------------
+
+// The stream-ordered calls that get a delay in front of them while delays are armed: the driver's
+// asynchronous copies, fills and launches (each also as the _ptsz variant cuGetProcAddress hands
+// out for per-thread default-stream code) and the runtime's, where bound by name.
+enum delayed_id : int {
+  d_memcpy_async,
+  d_memcpy_async_ptsz,
+  d_memcpy_htod_async,
+  d_memcpy_htod_async_ptsz,
+  d_memcpy_dtoh_async,
+  d_memcpy_dtoh_async_ptsz,
+  d_memcpy_dtod_async,
+  d_memcpy_dtod_async_ptsz,
+  d_memset_d8_async,
+  d_memset_d8_async_ptsz,
+  d_memset_d32_async,
+  d_memset_d32_async_ptsz,
+  d_launch_kernel,
+  d_launch_kernel_ptsz,
+  d_launch_kernel_ex,
+  d_launch_kernel_ex_ptsz,
+  d_cuda_memcpy_async,
+  d_cuda_launch_kernel,
+  delayed_count
+};
+
+struct delayed_info {
+  const char* name;    ///< the name cuGetProcAddress takes
+  const char* symbol;  ///< the exported symbol
+  int since;           ///< the cuGetProcAddress version from which `name` has this ABI
+  bool ptsz;           ///< the per-thread default-stream variant
+  bool runtime;        ///< a runtime (libcudart) function
+};
+
+constexpr delayed_info delayed_fns[delayed_count] = {
+    {"cuMemcpyAsync", "cuMemcpyAsync", 4000, false, false},
+    {"cuMemcpyAsync", "cuMemcpyAsync_ptsz", 7000, true, false},
+    {"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", 3020, false, false},
+    {"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2_ptsz", 7000, true, false},
+    {"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", 3020, false, false},
+    {"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2_ptsz", 7000, true, false},
+    {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2", 3020, false, false},
+    {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz", 7000, true, false},
+    {"cuMemsetD8Async", "cuMemsetD8Async", 3020, false, false},
+    {"cuMemsetD8Async", "cuMemsetD8Async_ptsz", 7000, true, false},
+    {"cuMemsetD32Async", "cuMemsetD32Async", 3020, false, false},
+    {"cuMemsetD32Async", "cuMemsetD32Async_ptsz", 7000, true, false},
+    {"cuLaunchKernel", "cuLaunchKernel", 4000, false, false},
+    {"cuLaunchKernel", "cuLaunchKernel_ptsz", 7000, true, false},
+    {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, false, false},
+    {"cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", 11060, true, false},
+    {"cudaMemcpyAsync", "cudaMemcpyAsync", 0, false, true},
+    {"cudaLaunchKernel", "cudaLaunchKernel", 0, false, true},
+};
+
+std::atomic<void*> real_delayed[delayed_count];
+std::atomic<void*> real_launch_host_func{nullptr};
+std::atomic<void*> real_is_capturing{nullptr};
+
+void* wrapper_of_delayed(int id) noexcept;
+
+void* resolve_delayed(int id) noexcept {
+  const delayed_info& d = delayed_fns[id];
+  void* p = nullptr;
+  if (d.runtime) {
+    p = cuda_runtime_symbol(d.symbol);
+  } else if (void* h = cuda_driver(); h != nullptr) {
+    p = real_dlsym()(h, d.symbol);
+  }
+  return p == wrapper_of_delayed(id) ? nullptr : p;
+}
+
+template <class Fn>
+Fn real_delayed_of(delayed_id id) noexcept {
+  void* p = real_delayed[id].load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = resolve_delayed(id);
+    if (p == nullptr) return nullptr;
+    void* expected = nullptr;
+    if (!real_delayed[id].compare_exchange_strong(expected, p)) p = expected;
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+void* driver_function(std::atomic<void*>& slot, const char* symbol) noexcept {
+  void* p = slot.load(std::memory_order_acquire);
+  if (p != nullptr) return p;
+  void* h = cuda_driver();
+  if (h == nullptr) return nullptr;
+  p = real_dlsym()(h, symbol);
+  if (p != nullptr) slot.store(p, std::memory_order_release);
+  return p;
+}
+
+std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The host function a delay enqueues: userData is the duration in microseconds, not a pointer, so
+// that nothing is allocated.
+void CUDA_CB sleep_for(void* user_data) {
+  const auto us = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(user_data));
+  timespec left{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+// A delayed call nested in another on the same thread (the runtime's cudaMemcpyAsync reaching the
+// driver's) gets no second delay.
+[[gnu::tls_model("initial-exec")]] thread_local int delay_depth = 0;
+
+/// Enqueues the delay in front of the call it scopes when delays are armed and the stream is an
+/// explicit one that is not capturing (a user's graph stays as captured; the legacy and
+/// per-thread default streams are left alone: a delay there would hold back every blocking
+/// stream).
+class delayed_call {
+ public:
+  explicit delayed_call(CUstream stream) noexcept {
+    if (delay_depth++ != 0) return;
+    const std::uint32_t max = delay_max_us.load(std::memory_order_acquire);
+    if (max == 0 || stream == nullptr || stream == CU_STREAM_LEGACY ||
+        stream == CU_STREAM_PER_THREAD) {
+      return;
+    }
+    const auto capturing = reinterpret_cast<PFN_cuStreamIsCapturing_v10000>(
+        driver_function(real_is_capturing, "cuStreamIsCapturing"));
+    const auto host_func = reinterpret_cast<PFN_cuLaunchHostFunc_v10000>(
+        driver_function(real_launch_host_func, "cuLaunchHostFunc"));
+    if (capturing == nullptr || host_func == nullptr) return;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (capturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      return;
+    }
+    const std::uint64_t n = delay_sequence.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t us = mix(delay_seed.load(std::memory_order_relaxed) ^ mix(n)) % (max + 1);
+    if (us == 0) return;
+    // userData carries the duration itself, not a pointer to it.
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
+    void* duration = reinterpret_cast<void*>(static_cast<std::uintptr_t>(us));
+    if (host_func(stream, &sleep_for, duration) == CUDA_SUCCESS) {
+      delays_added.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  ~delayed_call() { --delay_depth; }
+  delayed_call(const delayed_call&) = delete;
+  delayed_call& operator=(const delayed_call&) = delete;
+};
+
+// The wrapper to hand out for `found`, the real function `id` names (as substitute() does).
+void* substitute_delayed(int id, void* found) noexcept {
+  void* wrapper = wrapper_of_delayed(id);
+  if (found == nullptr || found == wrapper) return found;
+  void* expected = nullptr;
+  if (real_delayed[id].compare_exchange_strong(expected, found) || expected == found) {
+    return wrapper;
+  }
+  return found;
+}
+
 void* substitute_get_proc(int abi, void* found) noexcept;
 
 // cuGetProcAddress names a function by its base name and the CUDA version whose ABI the caller
 // expects: "cuMemAlloc" at 3020 and later is cuMemAlloc_v2.
-void* substitute_proc(const char* symbol, int version, void* found) noexcept {
+// With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM in `flags` a stream-ordered function is its
+// _ptsz variant.
+void* substitute_proc(const char* symbol, int version, cuuint64_t flags, void* found) noexcept {
   if (symbol == nullptr || found == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return found;
   if (same(symbol, "cuGetProcAddress")) {
     return substitute_get_proc(version >= 12000 ? 2 : 1, found);
@@ -916,6 +1112,13 @@ void* substitute_proc(const char* symbol, int version, void* found) noexcept {
   for (int i = 0; i < fn_count; ++i) {
     if (!fns[i].runtime && version >= fns[i].since && same(symbol, fns[i].name)) {
       return substitute(i, found);
+    }
+  }
+  const bool ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  for (int i = 0; i < delayed_count; ++i) {
+    const delayed_info& d = delayed_fns[i];
+    if (!d.runtime && d.ptsz == ptsz && version >= d.since && same(symbol, d.name)) {
+      return substitute_delayed(i, found);
     }
   }
   return found;
@@ -938,7 +1141,7 @@ OKIT_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
   }
   const CUresult r =
       reinterpret_cast<PFN_cuGetProcAddress_v12000>(real)(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, version, *pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, version, flags, *pfn);
   return r;
 }
 
@@ -957,7 +1160,7 @@ OKIT_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int versio
   }
   const CUresult r =
       reinterpret_cast<PFN_cuGetProcAddress_v11030>(real)(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, version, *pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, version, flags, *pfn);
   return r;
 }
 
@@ -1183,6 +1386,146 @@ OKIT_EXPORT cudaError_t cudaFreeHost(void* p) {
   return r;
 }
 
+// ---- the delayed calls: a delay in front, then the call, unchanged ----------------------------
+
+// The parameters keep cuda.h's names.
+#define OKIT_DELAYED_COPY(symbol, id, pfn, dst_t, dst, src_t, src, count)             \
+  OKIT_EXPORT CUresult symbol(dst_t dst, src_t src, size_t count, CUstream hStream) { \
+    const auto real = real_delayed_of<pfn>(id);                                       \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                           \
+    const delayed_call delay(hStream);                                                \
+    return real(dst, src, count, hStream);                                            \
+  }
+
+OKIT_DELAYED_COPY(cuMemcpyAsync, d_memcpy_async, PFN_cuMemcpyAsync_v4000, CUdeviceptr, dst,
+                  CUdeviceptr, src, ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyAsync_ptsz, d_memcpy_async_ptsz, PFN_cuMemcpyAsync_v7000_ptsz,
+                  CUdeviceptr, dst, CUdeviceptr, src, ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyHtoDAsync_v2, d_memcpy_htod_async, PFN_cuMemcpyHtoDAsync_v3020,
+                  CUdeviceptr, dstDevice, const void*, srcHost, ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyHtoDAsync_v2_ptsz, d_memcpy_htod_async_ptsz,
+                  PFN_cuMemcpyHtoDAsync_v7000_ptsz, CUdeviceptr, dstDevice, const void*, srcHost,
+                  ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyDtoHAsync_v2, d_memcpy_dtoh_async, PFN_cuMemcpyDtoHAsync_v3020, void*,
+                  dstHost, CUdeviceptr, srcDevice, ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyDtoHAsync_v2_ptsz, d_memcpy_dtoh_async_ptsz,
+                  PFN_cuMemcpyDtoHAsync_v7000_ptsz, void*, dstHost, CUdeviceptr, srcDevice,
+                  ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyDtoDAsync_v2, d_memcpy_dtod_async, PFN_cuMemcpyDtoDAsync_v3020,
+                  CUdeviceptr, dstDevice, CUdeviceptr, srcDevice, ByteCount)
+OKIT_DELAYED_COPY(cuMemcpyDtoDAsync_v2_ptsz, d_memcpy_dtod_async_ptsz,
+                  PFN_cuMemcpyDtoDAsync_v7000_ptsz, CUdeviceptr, dstDevice, CUdeviceptr, srcDevice,
+                  ByteCount)
+OKIT_DELAYED_COPY(cuMemsetD8Async, d_memset_d8_async, PFN_cuMemsetD8Async_v3020, CUdeviceptr,
+                  dstDevice, unsigned char, uc, N)
+OKIT_DELAYED_COPY(cuMemsetD8Async_ptsz, d_memset_d8_async_ptsz, PFN_cuMemsetD8Async_v7000_ptsz,
+                  CUdeviceptr, dstDevice, unsigned char, uc, N)
+OKIT_DELAYED_COPY(cuMemsetD32Async, d_memset_d32_async, PFN_cuMemsetD32Async_v3020, CUdeviceptr,
+                  dstDevice, unsigned int, ui, N)
+OKIT_DELAYED_COPY(cuMemsetD32Async_ptsz, d_memset_d32_async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz,
+                  CUdeviceptr, dstDevice, unsigned int, ui, N)
+#undef OKIT_DELAYED_COPY
+
+#define OKIT_DELAYED_LAUNCH(symbol, id, pfn)                                                      \
+  OKIT_EXPORT CUresult symbol(                                                                    \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,          \
+      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                     \
+      unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {         \
+    const auto real = real_delayed_of<pfn>(id);                                                   \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                       \
+    const delayed_call delay(hStream);                                                            \
+    return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
+                hStream, kernelParams, extra);                                                    \
+  }
+
+OKIT_DELAYED_LAUNCH(cuLaunchKernel, d_launch_kernel, PFN_cuLaunchKernel_v4000)
+OKIT_DELAYED_LAUNCH(cuLaunchKernel_ptsz, d_launch_kernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)
+#undef OKIT_DELAYED_LAUNCH
+
+#define OKIT_DELAYED_LAUNCH_EX(symbol, id, pfn)                                          \
+  OKIT_EXPORT CUresult symbol(const CUlaunchConfig* config, CUfunction f, void** params, \
+                              void** extra) {                                            \
+    const auto real = real_delayed_of<pfn>(id);                                          \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
+    const delayed_call delay(config != nullptr ? config->hStream : nullptr);             \
+    return real(config, f, params, extra);                                               \
+  }
+
+OKIT_DELAYED_LAUNCH_EX(cuLaunchKernelEx, d_launch_kernel_ex, PFN_cuLaunchKernelEx_v11060)
+OKIT_DELAYED_LAUNCH_EX(cuLaunchKernelEx_ptsz, d_launch_kernel_ex_ptsz,
+                       PFN_cuLaunchKernelEx_v11060_ptsz)
+#undef OKIT_DELAYED_LAUNCH_EX
+
+namespace {
+using cuda_memcpy_async_fn = cudaError_t (*)(void*, const void*, size_t, cudaMemcpyKind,
+                                             cudaStream_t);
+using cuda_launch_kernel_fn = cudaError_t (*)(const void*, dim3, dim3, void**, size_t,
+                                              cudaStream_t);
+}  // namespace
+
+OKIT_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
+                                        cudaMemcpyKind kind, cudaStream_t stream) {
+  const auto real = real_delayed_of<cuda_memcpy_async_fn>(d_cuda_memcpy_async);
+  if (real == nullptr) return cudaErrorInitializationError;
+  const delayed_call delay(stream);
+  return real(dst, src, count, kind, stream);
+}
+
+OKIT_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                         size_t sharedMem, cudaStream_t stream) {
+  const auto real = real_delayed_of<cuda_launch_kernel_fn>(d_cuda_launch_kernel);
+  if (real == nullptr) return cudaErrorInitializationError;
+  const delayed_call delay(stream);
+  return real(func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+namespace {
+
+void* wrapper_of_delayed(int id) noexcept {
+  switch (id) {
+    case d_memcpy_async:
+      return reinterpret_cast<void*>(&cuMemcpyAsync);
+    case d_memcpy_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemcpyAsync_ptsz);
+    case d_memcpy_htod_async:
+      return reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2);
+    case d_memcpy_htod_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2_ptsz);
+    case d_memcpy_dtoh_async:
+      return reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2);
+    case d_memcpy_dtoh_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2_ptsz);
+    case d_memcpy_dtod_async:
+      return reinterpret_cast<void*>(&cuMemcpyDtoDAsync_v2);
+    case d_memcpy_dtod_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemcpyDtoDAsync_v2_ptsz);
+    case d_memset_d8_async:
+      return reinterpret_cast<void*>(&cuMemsetD8Async);
+    case d_memset_d8_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemsetD8Async_ptsz);
+    case d_memset_d32_async:
+      return reinterpret_cast<void*>(&cuMemsetD32Async);
+    case d_memset_d32_async_ptsz:
+      return reinterpret_cast<void*>(&cuMemsetD32Async_ptsz);
+    case d_launch_kernel:
+      return reinterpret_cast<void*>(&cuLaunchKernel);
+    case d_launch_kernel_ptsz:
+      return reinterpret_cast<void*>(&cuLaunchKernel_ptsz);
+    case d_launch_kernel_ex:
+      return reinterpret_cast<void*>(&cuLaunchKernelEx);
+    case d_launch_kernel_ex_ptsz:
+      return reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz);
+    case d_cuda_memcpy_async:
+      return reinterpret_cast<void*>(&cudaMemcpyAsync);
+    case d_cuda_launch_kernel:
+      return reinterpret_cast<void*>(&cudaLaunchKernel);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
 namespace {
 
 void* wrapper_of(int id) noexcept {
@@ -1241,6 +1584,11 @@ void* okit_interpose_dlsym_lookup(void* handle, const char* name) noexcept {
     if (!same(name, fns[i].symbol)) continue;
     if (!defined_in(found, fns[i].runtime ? "libcudart.so" : "libcuda.so")) return found;
     return substitute(i, found);
+  }
+  for (int i = 0; i < delayed_count; ++i) {
+    if (!same(name, delayed_fns[i].symbol)) continue;
+    if (!defined_in(found, delayed_fns[i].runtime ? "libcudart.so" : "libcuda.so")) return found;
+    return substitute_delayed(i, found);
   }
   return found;
 }
@@ -1309,6 +1657,43 @@ OKIT_EXPORT int okit_interpose_set_window(int open) {
 OKIT_EXPORT int okit_interpose_write_report(void) { return write_report("requested", true); }
 
 OKIT_EXPORT uint64_t okit_interpose_failures(void) { return failures.load(); }
+
+OKIT_EXPORT int okit_interpose_counts(okit_interpose_counts_t* out) {
+  if (out == nullptr || out->struct_size < sizeof out->struct_size) return EINVAL;
+  ensure_init();
+  okit_interpose_counts_t c{};
+  c.struct_size = sizeof c;
+  {
+    locked hold(ledger_lock);
+    c.device_allocations = totals.created[r_device];
+    c.pinned_allocations = totals.created[r_pinned];
+    c.physical_handles = totals.created[r_physical_handle];
+    c.reservations = totals.created[r_reservation];
+    c.mappings = totals.created[r_mapping];
+    c.outstanding_device_allocations = totals.live[r_device];
+    c.outstanding_device_bytes = totals.live_bytes[r_device];
+    c.outstanding_pinned_allocations = totals.live[r_pinned];
+    c.outstanding_pinned_bytes = totals.live_bytes[r_pinned];
+    c.outstanding_physical_handles = totals.live[r_physical_handle];
+    c.outstanding_reservations = totals.live[r_reservation];
+    c.outstanding_mapped_bytes = totals.live_bytes[r_mapping];
+  }
+  c.delays = delays_added.load();
+  c.counting = window_open.load(std::memory_order_acquire) && claim() ? 1 : 0;
+  const std::size_t n =
+      out->struct_size < sizeof c ? static_cast<std::size_t>(out->struct_size) : sizeof c;
+  c.struct_size = n;
+  memcpy(out, &c, n);
+  return 0;
+}
+
+OKIT_EXPORT uint32_t okit_interpose_set_delays(uint64_t seed, uint32_t max_us) {
+  ensure_init();
+  delay_seed.store(seed, std::memory_order_relaxed);
+  delay_sequence.store(0, std::memory_order_relaxed);
+  const std::uint32_t max = max_us < delay_limit_us ? max_us : delay_limit_us;
+  return delay_max_us.exchange(max, std::memory_order_acq_rel);
+}
 
 namespace {
 

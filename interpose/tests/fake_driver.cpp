@@ -7,15 +7,28 @@
 // driver refuses them, so that a double release shows. cuGetProcAddress(_v2) hands out the same
 // functions by base name and version. okit_fake_driver_live() counts what is still held, for
 // tests that compare it with the interposer's ledger.
+//
+// Streams, for black boxes that order work themselves: each stream is a worker thread running a
+// FIFO of its work (asynchronous copies and fills, host functions, event records and waits); the
+// legacy and per-thread default streams are one such stream. A copy or fill issued to a stream
+// that is idle (nothing queued, nothing running) runs at once in the calling thread, which the
+// asynchronous contract allows and which makes the order of a black box's work deterministic while
+// nothing holds its stream back; behind queued work (a delay's host function, say) it waits its
+// turn on the worker. Host functions always run on the worker. Kernels cannot run here.
 #include <cuda.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #undef cuGetProcAddress
 
@@ -202,6 +215,258 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
   return CUDA_SUCCESS;
 }
 
+// ---- streams and events ------------------------------------------------------------------------
+
+namespace {
+
+class fake_stream {
+ public:
+  fake_stream() : worker_([this] { run(); }) {}
+  fake_stream(const fake_stream&) = delete;
+  fake_stream& operator=(const fake_stream&) = delete;
+  ~fake_stream() {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+      stop_ = true;
+    }
+    ready_.notify_all();
+    worker_.join();
+  }
+
+  /// Queues `op`; with `inline_if_idle`, runs it here and now when the stream is idle.
+  void issue(std::function<void()> op, bool inline_if_idle) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (inline_if_idle && queue_.empty() && !busy_) {
+      busy_ = true;
+      lock.unlock();
+      op();
+      lock.lock();
+      busy_ = false;
+      lock.unlock();
+      ready_.notify_all();
+      idle_.notify_all();
+      return;
+    }
+    queue_.push_back(std::move(op));
+    lock.unlock();
+    ready_.notify_all();
+  }
+  void synchronize() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.empty() && !busy_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return stop_ || (!queue_.empty() && !busy_); });
+      if (stop_) return;
+      std::function<void()> op = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      op();
+      lock.lock();
+      busy_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread worker_;  // last: started once the members it uses exist
+};
+
+/// Records count up; a record completes when the stream reaches it.
+struct fake_event {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::uint64_t recorded = 0;
+  std::uint64_t completed = 0;
+  void wait_for(std::uint64_t target) {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return completed >= target; });
+  }
+};
+
+// Never destroyed: a worker still running at exit must not meet a destroyed stream.
+fake_stream& default_stream() {
+  static fake_stream* s = new fake_stream();
+  return *s;
+}
+
+fake_stream& stream_of(CUstream s) {
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return default_stream();
+  return *reinterpret_cast<fake_stream*>(s);
+}
+
+CUresult copy_async(void* dst, const void* src, std::size_t bytes, CUstream s) {
+  if ((dst == nullptr || src == nullptr) && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) return CUDA_SUCCESS;
+  stream_of(s).issue([dst, src, bytes] { std::memcpy(dst, src, bytes); }, true);
+  return CUDA_SUCCESS;
+}
+
+void* as_pointer(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
+
+}  // namespace
+
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int /*Flags*/) {
+  if (phStream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phStream = reinterpret_cast<CUstream>(new fake_stream());
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete reinterpret_cast<fake_stream*>(hStream);  // runs what is queued first, as the driver does
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
+  stream_of(hStream).synchronize();
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamQuery(CUstream hStream) {
+  return stream_of(hStream).idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream /*hStream*/,
+                                         CUstreamCaptureStatus* captureStatus) {
+  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;  // nothing here captures
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(hStream).issue([fn, userData] { fn(userData); }, false);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                   CUstream hStream) {
+  return copy_async(as_pointer(dst), as_pointer(src), ByteCount, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost,
+                                          size_t ByteCount, CUstream hStream) {
+  return copy_async(as_pointer(dstDevice), srcHost, ByteCount, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                          CUstream hStream) {
+  return copy_async(dstHost, as_pointer(srcDevice), ByteCount, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount, CUstream hStream) {
+  return copy_async(as_pointer(dstDevice), as_pointer(srcDevice), ByteCount, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                     CUstream hStream) {
+  if (dstDevice == 0 && N != 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = as_pointer(dstDevice);
+  stream_of(hStream).issue([p, uc, N] { std::memset(p, uc, N); }, true);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                      CUstream hStream) {
+  if (dstDevice == 0 && N != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = static_cast<unsigned int*>(as_pointer(dstDevice));
+  stream_of(hStream).issue(
+      [p, ui, N] {
+        for (size_t i = 0; i < N; ++i) p[i] = ui;
+      },
+      true);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int /*Flags*/) {
+  if (phEvent == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *phEvent = reinterpret_cast<CUevent>(new fake_event());
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
+  // The driver defers the release until recorded work completes; so does this.
+  std::uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mutex);
+    target = ev->recorded;
+  }
+  ev->wait_for(target);
+  delete ev;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
+  std::uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mutex);
+    n = ++ev->recorded;
+  }
+  stream_of(hStream).issue(
+      [ev, n] {
+        {
+          std::lock_guard<std::mutex> lock(ev->mutex);
+          if (ev->completed < n) ev->completed = n;
+        }
+        ev->done.notify_all();
+      },
+      true);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
+  std::uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mutex);
+    target = ev->recorded;
+  }
+  ev->wait_for(target);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
+  std::lock_guard<std::mutex> lock(ev->mutex);
+  return ev->completed >= ev->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int /*Flags*/) {
+  if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<fake_event*>(hEvent);
+  std::uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(ev->mutex);
+    target = ev->recorded;
+  }
+  stream_of(hStream).issue([ev, target] { ev->wait_for(target); }, false);
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                          cuuint64_t flags, CUdriverProcAddressQueryResult* status);
 
@@ -237,6 +502,24 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
       {"cuMemMap", 10020, reinterpret_cast<void*>(&cuMemMap)},
       {"cuMemUnmap", 10020, reinterpret_cast<void*>(&cuMemUnmap)},
       {"cuMemSetAccess", 10020, reinterpret_cast<void*>(&cuMemSetAccess)},
+      {"cuStreamCreate", 2000, reinterpret_cast<void*>(&cuStreamCreate)},
+      {"cuStreamDestroy", 4000, reinterpret_cast<void*>(&cuStreamDestroy_v2)},
+      {"cuStreamSynchronize", 2000, reinterpret_cast<void*>(&cuStreamSynchronize)},
+      {"cuStreamQuery", 2000, reinterpret_cast<void*>(&cuStreamQuery)},
+      {"cuStreamIsCapturing", 10000, reinterpret_cast<void*>(&cuStreamIsCapturing)},
+      {"cuStreamWaitEvent", 3020, reinterpret_cast<void*>(&cuStreamWaitEvent)},
+      {"cuLaunchHostFunc", 10000, reinterpret_cast<void*>(&cuLaunchHostFunc)},
+      {"cuMemcpyAsync", 4000, reinterpret_cast<void*>(&cuMemcpyAsync)},
+      {"cuMemcpyHtoDAsync", 3020, reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2)},
+      {"cuMemcpyDtoHAsync", 3020, reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2)},
+      {"cuMemcpyDtoDAsync", 3020, reinterpret_cast<void*>(&cuMemcpyDtoDAsync_v2)},
+      {"cuMemsetD8Async", 3020, reinterpret_cast<void*>(&cuMemsetD8Async)},
+      {"cuMemsetD32Async", 3020, reinterpret_cast<void*>(&cuMemsetD32Async)},
+      {"cuEventCreate", 2000, reinterpret_cast<void*>(&cuEventCreate)},
+      {"cuEventDestroy", 4000, reinterpret_cast<void*>(&cuEventDestroy_v2)},
+      {"cuEventRecord", 2000, reinterpret_cast<void*>(&cuEventRecord)},
+      {"cuEventSynchronize", 2000, reinterpret_cast<void*>(&cuEventSynchronize)},
+      {"cuEventQuery", 2000, reinterpret_cast<void*>(&cuEventQuery)},
   };
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   bool named = false;

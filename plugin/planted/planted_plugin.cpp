@@ -1,25 +1,39 @@
 // Planted-bug plugins: offloadkit's reference implementations behind the C ABI with one bug each,
 // selected at build time by OFFLOADKIT_PLANTED (stash, region, arena, activation, crash, close,
-// close_v1, region_no_caller_wait). Each must make `offloadkit check --plugin` fail with a seed and
-// a reproduce line; `crash` kills the process inside one stash property, which must cost one
-// failure row, not the run: its correct arena is checked afterwards and passes. `region_leak` is a
-// region that calls CUDA itself, as outside offload code does, and leaks the physical allocation
-// when cuMemMap fails: what `offloadkit check --driver-faults` must report as a leak (it runs on a
-// GPU only). `close` is an arena whose teardown gives its staging slot back to the plugin's pool
-// twice; the pool refuses the second release and the table's close (ABI 1.2) returns that error,
-// which must fail the case that destroyed the arena. `close_v1` is the same arena in a table built
-// before close (ABI 1.0 size): offloadkit calls destroy, which cannot report, and the bug is
-// printed but passes, which is what close is for. `region_no_caller_wait` is a region whose pause
-// copies out on its own stream without waiting for the caller's: only caller_writes_late fails.
+// close_v1, region_no_caller_wait, region_pinned_per_pause, activation_own_stream). Each must make
+// `offloadkit check --plugin` fail with a seed and a reproduce line; `crash` kills the process
+// inside one stash property, which must cost one failure row, not the run: its correct arena is
+// checked afterwards and passes. `region_leak` is a region that calls CUDA itself, as outside
+// offload code does, and leaks the physical allocation when cuMemMap fails: what `offloadkit check
+// --driver-faults` must report as a leak (it runs on a GPU only). `close` is an arena whose
+// teardown gives its staging slot back to the plugin's pool twice; the pool refuses the second
+// release and the table's close (ABI 1.2) returns that error, which must fail the case that
+// destroyed the arena. `close_v1` is the same arena in a table built before close (ABI 1.0 size):
+// offloadkit calls destroy, which cannot report, and the bug is printed but passes, which is what
+// close is for. `region_no_caller_wait` is a region whose pause copies out on its own stream
+// without waiting for the caller's: only caller_writes_late fails.
+//
+// Two black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
+// offload code does (so that in CI, on the host executor, they run over the stand-in driver of
+// interpose/tests, and on a GPU over the real one); each is caught only by an instrument that
+// reaches such code through the interposer. `region_pinned_per_pause` allocates its pinned staging
+// buffer with cuMemAllocHost on every pause and frees it at resume (no leak, but an allocation per
+// cycle): many_cycles fails it through the driver's counts and passes it without them.
+// `activation_own_stream` uploads in unpack() with cuMemcpyHtoDAsync on a stream it created and
+// returns without ordering the caller's stream after it: a race property fails it while the
+// interposer delays its stream, and everything passes without delays.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -46,6 +60,8 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_close 7
 #define OKIT_PLANTED_close_v1 8
 #define OKIT_PLANTED_region_no_caller_wait 9
+#define OKIT_PLANTED_region_pinned_per_pause 10
+#define OKIT_PLANTED_activation_own_stream 11
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -322,6 +338,276 @@ class planted_activation final : public ok::activation::offloader {
   ok::activation::reference_offloader inner_;
 };
 
+/// The driver functions the black boxes call, from the driver library itself (never linked).
+struct driver_api {
+  PFN_cuInit_v2000 init = nullptr;
+  PFN_cuMemAllocHost_v3020 alloc_host = nullptr;
+  PFN_cuMemFreeHost_v2000 free_host = nullptr;
+  PFN_cuStreamCreate_v2000 stream_create = nullptr;
+  PFN_cuStreamDestroy_v4000 stream_destroy = nullptr;
+  PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
+  PFN_cuMemcpyHtoDAsync_v3020 copy_to_device_async = nullptr;
+};
+
+void driver_check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    throw ok::cuda_error(ok::detail::concat("planted " OKIT_PLANTED_NAME ": ", what,
+                                            " failed with CUresult ", static_cast<int>(r)),
+                         static_cast<int>(r));
+  }
+}
+
+template <class Fn>
+void driver_symbol(void* lib, const char* symbol, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  if (fn == nullptr) {
+    throw ok::cuda_error(
+        ok::detail::concat("planted " OKIT_PLANTED_NAME ": the driver has no ", symbol), 0);
+  }
+}
+
+const driver_api& driver() {
+  static const driver_api api = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      throw ok::cuda_error(
+          ok::detail::concat("planted " OKIT_PLANTED_NAME ": libcuda.so.1 cannot be loaded: ",
+                             why != nullptr ? why : "(no reason given)"),
+          0);
+    }
+    driver_api a;
+    driver_symbol(lib, "cuInit", a.init);
+    driver_symbol(lib, "cuMemAllocHost_v2", a.alloc_host);
+    driver_symbol(lib, "cuMemFreeHost", a.free_host);
+    driver_symbol(lib, "cuStreamCreate", a.stream_create);
+    driver_symbol(lib, "cuStreamDestroy_v2", a.stream_destroy);
+    driver_symbol(lib, "cuStreamSynchronize", a.stream_synchronize);
+    driver_symbol(lib, "cuMemcpyHtoDAsync_v2", a.copy_to_device_async);
+    driver_check(a.init(0), "cuInit");
+    return a;
+  }();
+  return api;
+}
+
+/// The reference region (which frees its device memory when paused), with the contents of a
+/// preserving pause staged in a pinned buffer the region allocates from the driver on every pause
+/// and frees at the resume after it: the planted bug is the allocation per cycle.
+class pinned_per_pause_region final : public ok::region::offload_region {
+ public:
+  pinned_per_pause_region(ok::executor& ex, const ok::region::region_config& c)
+      : ex_(&ex), inner_(ex, c) {
+    (void)driver();  // fails here, at creation, where the driver cannot be had
+  }
+  ~pinned_per_pause_region() override {
+    if (staging_ != nullptr) (void)driver().free_host(staging_);
+  }
+  pinned_per_pause_region(const pinned_per_pause_region&) = delete;
+  pinned_per_pause_region& operator=(const pinned_per_pause_region&) = delete;
+
+ private:
+  [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
+  [[nodiscard]] std::size_t do_size() const noexcept override { return inner_.size(); }
+  [[nodiscard]] int do_device() const noexcept override { return inner_.device(); }
+  [[nodiscard]] ok::region::region_state do_state() const noexcept override {
+    return inner_.state();
+  }
+  [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
+  [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
+  [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
+  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
+    if (m != ok::region::pause_mode::preserve ||
+        inner_.state() != ok::region::region_state::active) {
+      inner_.pause(m, s);  // a discarding pause, or one the reference region refuses
+      return;
+    }
+    void* staging = nullptr;
+    driver_check(driver().alloc_host(&staging, inner_.size()), "cuMemAllocHost");  // every pause
+    try {
+      ex_->copy(staging, inner_.data(), inner_.size(), s);
+      ex_->synchronize(s);
+      inner_.pause(ok::region::pause_mode::discard, s);
+    } catch (...) {
+      (void)driver().free_host(staging);
+      throw;
+    }
+    staging_ = staging;
+  }
+  void do_resume(ok::stream_ref s) override {
+    inner_.resume(s);
+    if (staging_ == nullptr) return;
+    ex_->copy(inner_.data(), staging_, inner_.size(), s);
+    ex_->synchronize(s);
+    driver_check(driver().free_host(staging_), "cuMemFreeHost");
+    staging_ = nullptr;
+  }
+  ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
+    return inner_.register_graph(std::move(fn), s);
+  }
+  void do_replay(ok::region::graph_id g, ok::stream_ref s) override { inner_.replay(g, s); }
+  void do_unregister_graph(ok::region::graph_id g) noexcept override { inner_.unregister_graph(g); }
+
+  ok::executor* ex_;
+  ok::region::reference_region inner_;
+  void* staging_ = nullptr;  ///< the contents while paused by a preserving pause
+};
+
+/// A stream the offloader creates from the driver, destroyed once nothing holds it (a tensor
+/// handed out may outlive the offloader).
+class driver_stream {
+ public:
+  driver_stream() { driver_check(driver().stream_create(&stream_, 0), "cuStreamCreate"); }
+  ~driver_stream() {
+    (void)driver().stream_synchronize(stream_);
+    (void)driver().stream_destroy(stream_);
+  }
+  driver_stream(const driver_stream&) = delete;
+  driver_stream& operator=(const driver_stream&) = delete;
+  [[nodiscard]] CUstream get() const noexcept { return stream_; }
+  void synchronize() const {
+    driver_check(driver().stream_synchronize(stream_), "cuStreamSynchronize");
+  }
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
+/// An activation offloader that keeps packed tensors in pinned memory (copied synchronously in
+/// pack()) and uploads them in unpack() with cuMemcpyHtoDAsync on a stream of its own. The planted
+/// bug: unpack() returns without making the caller's stream wait for that upload (no event
+/// recorded on its stream and waited for on the caller's), so the caller's next work may read the
+/// tensor before it lands. Nothing else is wrong: the host copy is freed only once the upload is
+/// done, and a released tensor's memory only once the upload into it is.
+class own_stream_activation final : public ok::activation::offloader {
+ public:
+  own_stream_activation(ok::executor& ex, const ok::activation::offload_options& o)
+      : ex_(&ex), options_(o), stream_(std::make_shared<driver_stream>()) {}
+  ~own_stream_activation() override {
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& err) {
+      // A destructor cannot throw: the table's close reports what is recorded here.
+      ok::record_teardown_error(err.what());
+    }
+    free_uploaded();
+    for (auto& [id, e] : entries_) {
+      if (e.host != nullptr) {
+        ex_->deallocate(ok::memory_kind::pinned, e.host, std::max<std::size_t>(e.source.bytes, 1));
+      }
+      if (e.host == nullptr && e.source.release) {
+        try {
+          e.source.release();
+        } catch (const std::exception& err) {
+          // A destructor cannot report the owner's failure; the others still go back.
+          ok::record_teardown_error(err.what());
+        }
+      }
+    }
+  }
+  own_stream_activation(const own_stream_activation&) = delete;
+  own_stream_activation& operator=(const own_stream_activation&) = delete;
+
+ private:
+  struct entry {
+    ok::activation::tensor source;
+    void* host = nullptr;  ///< null: kept on the device
+  };
+
+  ok::activation::handle do_pack(ok::activation::tensor t, ok::stream_ref s) override {
+    ok::activation::validate_for_pack(t, ex_->device_count());
+    entry e;
+    if (t.bytes >= options_.keep_threshold) {
+      e.host = ex_->allocate(ok::memory_kind::pinned, std::max<std::size_t>(t.bytes, 1));
+      try {
+        if (t.bytes > 0) {
+          ex_->copy(e.host, t.data, t.bytes, s);
+          ex_->synchronize(s);
+        }
+      } catch (...) {
+        ex_->deallocate(ok::memory_kind::pinned, e.host, std::max<std::size_t>(t.bytes, 1));
+        throw;
+      }
+      stats_.offloaded_bytes += t.bytes;
+      auto release = std::move(t.release);
+      t.release = nullptr;
+      t.data = nullptr;
+      if (release) release();
+    } else {
+      stats_.kept += 1;
+    }
+    stats_.packed += 1;
+    e.source = std::move(t);
+    const ok::activation::handle h{next_id_++};
+    entries_.emplace(h.id, std::move(e));
+    return h;
+  }
+
+  ok::activation::tensor do_unpack(ok::activation::handle h, ok::stream_ref s) override {
+    auto it = entries_.find(h.id);
+    OFFLOADKIT_EXPECTS(it != entries_.end(), ok::out_of_range, "handle ", h.id,
+                       " is not packed (never packed, or already unpacked); valid ids lie in [1, ",
+                       next_id_, ")");
+    entry& e = it->second;
+    if (e.host == nullptr) {
+      ok::activation::tensor t = std::move(e.source);
+      entries_.erase(it);
+      return t;
+    }
+    const std::size_t bytes = e.source.bytes;
+    const std::size_t held = std::max<std::size_t>(bytes, 1);
+    void* dev = ex_->allocate(ok::memory_kind::device, held, e.source.device);
+    if (bytes > 0) {
+      const CUresult r = driver().copy_to_device_async(
+          static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dev)), e.host, bytes,
+          stream_->get());
+      if (r != CUDA_SUCCESS) {
+        ex_->deallocate(ok::memory_kind::device, dev, held);
+        driver_check(r, "cuMemcpyHtoDAsync");
+      }
+    }
+    // The planted bug: the caller's stream `s` is not made to wait for the upload.
+    stats_.restored_bytes += bytes;
+    stats_.demand_uploads += 1;
+    uploaded_.emplace_back(e.host, held);  // freed once the stream is seen done
+    ok::activation::tensor t = std::move(e.source);
+    entries_.erase(it);
+    t.data = dev;
+    ok::executor* ex = ex_;
+    std::shared_ptr<driver_stream> own = stream_;
+    t.release = [ex, dev, held, s, own] {
+      ex->synchronize(s);
+      own->synchronize();  // the upload into it has landed before the memory goes
+      ex->deallocate(ok::memory_kind::device, dev, held);
+    };
+    return t;
+  }
+
+  void free_uploaded() noexcept {
+    for (const auto& [p, n] : uploaded_) ex_->deallocate(ok::memory_kind::pinned, p, n);
+    uploaded_.clear();
+  }
+
+  void do_forward_layer_end(int /*layer*/, ok::stream_ref /*s*/) override {}
+  void do_backward_layer_begin(int /*layer*/, ok::stream_ref /*s*/) override {}
+  void do_synchronize() override {
+    stream_->synchronize();
+    free_uploaded();
+  }
+  [[nodiscard]] std::size_t do_keep_threshold() const noexcept override {
+    return options_.keep_threshold;
+  }
+  [[nodiscard]] ok::activation::offload_stats do_stats() const override { return stats_; }
+  [[nodiscard]] std::string do_name() const override { return "planted-own-stream"; }
+
+  ok::executor* ex_;
+  ok::activation::offload_options options_;
+  std::shared_ptr<driver_stream> stream_;
+  std::map<std::uint64_t, entry> entries_;
+  std::vector<std::pair<void*, std::size_t>> uploaded_;  ///< host copies of uploads in flight
+  std::uint64_t next_id_ = 1;
+  ok::activation::offload_stats stats_;
+};
+
 #if PLANTED == OKIT_PLANTED_region_leak
 
 /// The driver's virtual-memory calls, obtained as offloadkit's executor obtains them (through the
@@ -588,6 +874,12 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_region_vtable region =
       op::region_vtable<&op::make_region_as<own_stream_region>>(
           "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
+#elif PLANTED == OKIT_PLANTED_region_pinned_per_pause
+  // Its pinned staging comes from the driver: not through the executor.
+  static const okit_region_vtable region =
+      op::region_vtable<&op::make_region_as<pinned_per_pause_region>>(
+          "planted-pinned-per-pause",
+          OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_REGION_CAP_RELEASES_MEMORY);
 #else
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
@@ -605,21 +897,32 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
     }
     return t;
   }();
+#if PLANTED == OKIT_PLANTED_activation_own_stream
+  // Its uploads go through the driver: not through the executor.
+  static const okit_activation_vtable activation =
+      op::activation_vtable<&op::make_activation_as<own_stream_activation>>(
+          "planted-own-stream", OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR);
+#else
   static const okit_activation_vtable activation =
       op::activation_vtable<&op::make_activation_as<planted_activation>>(
           "planted", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
                          OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
+#endif
   const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash;
   static const okit_plugin plugin{
       OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,
       stash_like ? &stash : nullptr,
       PLANTED == OKIT_PLANTED_region || PLANTED == OKIT_PLANTED_region_leak ||
-              PLANTED == OKIT_PLANTED_region_no_caller_wait
+              PLANTED == OKIT_PLANTED_region_no_caller_wait ||
+              PLANTED == OKIT_PLANTED_region_pinned_per_pause
           ? &region
           : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
       PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ? &arena
                                                                                       : nullptr,
-      PLANTED == OKIT_PLANTED_activation ? &activation : nullptr, nullptr};
+      PLANTED == OKIT_PLANTED_activation || PLANTED == OKIT_PLANTED_activation_own_stream
+          ? &activation
+          : nullptr,
+      nullptr};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

@@ -22,6 +22,7 @@
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
 #include "offloadkit/testing/battery_list.hpp"
+#include "offloadkit/testing/driver_instruments.hpp"
 #include "offloadkit/testing/fault_countdown.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
 #include "offloadkit/workloads/training_step.hpp"
@@ -462,6 +463,8 @@ void races(executor& ex, const activation_implementation& impl) {
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   const auto max_delay = std::chrono::microseconds(*rc::gen::element<int>(100, 500, 1500, 5000));
   training_step step(ex, c.layers, compute_threads);
+  // The offloader's own CUDA work (a black box's streams) is held back too, where interposed.
+  const offloadkit::testing::driver_delays own_work_delays;
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, max_delay, seed);
   auto off = impl.make(delayed, c.options);
@@ -694,6 +697,8 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   o.prefetch_bytes = *rc::gen::element<std::size_t>(0, 65536, std::size_t{1} << 30);
   o.prefetch_layers = *inRange(0, 3);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  const offloadkit::testing::driver_delays
+      own_work_delays;  // the offloader's own CUDA work, where interposed
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, std::chrono::microseconds(*rc::gen::element(300, 1500)), seed);
   stream produce(ex), reuse(ex);

@@ -26,6 +26,7 @@
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/battery_list.hpp"
 #include "offloadkit/testing/device_memory.hpp"
+#include "offloadkit/testing/driver_instruments.hpp"
 #include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/region_battery_impls.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
@@ -66,9 +67,13 @@ pause_mode gen_region_mode(const region_implementation& impl) {
   return *rc::gen::element(pause_mode::preserve, pause_mode::discard);
 }
 
+using testing::driver_counts;
+using testing::driver_delays;
+using testing::driver_growth;
 using testing::free_memory_settles_near;
 using testing::memory_slack;
 using testing::near;
+using testing::read_driver_counts;
 
 bool same_address(const void* a, const void* b) { return a == b; }
 
@@ -398,6 +403,8 @@ void model_based(executor& ex, const region_implementation& impl) {
   }
   region_model m;
   if (!both_modes(impl)) m.fixed_mode = gen_region_mode(impl);
+  // The region's own CUDA work (a black box's streams) is held back too, where interposed.
+  const driver_delays own_work_delays;
   delay_adaptor dx(ex);
   auto region = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes},
                             m.fixed_mode.value_or(pause_mode::preserve));
@@ -573,6 +580,8 @@ void many_cycles(executor& ex, const region_implementation& impl) {
   s.synchronize();
   const std::size_t free_active = cx.device_memory(0).free;
   std::optional<counting_adaptor::counts> after_first;
+  // The same rule for what the code creates through CUDA itself, where the interposer counts it.
+  std::optional<driver_counts> driver_after_first;
   for (int c = 0; c < cycles; ++c) {
     r->pause(c % 10 == 9 && both_modes(impl) ? pause_mode::discard : pause_mode::preserve, s);
     RC_ASSERT(free_memory_settles_near(cx, 0, free0, slack));
@@ -581,10 +590,15 @@ void many_cycles(executor& ex, const region_implementation& impl) {
     RC_ASSERT(n.calls_of(op_kind::map) == n.calls_of(op_kind::unmap));
     if (!after_first) {
       after_first = n;
+      driver_after_first = read_driver_counts();
     } else {
       RC_ASSERT(n.allocations_of(memory_kind::pinned) ==
                 after_first->allocations_of(memory_kind::pinned));
       RC_ASSERT(n.calls_of(op_kind::reserve) == after_first->calls_of(op_kind::reserve));
+      if (const auto now = read_driver_counts(); driver_after_first && now) {
+        const std::string grew = driver_growth(*driver_after_first, *now);
+        if (!grew.empty()) RC_FAIL("pause of cycle " + std::to_string(c) + ": " + grew);
+      }
     }
     r->resume(s);
     if (c % 10 == 9) write_pattern(cx, r->data(), words, 7, s);
@@ -876,6 +890,7 @@ void cross_stream_order(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
   const int delay_us = *rc::gen::inRange(60000, 100000);
+  const driver_delays own_work_delays;  // the region's own CUDA work, where interposed
   delay_adaptor dx(ex);
   stream a(dx, 0), b(dx, 0);
   auto r = make_region(impl, dx, region_config{sh.words * word, 0, sh.chunk_bytes});

@@ -25,6 +25,7 @@
 #include "offloadkit/testing/arena_checks.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/device_memory.hpp"
+#include "offloadkit/testing/driver_instruments.hpp"
 #include "offloadkit/testing/fault_countdown.hpp"
 #include "offloadkit/testing/implementation.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
@@ -210,10 +211,16 @@ inline void prop_steady_state(executor& base, const arena_implementation& impl) 
   ex.synchronize(off->offload(a.view(), s).ref());
   ex.synchronize(off->reload(a.view(), s).ref());
   ex.reset();
+  // The same rule for what the code creates through CUDA itself, where the interposer counts it.
+  const auto driver_before = offloadkit::testing::read_driver_counts();
   const std::size_t cycles = 3;
   for (std::size_t c = 0; c < cycles; ++c) {
     ex.synchronize(off->offload(a.view(), s).ref());
     ex.synchronize(off->reload(a.view(), s).ref());
+  }
+  if (const auto now = offloadkit::testing::read_driver_counts(); driver_before && now) {
+    const std::string grew = offloadkit::testing::driver_growth(*driver_before, *now);
+    if (!grew.empty()) RC_FAIL("steady-state cycles: " + grew);
   }
   const counting_adaptor::counts n = ex.snapshot();
   RC_ASSERT(n.allocations_of(memory_kind::pinned) == 0u);

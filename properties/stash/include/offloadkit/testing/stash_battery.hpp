@@ -34,6 +34,7 @@
 #include "offloadkit/stash/stash.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/device_memory.hpp"
+#include "offloadkit/testing/driver_instruments.hpp"
 #include "offloadkit/testing/fixed_cases.hpp"
 #include "offloadkit/testing/implementation.hpp"
 #include "offloadkit/testing/sync_on_exit.hpp"
@@ -880,6 +881,8 @@ inline void prop_model(executor& ex, const stash_implementation& impl) {
   stash_config cfg;
   std::tie(cfg.row_bytes, cfg.rows_per_page, cfg.max_rows, cfg.device_pages, cfg.pinned_pages) = mc;
   cfg.max_keys = 8;  // every key gen_small_key() can draw: the limit is reached, never passed
+  // The stash's own CUDA work (a black box's streams) is held back too, where interposed.
+  const offloadkit::testing::driver_delays own_work_delays;
   delay_adaptor dx(ex);
   stream made_on(dx), a(dx), b(dx);
   event after_call(dx);
