@@ -347,6 +347,12 @@ struct driver_api {
   PFN_cuStreamDestroy_v4000 stream_destroy = nullptr;
   PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
   PFN_cuMemcpyHtoDAsync_v3020 copy_to_device_async = nullptr;
+  // Optional (the stand-in driver has no contexts): device 0's primary context, made current on a
+  // thread that has none, as the CUDA runtime does before its first call on a thread.
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDevicePrimaryCtxRetain_v7000 primary_ctx_retain = nullptr;
 };
 
 void driver_check(CUresult r, const char* what) {
@@ -384,10 +390,34 @@ const driver_api& driver() {
     driver_symbol(lib, "cuStreamDestroy_v2", a.stream_destroy);
     driver_symbol(lib, "cuStreamSynchronize", a.stream_synchronize);
     driver_symbol(lib, "cuMemcpyHtoDAsync_v2", a.copy_to_device_async);
+    a.ctx_get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(dlsym(lib, "cuCtxGetCurrent"));
+    a.ctx_set_current = reinterpret_cast<PFN_cuCtxSetCurrent_v4000>(dlsym(lib, "cuCtxSetCurrent"));
+    a.device_get = reinterpret_cast<PFN_cuDeviceGet_v2000>(dlsym(lib, "cuDeviceGet"));
+    a.primary_ctx_retain = reinterpret_cast<PFN_cuDevicePrimaryCtxRetain_v7000>(
+        dlsym(lib, "cuDevicePrimaryCtxRetain"));
     driver_check(a.init(0), "cuInit");
     return a;
   }();
   return api;
+}
+
+/// Makes device 0's primary context current where this thread has none (a no-op where the driver
+/// has no contexts). The retained context is kept for the life of the process, as the runtime
+/// keeps it.
+void use_driver_context() {
+  const driver_api& d = driver();
+  if (d.ctx_get_current == nullptr || d.ctx_set_current == nullptr || d.device_get == nullptr ||
+      d.primary_ctx_retain == nullptr) {
+    return;
+  }
+  CUcontext current = nullptr;
+  driver_check(d.ctx_get_current(&current), "cuCtxGetCurrent");
+  if (current != nullptr) return;
+  CUdevice dev = 0;
+  driver_check(d.device_get(&dev, 0), "cuDeviceGet");
+  CUcontext primary = nullptr;
+  driver_check(d.primary_ctx_retain(&primary, dev), "cuDevicePrimaryCtxRetain");
+  driver_check(d.ctx_set_current(primary), "cuCtxSetCurrent");
 }
 
 /// The reference region (which frees its device memory when paused), with the contents of a
@@ -422,6 +452,7 @@ class pinned_per_pause_region final : public ok::region::offload_region {
       return;
     }
     void* staging = nullptr;
+    use_driver_context();
     driver_check(driver().alloc_host(&staging, inner_.size()), "cuMemAllocHost");  // every pause
     try {
       ex_->copy(staging, inner_.data(), inner_.size(), s);
@@ -456,7 +487,10 @@ class pinned_per_pause_region final : public ok::region::offload_region {
 /// handed out may outlive the offloader).
 class driver_stream {
  public:
-  driver_stream() { driver_check(driver().stream_create(&stream_, 0), "cuStreamCreate"); }
+  driver_stream() {
+    use_driver_context();
+    driver_check(driver().stream_create(&stream_, 0), "cuStreamCreate");
+  }
   ~driver_stream() {
     (void)driver().stream_synchronize(stream_);
     (void)driver().stream_destroy(stream_);

@@ -33,19 +33,27 @@ std::optional<driver_counts> read_driver_counts() {
   return d;
 }
 
-std::string driver_growth(const driver_counts& before, const driver_counts& now) {
-  const std::vector<std::pair<const char*, std::pair<std::uint64_t, std::uint64_t>>> rows = {
-      {"device allocations (cuMemAlloc, cudaMalloc)",
-       {before.device_allocations, now.device_allocations}},
-      {"pinned allocations (cuMemAllocHost, cuMemHostAlloc, cudaHostAlloc, cudaMallocHost)",
-       {before.pinned_allocations, now.pinned_allocations}},
-      {"physical handles (cuMemCreate)", {before.physical_handles, now.physical_handles}},
-      {"reservations (cuMemAddressReserve)", {before.reservations, now.reservations}},
+std::string driver_growth(const driver_counts& before, const driver_counts& now, unsigned which) {
+  struct row {
+    driver_resource kind;
+    const char* what;
+    std::uint64_t before, now;
+  };
+  const row rows[] = {
+      {driver_device_allocations, "device allocations (cuMemAlloc, cudaMalloc)",
+       before.device_allocations, now.device_allocations},
+      {driver_pinned_allocations,
+       "pinned allocations (cuMemAllocHost, cuMemHostAlloc, cudaHostAlloc, cudaMallocHost)",
+       before.pinned_allocations, now.pinned_allocations},
+      {driver_physical_handles, "physical handles (cuMemCreate)", before.physical_handles,
+       now.physical_handles},
+      {driver_reservations, "reservations (cuMemAddressReserve)", before.reservations,
+       now.reservations},
   };
   std::ostringstream grew;
-  for (const auto& [what, counts] : rows) {
-    if (counts.second <= counts.first) continue;
-    grew << (grew.tellp() > 0 ? ", " : "") << counts.second - counts.first << " more " << what;
+  for (const row& r : rows) {
+    if ((which & r.kind) == 0 || r.now <= r.before) continue;
+    grew << (grew.tellp() > 0 ? ", " : "") << r.now - r.before << " more " << r.what;
   }
   if (grew.tellp() == 0) return "";
   return "the driver's count (offloadkit's interposer, which sees the CUDA calls the code makes "

@@ -31,10 +31,19 @@ struct driver_counts {
 /// process of its group holds the count).
 [[nodiscard]] std::optional<driver_counts> read_driver_counts();
 
-/// Empty when `now` created no device or pinned allocation, physical handle or reservation beyond
-/// `before`; otherwise a sentence naming what grew and by how much, saying that the driver's
-/// count (the interposer's) found it.
-[[nodiscard]] std::string driver_growth(const driver_counts& before, const driver_counts& now);
+/// The kinds of resource a steady state may be required not to create, as a bit set.
+enum driver_resource : unsigned {
+  driver_device_allocations = 1U << 0,
+  driver_pinned_allocations = 1U << 1,
+  driver_physical_handles = 1U << 2,
+  driver_reservations = 1U << 3,
+  driver_all_resources = (1U << 4) - 1,
+};
+
+/// Empty when `now` created nothing of the kinds in `which` beyond `before`; otherwise a sentence
+/// naming what grew and by how much, saying that the driver's count (the interposer's) found it.
+[[nodiscard]] std::string driver_growth(const driver_counts& before, const driver_counts& now,
+                                        unsigned which = driver_all_resources);
 
 /// Arms the interposer's delays for its scope, with a seed and a maximum drawn by rapidcheck (so
 /// a counterexample names them and shrinking lowers the maximum toward 0), and turns them off at
