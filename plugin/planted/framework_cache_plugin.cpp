@@ -1,7 +1,7 @@
-// A plugin on a framework with a caching allocator, for `offloadkit check --driver-faults`: its arena
-// is offloadkit's reference arena plus a pinned scratch block taken from a process-wide cache, as
-// PyTorch's CachingHostAllocator keeps freed pinned blocks for the next user. The block is
-// allocated with cudaMallocHost on a cache miss and goes back to the cache, not to the driver,
+// A plugin on a framework with a caching allocator, for `offloadkit check --driver-faults`: its
+// arena is offloadkit's reference arena plus a pinned scratch block taken from a process-wide
+// cache, as PyTorch's CachingHostAllocator keeps freed pinned blocks for the next user. The block
+// is allocated with cudaMallocHost on a cache miss and goes back to the cache, not to the driver,
 // when the arena is destroyed, so after every scenario the process still holds it.
 //
 // Built twice: with OFFLOADKIT_FRAMEWORK_CACHE_RELEASE the plugin exports release_cached_memory
@@ -111,13 +111,10 @@ class cached_scratch_arena final : public ok::arena::offloader {
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace op = offloadkit::plugin;
   // Runs on the cuda executor only: the cache calls CUDA itself.
-  static const okit_arena_vtable arena =
-      op::arena_vtable<&op::make_arena_as<cached_scratch_arena>>("cached-scratch",
-                                                                 OKIT_CAP_CUDA_EXECUTOR);
+  static const okit_arena_vtable arena = op::arena_vtable<&op::make_arena_as<cached_scratch_arena>>(
+      "cached-scratch", OKIT_CAP_CUDA_EXECUTOR);
 #if defined(OFFLOADKIT_FRAMEWORK_CACHE_RELEASE)
-  constexpr auto release = [](okit_error* err) {
-    return op::guard(err, [] { cache().empty(); });
-  };
+  constexpr auto release = [](okit_error* err) { return op::guard(err, [] { cache().empty(); }); };
   static const okit_plugin plugin{OKIT_ABI_VERSION,
                                   sizeof(okit_plugin),
                                   "framework-cache",

@@ -433,6 +433,37 @@ class pending_checker final : public forwarding_offloader {
 
 // ---- races -------------------------------------------------------------------------------------
 
+/// Forwards to an offloader with the interposer's delays on only while a call runs: the
+/// implementation's own CUDA work (a black box's uploads on its own stream) is held back, while
+/// the step's reads of what unpack returned are not, so they cannot mask a missing wait by being
+/// late themselves.
+class delayed_during_calls final : public forwarding_offloader {
+ public:
+  delayed_during_calls(offloader& inner, offloadkit::testing::driver_delays& delays)
+      : forwarding_offloader(inner), delays_(delays) {
+    delays_.set_active(false);
+  }
+
+ private:
+  handle do_pack(tensor t, stream_ref s) override {
+    return delays_.during([&] { return inner_.pack(std::move(t), s); });
+  }
+  tensor do_unpack(handle h, stream_ref s) override {
+    return delays_.during([&] { return inner_.unpack(h, s); });
+  }
+  void do_forward_layer_end(int layer, stream_ref s) override {
+    delays_.during([&] { inner_.forward_layer_end(layer, s); });
+  }
+  void do_backward_layer_begin(int layer, stream_ref s) override {
+    delays_.during([&] { inner_.backward_layer_begin(layer, s); });
+  }
+  void do_synchronize() override {
+    delays_.during([&] { inner_.synchronize(); });
+  }
+
+  offloadkit::testing::driver_delays& delays_;
+};
+
 /// Delays every operation on each stream created through it (the offloader's own copy and upload
 /// streams) by a seeded random amount, so that its copies finish late relative to the caller.
 class delay_new_streams final : public executor_adaptor {
@@ -463,12 +494,14 @@ void races(executor& ex, const activation_implementation& impl) {
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   const auto max_delay = std::chrono::microseconds(*rc::gen::element<int>(100, 500, 1500, 5000));
   training_step step(ex, c.layers, compute_threads);
-  // The offloader's own CUDA work (a black box's streams) is held back too, where interposed.
-  const offloadkit::testing::driver_delays own_work_delays;
+  // The offloader's own CUDA work (a black box's streams) is held back too, where interposed,
+  // inside its calls only.
+  offloadkit::testing::driver_delays own_work_delays;
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, max_delay, seed);
   auto off = impl.make(delayed, c.options);
-  run_steps(ex, *off, step, c, seed);
+  delayed_during_calls calls(*off, own_work_delays);
+  run_steps(ex, calls, step, c, seed);
 }
 
 /// With copies held back by delays, sources in flight stay within max_pending_bytes after every
@@ -697,8 +730,8 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   o.prefetch_bytes = *rc::gen::element<std::size_t>(0, 65536, std::size_t{1} << 30);
   o.prefetch_layers = *inRange(0, 3);
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
-  const offloadkit::testing::driver_delays
-      own_work_delays;  // the offloader's own CUDA work, where interposed
+  // The offloader's own CUDA work, where interposed, inside its calls only.
+  offloadkit::testing::driver_delays own_work_delays;
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, std::chrono::microseconds(*rc::gen::element(300, 1500)), seed);
   stream produce(ex), reuse(ex);
@@ -738,7 +771,8 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   int layer = 0;
   bool backward = false;
   {
-    auto off = impl.make(delayed, o);
+    auto made = impl.make(delayed, o);
+    auto off = std::make_unique<delayed_during_calls>(*made, own_work_delays);
     const auto steps = *rc::gen::resize(100, inRange(1, 40));
     for (int step = 0; step < steps; ++step) {
       const int op = *rc::gen::element(0, 0, 0, 1, 1, 2, 3);

@@ -598,9 +598,9 @@ void many_cycles(executor& ex, const region_implementation& impl) {
                 after_first->allocations_of(memory_kind::pinned));
       RC_ASSERT(n.calls_of(op_kind::reserve) == after_first->calls_of(op_kind::reserve));
       if (const auto now = read_driver_counts(); driver_after_first && now) {
-        const std::string grew = driver_growth(*driver_after_first, *now,
-                                               testing::driver_pinned_allocations |
-                                                   testing::driver_reservations);
+        const std::string grew =
+            driver_growth(*driver_after_first, *now,
+                          testing::driver_pinned_allocations | testing::driver_reservations);
         if (!grew.empty()) RC_FAIL("pause of cycle " + std::to_string(c) + ": " + grew);
       }
     }

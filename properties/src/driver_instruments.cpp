@@ -72,6 +72,12 @@ driver_delays::driver_delays() {
   reinterpret_cast<okit_interpose_set_delays_fn>(set_)(seed_, max_us_);
 }
 
+void driver_delays::set_active(bool on) noexcept {
+  if (set_ == nullptr) return;
+  reinterpret_cast<okit_interpose_set_delays_fn>(set_)(seed_ + activations_, on ? max_us_ : 0);
+  if (on) ++activations_;
+}
+
 driver_delays::~driver_delays() {
   if (set_ != nullptr) reinterpret_cast<okit_interpose_set_delays_fn>(set_)(0, 0);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace offloadkit::testing {
 
@@ -61,10 +62,28 @@ class driver_delays {
   [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
   [[nodiscard]] std::uint32_t max_us() const noexcept { return max_us_; }
 
+  /// Turns the drawn delays off, or on again (each time with the next seed of a sequence that the
+  /// drawn seed starts, so that calls are not all delayed alike).
+  void set_active(bool on) noexcept;
+
+  /// Runs `f` with the delays on and turns them off when it returns or throws: the work `f`
+  /// issues (a call into the implementation) is held back, and the property's own reads and
+  /// writes outside it are not, so that they cannot mask a race by being late themselves.
+  template <class F>
+  decltype(auto) during(F&& f) {
+    struct off {
+      driver_delays* d;
+      ~off() { d->set_active(false); }
+    } guard{this};
+    set_active(true);
+    return std::forward<F>(f)();
+  }
+
  private:
   void* set_ = nullptr;  ///< okit_interpose_set_delays, or null
   std::uint64_t seed_ = 0;
   std::uint32_t max_us_ = 0;
+  std::uint64_t activations_ = 0;
 };
 
 }  // namespace offloadkit::testing
