@@ -156,8 +156,9 @@ class planted_offloader final : public offloader {
   /// loaded machine included, land within that.
   void poll_briefly(event_ref queued) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (!ex_.ready(queued) && std::chrono::steady_clock::now() < until)
+    while (!ex_.ready(queued) && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
   void give_back_sources() {
     for (auto& [d, l] : lanes_) l.copy.synchronize();

@@ -142,8 +142,9 @@ class planted final : public offloader {
     const event caller(*ex_, s.device);
     ex_->record(caller, s);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (!ex_->ready(caller.ref()) && std::chrono::steady_clock::now() < until)
+    while (!ex_->ready(caller.ref()) && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     return own_.ref();
   }
   event do_offload(tensor_set_view set, stream_ref s) override {
