@@ -879,6 +879,76 @@ void source_reuse(executor& ex, const activation_implementation& impl) {
   RC_ASSERT(released == packed_count);
 }
 
+// ---- the producer's last write, late on the caller's stream -------------------------------------
+
+/// The producer's last write of a source is late on the stream pack() is given: a long hold, then
+/// the write, then pack() on that stream at once. pack() copies the source in the order of that
+/// stream, so the unpacked tensor must hold the late write; an offloader whose copy runs on a
+/// stream of its own without waiting for the caller's copies what the source held before it. The
+/// hold (300 to 400 ms, drawn per case) outlasts any bounded wait shorter than that (the other
+/// properties' writes, large ones on a loaded machine included, land well within it). The tensor
+/// is offloaded whatever the options (keep_threshold 0) and has at least 64 bytes, so that the two
+/// patterns differ.
+void caller_writes_late(executor& ex, const activation_implementation& impl) {
+  offload_options o;
+  o.max_pending_bytes = *rc::gen::element<std::size_t>(0, 1, std::size_t{1} << 20);
+  o.prefetch_layers = *rc::gen::inRange(0, 3);
+  const std::size_t bytes = *rc::gen::inRange<std::size_t>(64, 65536);
+  const auto before = *rc::gen::arbitrary<std::uint64_t>();
+  const auto late = *rc::gen::distinctFrom(before);
+  const int delay_us = *rc::gen::inRange(300000, 400000);
+  delay_adaptor delays(ex);
+  stream s(ex);
+  buffer source(ex, memory_kind::device, bytes);
+  buffer written(ex, memory_kind::pinned, bytes), expected(ex, memory_kind::pinned, bytes);
+  buffer got(ex, memory_kind::pinned, bytes);
+  const auto fill_host = [bytes](buffer& b, std::uint64_t x) {
+    auto* p = b.as<unsigned char>();
+    for (std::size_t i = 0; i < bytes; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      p[i] = static_cast<unsigned char>(x >> 56);
+    }
+  };
+  fill_host(written, before);
+  fill_host(expected, late);
+  ex.copy(source.data(), written.data(), bytes, s);
+  ex.synchronize(s);
+  std::size_t released = 0;
+  {
+    auto off = impl.make(delays, o);
+    // A failed check unwinds: the late write and the offloader's reads end before the buffers go.
+    const offloadkit::testing::sync_on_exit guard(ex, {s});
+    tensor t;
+    t.data = source.data();
+    t.bytes = bytes;
+    t.shape = {static_cast<std::int64_t>(bytes)};
+    t.release = [&released] { ++released; };
+    RC_LOG() << "hold of " << delay_us << " us on the caller's stream, then its last write\n";
+    delays.delay_next(std::chrono::microseconds(delay_us), 1, s);
+    delays.copy(source.data(), expected.data(), bytes, s);
+    const handle h = off->pack(std::move(t), s);
+    delays.clear();
+    off->forward_layer_end(0, s);
+    off->backward_layer_begin(0, s);
+    tensor back = off->unpack(h, s);
+    ex.copy(got.data(), back.data, bytes, s);
+    if (back.release) back.release();  // its read is issued on s
+    off->synchronize();
+    ex.synchronize(s);
+  }
+  RC_ASSERT(released == 1u);
+  const auto* want = expected.as<unsigned char>();
+  const auto* have = got.as<unsigned char>();
+  const auto m = std::mismatch(want, want + bytes, have);
+  if (m.first != want + bytes) {
+    const std::size_t i = static_cast<std::size_t>(m.first - want);
+    RC_FAIL(offloadkit::detail::concat("unpacked tensor (", bytes, " bytes): byte ", i, " is ",
+                                       int(*m.second), ", expected ", int(*m.first),
+                                       " (the write before the late one left ",
+                                       int(written.as<unsigned char>()[i]), ")"));
+  }
+}
+
 // ---- configuration edges -----------------------------------------------------------------------
 
 /// Every configuration field at its edges (0, 1 and the largest value), all combinations, on a
@@ -1145,6 +1215,9 @@ std::vector<check_case> activation_battery(const activation_implementation& impl
   list.add_if(caps.pending_bound, "pending_source_bound", &activation::pending_bound, 100,
               "profile says max_pending_bytes is not honoured (pending_bound not declared)");
   list.add("source_reuse_other_stream", &activation::source_reuse, 60);
+  // Every profile copies a source in the order of the caller's stream: a hold of 300 to 400 ms a
+  // case.
+  list.add("caller_writes_late", &activation::caller_writes_late, 5);
   const std::string no_prefetch =
       "profile says nothing is uploaded ahead of unpack() (backward_prefetch not declared)";
   list.add_if(caps.backward_prefetch, "prefetch_order", &activation::prefetch_order, 100,

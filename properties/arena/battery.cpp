@@ -30,6 +30,8 @@ std::vector<check_case> arena_battery(const arena_implementation& impl) {
                 allocations_not_through_executor());
   }
   list.add("concurrent", &props::prop_concurrent, 15);
+  // Every profile copies in stream order on the caller's stream: a hold of 300 to 400 ms a case.
+  list.add("caller_writes_late", &props::prop_caller_writes_late, 5);
   list.add("model_sequence", &props::prop_model_sequence, 40);
   // Deterministic: the same edge shapes every case, so one case is the whole check.
   list.add("boundary_shapes", &props::prop_boundary_shapes, 1);

@@ -54,7 +54,7 @@ device_set make_device_set(executor& ex, const set_spec& spec, int device) {
   return out;
 }
 
-void fill_pattern(executor& ex, tensor_set_view set, std::uint64_t seed, stream_ref s) {
+snapshot pattern_of(tensor_set_view set, std::uint64_t seed) {
   snapshot data(set.size());
   for (std::size_t i = 0; i < set.size(); ++i) {
     std::uint64_t x = seed ^ (0x100000001b3ull * (i + 1));
@@ -65,8 +65,23 @@ void fill_pattern(executor& ex, tensor_set_view set, std::uint64_t seed, stream_
         data[i][b + k] = static_cast<unsigned char>(v >> (8 * k));
       }
     }
+  }
+  return data;
+}
+
+void write_set(executor& ex, tensor_set_view set, const snapshot& data, stream_ref s) {
+  OFFLOADKIT_EXPECTS(data.size() == set.size(), out_of_range, "write_set: ", data.size(),
+                     " tensors of data for a set of ", set.size());
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    OFFLOADKIT_EXPECTS(data[i].size() == set[i].bytes, out_of_range, "write_set: tensor ", i,
+                       " has ", set[i].bytes, " bytes, its data ", data[i].size());
     if (set[i].bytes != 0) ex.copy(set[i].data, data[i].data(), set[i].bytes, s);
   }
+}
+
+void fill_pattern(executor& ex, tensor_set_view set, std::uint64_t seed, stream_ref s) {
+  const snapshot data = pattern_of(set, seed);
+  write_set(ex, set, data, s);
   ex.synchronize(s);
 }
 

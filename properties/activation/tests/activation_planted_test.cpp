@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "battery_support.hpp"
 #include "battery_tests.hpp"
@@ -58,11 +59,19 @@ std::set<std::string> failing_properties() {
   host_executor ex;
   check_config cfg;
   cfg.seed = offloadkit::testing::seed();
-  const int from_environment = offloadkit::testing::cases_from_environment();
-  cfg.cases = from_environment > 0 ? from_environment : planted_cases;
   cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  return offloadkit::run_battery(offloadkit::testing::activation_battery(planted<B>()), cfg,
-                                 [&ex](const check_case&) -> executor& { return ex; })
+  std::vector<check_case> battery = offloadkit::testing::activation_battery(planted<B>());
+  if (const int from_environment = offloadkit::testing::cases_from_environment();
+      from_environment > 0) {
+    cfg.cases = from_environment;
+  } else {
+    // caller_writes_late holds the caller's stream 300 to 400 ms a case: it keeps its own count,
+    // which its one race needs no more than (the hold is the window).
+    for (check_case& c : battery) {
+      if (c.name != "caller_writes_late") c.default_cases = planted_cases;
+    }
+  }
+  return offloadkit::run_battery(battery, cfg, [&ex](const check_case&) -> executor& { return ex; })
       .failed;
 }
 
@@ -102,6 +111,9 @@ TEST(ActivationPlanted, ZeroPrefetchLayersAsUnlimitedOnlyInConfigEdges) {
 }
 TEST(ActivationPlanted, SourceGivenBackByAFailedPackOnlyInFaultCountdown) {
   OFFLOADKIT_EXPECT_FAILING(release_on_failed_pack, "fault_countdown");
+}
+TEST(ActivationPlanted, PackNotWaitingForTheCallerOnlyInCallerWritesLate) {
+  OFFLOADKIT_EXPECT_FAILING(no_caller_wait, "caller_writes_late");
 }
 
 // Bugs that more than one property sees, each for its own reason.

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,6 +35,7 @@ enum class bug {
   late_prefetch,           ///< prefetch starts one layer below the one whose backward begins
   zero_layers_unlimited,   ///< prefetch_layers = 0 read as "no limit" instead of "none"
   release_on_failed_pack,  ///< a pack whose copy fails gives the source back, which is the caller's
+  no_caller_wait,          ///< pack copies without waiting for the caller's stream, polling 200 ms
 };
 
 /// A compact asynchronous offloader: side-stream copy into fresh pinned memory, upload on another
@@ -109,7 +112,11 @@ class planted_offloader final : public offloader {
       const event_ref ready = fresh_event(s.device);
       try {
         ex_.record(ready, s);
-        ex_.wait(ready, l.copy);
+        if (B == bug::no_caller_wait) {
+          poll_briefly(ready);
+        } else {
+          ex_.wait(ready, l.copy);
+        }
         e.pinned = ex_.allocate(memory_kind::pinned, t.bytes);
         if (t.bytes > 0) ex_.copy(e.pinned, t.data, t.bytes, l.copy);
         if (B == bug::stream_ordered_release) {
@@ -142,6 +149,16 @@ class planted_offloader final : public offloader {
     entries_.emplace(h.id, std::move(e));
     if (!room && options_.max_pending_bytes > 0) give_back_sources();
     return h;
+  }
+  /// no_caller_wait: polls the caller's stream from the host for at most 200 ms (as code that
+  /// spins on cudaStreamQuery with a timeout does) instead of making the copy stream wait for it;
+  /// the copy then reads whatever the source holds. The other properties' writes, large ones on a
+  /// loaded machine included, land within that.
+  void poll_briefly(event_ref queued) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!ex_.ready(queued) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
   void give_back_sources() {
     for (auto& [d, l] : lanes_) l.copy.synchronize();

@@ -30,6 +30,9 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
   list.add_if(impl.support.executor_allocations, "injected_faults_countdown",
               &props::prop_injected_faults, 15, allocations_not_through_executor());
   list.add("model_based", &props::prop_model, 200);
+  // Every profile reads the source and row count in the order of the caller's stream: a hold of
+  // 300 to 400 ms a case.
+  list.add("caller_writes_late", &props::prop_caller_writes_late, 5);
   list.add("batch_matches_per_key", &props::prop_batch_matches_per_key, 60);
   list.add_if(impl.caps.capturable && impl.caps.default_overflow_policy(),
               "graph_replay_row_counts", &props::prop_graph_replay, 40,

@@ -507,6 +507,43 @@ inline void prop_concurrent(executor& base, const arena_implementation& impl) {
   assert_same(expect_a, read_set(base, a2.view(), s2), "set A reloaded on the other stream");
 }
 
+/// The caller's last write of the set is late on the caller's stream: a long hold, then the write,
+/// then offload() on that stream at once. offload() copies in stream order on the stream it is
+/// given (asynchronous or not), so the host copy must hold the late write; an offloader that
+/// copies on a stream of its own without waiting for the caller's copies what the set held before
+/// it. The hold (300 to 400 ms, drawn per case) outlasts any bounded wait shorter than that (the
+/// other properties' writes, large ones on a loaded machine included, land well within it). The
+/// set has at least 64 bytes, so that the two patterns differ.
+inline void prop_caller_writes_late(executor& base, const arena_implementation& impl) {
+  set_spec spec = *gen_set_spec(std::size_t{256} << 10, 24);
+  if (spec.total() < 64) {
+    tensor_spec t;
+    t.bytes = *rc::gen::inRange<std::size_t>(64, 4096);
+    spec.tensors.push_back(t);
+  }
+  const std::uint64_t before = *rc::gen::arbitrary<std::uint64_t>();
+  const std::uint64_t late = *rc::gen::distinctFrom(before);
+  const int delay_us = *rc::gen::inRange(300000, 400000);
+  delay_adaptor ex(base);
+  stream s(base);
+  device_set a = make_device_set(base, spec);
+  fill_pattern(base, a.view(), before, s);
+  const snapshot expected = pattern_of(a.view(), late);
+  auto off = make_offloader(impl, ex);
+  // A failed check unwinds: the late write must land before the set and its data go.
+  const offloadkit::testing::sync_on_exit guard(base, {s});
+  RC_LOG() << "hold of " << delay_us << " us on the caller's stream, then its last write\n";
+  ex.delay_next(std::chrono::microseconds(delay_us), 1, s);
+  write_set(ex, a.view(), expected, s);
+  event done = off->offload(a.view(), s);
+  ex.clear();
+  ex.synchronize(done.ref());
+  base.synchronize(s);
+  scribble(base, a.view(), 0x5a, s);
+  ex.synchronize(off->reload(a.view(), s).ref());
+  assert_same(expected, read_set(base, a.view(), s), "reload of a set written late");
+}
+
 /// Random sequences of offload, reload (same or other shape), overwrite, release and failing
 /// copies, run against a plain model: which copy is held, what each set holds, whether released.
 /// After every step the implementation agrees with the model; no failure loses the host copy.

@@ -43,11 +43,16 @@ struct device_set {
 };
 
 device_set make_device_set(executor& ex, const set_spec& spec, int device = 0);
-/// Writes a deterministic pseudo-random pattern (per seed and tensor) and waits for it.
+using snapshot = std::vector<std::vector<unsigned char>>;
+/// The deterministic pseudo-random pattern (per seed and tensor) fill_pattern writes.
+snapshot pattern_of(tensor_set_view set, std::uint64_t seed);
+/// Copies `data` (one vector per tensor, of its size) into the set on `s` without waiting: `data`
+/// must outlive the copies. Throws out_of_range where a size differs.
+void write_set(executor& ex, tensor_set_view set, const snapshot& data, stream_ref s);
+/// Writes pattern_of(set, seed) and waits for it.
 void fill_pattern(executor& ex, tensor_set_view set, std::uint64_t seed, stream_ref s);
 /// Sets every byte of every tensor to `value` and waits for it.
 void scribble(executor& ex, tensor_set_view set, int value, stream_ref s);
-using snapshot = std::vector<std::vector<unsigned char>>;
 /// Copies every tensor back to host vectors and waits for it.
 snapshot read_set(executor& ex, tensor_set_view set, stream_ref s);
 /// An empty string when equal, else where the first difference is.

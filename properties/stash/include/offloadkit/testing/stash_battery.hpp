@@ -874,6 +874,67 @@ inline rc::Gen<model_config> gen_model_config() {
                      rc::gen::inRange<std::size_t>(0, 6), rc::gen::inRange<std::size_t>(0, 6)));
 }
 
+/// The caller's last write of a key's source and of its row count is late on the call's stream: a
+/// long hold, then both writes, then stash() on that stream at once. stash() reads both in the
+/// order of the stream it is given, so restore() must give back the late count and rows; a stash
+/// that works on a stream of its own without waiting for the caller's reads what they held
+/// before (the two counts always differ). model_based writes on the call's stream too, held back
+/// by at most 400 us: it catches a stash that does not order the caller's stream at all; the hold
+/// here (300 to 400 ms, drawn per case) also outlasts a bounded host wait for it shorter than that
+/// (the other properties' writes, large ones on a loaded machine included, land well within it).
+inline void prop_caller_writes_late(executor& ex, const stash_implementation& impl) {
+  stash_config cfg;
+  cfg.row_bytes = *rc::gen::element<std::size_t>(1, 8, 24, 64);
+  cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 5);
+  cfg.max_rows = *rc::gen::inRange<std::size_t>(2, 17);
+  cfg.max_keys = 1;
+  // The key fits whole in one tier, whatever the placement policy.
+  const std::size_t pages = (cfg.max_rows + cfg.rows_per_page - 1) / cfg.rows_per_page;
+  const bool on_device = *rc::gen::arbitrary<bool>();
+  cfg.device_pages = on_device ? pages : 0;
+  cfg.pinned_pages = on_device ? 0 : pages;
+  const std::uint64_t late_rows = *rc::gen::inRange<std::uint64_t>(1, cfg.max_rows + 1);
+  const std::uint64_t early_rows =
+      *rc::gen::distinctFrom(rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1), late_rows);
+  const auto early_salt = *rc::gen::arbitrary<std::uint32_t>();
+  const auto late_salt = *rc::gen::distinctFrom(early_salt);
+  const int delay_us = *rc::gen::inRange(300000, 400000);
+  const stash_key key{0, 0, 0};
+  const std::uint32_t code = pattern_code(key);
+  delay_adaptor dx(ex);
+  stream made_on(dx), s(dx);
+  device_io io(dx, s, cfg.max_rows * cfg.row_bytes);
+  buffer late(dx, memory_kind::pinned, io.bytes + sizeof(std::uint64_t));
+  auto* h = late.as<unsigned char>();
+  for (std::size_t o = 0; o < io.bytes; ++o) h[o] = pattern_byte(code, late_salt, o);
+  std::memcpy(h + io.bytes, &late_rows, sizeof late_rows);
+  io.write_source(io.src.data(), code, early_salt);
+  io.write_u64(io.rows.data(), early_rows);
+  auto st = impl.make(dx, cfg, made_on);
+  made_on.synchronize();
+  // A failed check unwinds: the late writes must land before the buffers go.
+  const offloadkit::testing::sync_on_exit guard(dx, {s, made_on});
+  RC_LOG() << "hold of " << delay_us << " us on the caller's stream, then its last writes\n";
+  dx.delay_next(std::chrono::microseconds(delay_us), 1, s);
+  dx.copy(io.src.data(), h, io.bytes, s);
+  dx.copy(io.rows.data(), h + io.bytes, sizeof late_rows, s);
+  st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+  dx.clear();
+  io.clear(io.dst.data());
+  st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+  const std::uint64_t got_rows = io.read_u64(io.rows_out.data());
+  if (got_rows != late_rows) {
+    RC_FAIL(offloadkit::detail::concat("restore gave ", got_rows, " rows, the late write said ",
+                                       late_rows, " (the write before it ", early_rows, ")"));
+  }
+  const long long at =
+      first_mismatch(io.read(io.dst.data()), code, late_salt, late_rows * cfg.row_bytes);
+  if (at >= 0) {
+    RC_FAIL(offloadkit::detail::concat("restored byte ", at, " of ", late_rows, " rows of ",
+                                       cfg.row_bytes, " bytes is not the late write's"));
+  }
+}
+
 /// Model-based: random stash/restore/reset/clear sequences (double stashes, empty restores and
 /// overflows included) against a plain model of the freelists, page table and status word.
 inline void prop_model(executor& ex, const stash_implementation& impl) {
