@@ -85,6 +85,8 @@ class hooks_offloader final : public offloader {
     const bool kept = keeps(t);
     if (kept && planted_ != hooks_planted::copies_kept) {
       e.kept = true;
+      // Unpack may copy it to another device on a stream that is not ordered after this one.
+      if (policies_.current_device) ex_.synchronize(s);
     } else {
       entry* shared = nullptr;
       if (policies_.dedup && !kept) {
