@@ -53,13 +53,17 @@ const std::vector<capability>& capability_table() {
       {"arena", "single_host_buffer", OKIT_ARENA_CAP_SINGLE_HOST_BUFFER,
        "never more than one host buffer"},
       {"activation", "origin_device", OKIT_ACTIVATION_CAP_ORIGIN_DEVICE,
-       "tensors packed on several devices come back on their own"},
+       "tensors packed on several devices come back on their own (else on the unpack stream's)"},
       {"activation", "prefetch_bound", OKIT_ACTIVATION_CAP_PREFETCH_BOUND,
        "honours prefetch_bytes"},
       {"activation", "pending_bound", OKIT_ACTIVATION_CAP_PENDING_BOUND,
        "honours max_pending_bytes"},
       {"activation", "backward_prefetch", OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH,
        "uploads packed tensors ahead of unpack(), in backward order"},
+      {"activation", "opaque_predicate", OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE,
+       "decides per tensor by its own rule, reported in stats() (else by keep_threshold)"},
+      {"activation", "dedup_by_storage", OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE,
+       "packs of one device storage still held are offloaded once"},
   };
   return table;
 }

@@ -252,10 +252,17 @@ arena::offload_promises arena_promises_of(std::uint64_t bits) noexcept {
 
 testing::activation_capabilities activation_capabilities_of(std::uint64_t bits) noexcept {
   testing::activation_capabilities c;
-  c.origin_device = has(bits, OKIT_ACTIVATION_CAP_ORIGIN_DEVICE);
+  c.return_device = has(bits, OKIT_ACTIVATION_CAP_ORIGIN_DEVICE)
+                        ? testing::activation_return_device::origin
+                        : testing::activation_return_device::current;
   c.prefetch_bound = has(bits, OKIT_ACTIVATION_CAP_PREFETCH_BOUND);
   c.pending_bound = has(bits, OKIT_ACTIVATION_CAP_PENDING_BOUND);
   c.backward_prefetch = has(bits, OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH);
+  c.decision = has(bits, OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE)
+                   ? testing::activation_offload_decision::opaque_predicate
+                   : testing::activation_offload_decision::size_threshold;
+  c.dedup = has(bits, OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE) ? testing::activation_dedup::by_storage
+                                                            : testing::activation_dedup::none;
   return c;
 }
 

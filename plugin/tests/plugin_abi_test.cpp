@@ -557,8 +557,9 @@ std::string decoded(const std::string& feature, std::uint64_t bits) {
            std::to_string(c.single_host_buffer);
   } else if (feature == "activation") {
     const auto c = op::activation_capabilities_of(bits);
-    out += std::to_string(c.origin_device) + std::to_string(c.prefetch_bound) +
-           std::to_string(c.pending_bound) + std::to_string(c.backward_prefetch);
+    out += ok::testing::to_string(c.return_device) + std::to_string(c.prefetch_bound) +
+           std::to_string(c.pending_bound) + std::to_string(c.backward_prefetch) +
+           ok::testing::to_string(c.decision) + ok::testing::to_string(c.dedup);
   }
   return out;
 }
@@ -606,9 +607,10 @@ TEST(CapabilityTable, NoBitOutsideTheTableIsDecoded) {
 }
 
 TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
-  // Every value of every stash and region policy of the descriptor is what some word decodes to:
-  // a value added to a descriptor without its bit fails here.
+  // Every value of every stash, region and activation policy of the descriptor is what some word
+  // decodes to: a value added to a descriptor without its bit fails here.
   std::set<std::string> overflow, placement, unknown_restore, pause_modes, streams, graphs;
+  std::set<std::string> return_device, decision, dedup;
   for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 8); ++bits) {
     const std::uint64_t word = bits << 8;  // feature bits start at 8
     const auto st = op::stash_capabilities_of(word);
@@ -619,6 +621,10 @@ TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
     pause_modes.insert(ok::testing::to_string(rg.pause_modes));
     streams.insert(ok::testing::to_string(rg.streams));
     graphs.insert(ok::testing::to_string(rg.graphs));
+    const auto ac = op::activation_capabilities_of(word);
+    return_device.insert(ok::testing::to_string(ac.return_device));
+    decision.insert(ok::testing::to_string(ac.decision));
+    dedup.insert(ok::testing::to_string(ac.dedup));
   }
   using ok::testing::to_string;
   namespace t = ok::testing;
@@ -637,6 +643,39 @@ TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
                                             to_string(t::region_streams::synchronous)}));
   EXPECT_EQ(graphs, (std::set<std::string>{to_string(t::region_graphs::own),
                                            to_string(t::region_graphs::none)}));
+  EXPECT_EQ(return_device,
+            (std::set<std::string>{to_string(t::activation_return_device::origin),
+                                   to_string(t::activation_return_device::current)}));
+  EXPECT_EQ(decision,
+            (std::set<std::string>{to_string(t::activation_offload_decision::size_threshold),
+                                   to_string(t::activation_offload_decision::opaque_predicate)}));
+  EXPECT_EQ(dedup, (std::set<std::string>{to_string(t::activation_dedup::none),
+                                          to_string(t::activation_dedup::by_storage)}));
+}
+
+TEST(CapabilityTable, ActivationPoliciesDecodeFromTheirBits) {
+  namespace t = ok::testing;
+  // No bit: what a plugin built before the policies declared reads as it did then, except the
+  // device of return, whose bit keeps its meaning (set: origin; not set: current).
+  auto c = op::activation_capabilities_of(0);
+  EXPECT_EQ(c.return_device, t::activation_return_device::current);
+  EXPECT_EQ(c.decision, t::activation_offload_decision::size_threshold);
+  EXPECT_EQ(c.dedup, t::activation_dedup::none);
+  c = op::activation_capabilities_of(OKIT_ACTIVATION_CAP_ORIGIN_DEVICE);
+  EXPECT_EQ(c.return_device, t::activation_return_device::origin);
+  EXPECT_EQ(c.decision, t::activation_offload_decision::size_threshold);
+  c = op::activation_capabilities_of(OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE);
+  EXPECT_EQ(c.decision, t::activation_offload_decision::opaque_predicate);
+  EXPECT_EQ(c.dedup, t::activation_dedup::none);
+  c = op::activation_capabilities_of(OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE);
+  EXPECT_EQ(c.dedup, t::activation_dedup::by_storage);
+  EXPECT_EQ(c.decision, t::activation_offload_decision::size_threshold);
+  EXPECT_EQ(op::capability_names("activation", OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE |
+                                                   OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE),
+            (std::vector<std::string>{"opaque_predicate", "dedup_by_storage"}));
+  // The bits of ABI 1.3 keep their values.
+  EXPECT_EQ(OKIT_ACTIVATION_CAP_ORIGIN_DEVICE, 1ull << 8);
+  EXPECT_EQ(OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH, 1ull << 11);
 }
 
 TEST(CapabilityTable, StashKeyLimitsTravelInTheTable) {

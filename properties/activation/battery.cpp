@@ -110,6 +110,10 @@ void run_steps(executor& driver_ex, offloader& off, training_step& step, const s
 
 // ---- round trip --------------------------------------------------------------------------------
 
+/// round_trip under an opaque predicate (defined with the checkers below).
+void round_trip_reported(executor& ex, offloader& off, training_step& step, const stack_case& c,
+                         std::uint64_t seed);
+
 /// Every tensor comes back bit for bit, and the counters every implementation keeps agree with what
 /// was packed: each pack() counted, the tensors below the threshold as kept, the others' bytes as
 /// offloaded (checks and benchmarks read them). The threshold is the one the implementation
@@ -120,6 +124,10 @@ void round_trip(executor& ex, const activation_implementation& impl) {
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   training_step step(ex, c.layers, compute_threads);
   auto off = impl.make(ex, c.options);
+  if (impl.caps.decision == testing::activation_offload_decision::opaque_predicate) {
+    round_trip_reported(ex, *off, step, c, seed);
+    return;
+  }
   run_steps(ex, *off, step, c, seed);
   const std::size_t threshold = off->keep_threshold();
   std::size_t packed = 0, kept = 0, offloaded = 0;
@@ -149,9 +157,10 @@ void round_trip(executor& ex, const activation_implementation& impl) {
 
 /// Layers on two devices; each case runs one step with unpack on the stream of each tensor's own
 /// device, one with it on device 0's and one on device 1's, in a random order. Every tensor must
-/// come back on its device of origin, also when the stream unpack() is given (and the backward hint
-/// before it) belongs to the other device, and when the last work issued before it (the previous
-/// layer's compute and checks) ran there.
+/// come back where the profile's return device says: on its device of origin (`origin`), also
+/// when the stream unpack() is given (and the backward hint before it) belongs to the other
+/// device, and when the last work issued before it (the previous layer's compute and checks) ran
+/// there; on the device of unpack's stream (`current`), whichever device it was packed from.
 void two_devices(executor& ex, const activation_implementation& impl) {
   if (ex.device_count() < 2) {
     RC_SUCCEED("skipped: " + ex.name() + " has " + std::to_string(ex.device_count()) +
@@ -184,6 +193,8 @@ void two_devices(executor& ex, const activation_implementation& impl) {
     c.unpack_device = placements[i];
     step_options opt;
     opt.unpack_device = c.unpack_device;
+    opt.return_on_unpack_device =
+        impl.caps.return_device == testing::activation_return_device::current;
     const step_report rep = step.run(off.get(), seed + i, opt);
     if (!rep.ok()) {
       RC_FAIL(off->name() + " step " + std::to_string(i) + ": " + rep.describe() + "; " + show(c));
@@ -251,6 +262,92 @@ class forwarding_offloader : public offloader {
 
   offloader& inner_;
 };
+
+/// What an offloader that decides by an opaque predicate reports of one pack(): stats() read
+/// before and after it. Kept: `kept` grew by one and `offloaded_bytes` by nothing; offloaded:
+/// `offloaded_bytes` grew by the tensor's bytes (`shared`: by nothing, for a pack that shares an
+/// earlier copy of its storage) and `kept` by nothing. Empty when that holds, else what is wrong.
+std::string reported_decision(const offload_stats& before, const offload_stats& after,
+                              std::size_t bytes, bool shared, bool& kept) {
+  const std::size_t packed = after.packed - before.packed;
+  const std::size_t kept_by = after.kept - before.kept;
+  const std::size_t offloaded_by = after.offloaded_bytes - before.offloaded_bytes;
+  kept = kept_by == 1;
+  const std::size_t expected = kept || shared ? 0 : bytes;
+  if (packed != 1 || kept_by > 1 || offloaded_by != expected) {
+    return offloadkit::detail::concat("a pack of ", bytes, " bytes", shared ? " (shared)" : "",
+                                      " moved stats() by packed +", packed, ", kept +", kept_by,
+                                      ", offloaded_bytes +", offloaded_by, ": a ",
+                                      kept ? "kept" : "offloaded", " tensor adds ", kept ? 1 : 0,
+                                      " to kept and ", expected, " to offloaded_bytes");
+  }
+  return {};
+}
+
+/// Reads the decision an offloader with an opaque predicate reports for each pack() (stats()
+/// before and after it) and checks that it holds: the counters move as reported_decision says,
+/// and a tensor reported kept was not copied off: its source is not handed back before its
+/// unpack(), which returns it in its own buffer. Offloaded ones are left to the step's checks
+/// (exact bytes, sources given back once).
+class decision_checker final : public forwarding_offloader {
+ public:
+  explicit decision_checker(offloader& inner) : forwarding_offloader(inner) {}
+  [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
+
+ private:
+  struct packed_entry {
+    bool kept = false;
+    const void* source = nullptr;
+    std::size_t bytes = 0;
+    std::shared_ptr<bool> given_back;
+  };
+  void fail(std::string what) {
+    if (violation_.empty()) violation_ = std::move(what);
+  }
+  handle do_pack(tensor t, stream_ref s) override {
+    packed_entry e;
+    e.source = t.data;
+    e.bytes = t.bytes;
+    e.given_back = std::make_shared<bool>(false);
+    auto owner_release = std::move(t.release);
+    t.release = [flag = e.given_back, owner_release] {
+      *flag = true;
+      if (owner_release) owner_release();
+    };
+    const offload_stats before = inner_.stats();
+    const handle h = inner_.pack(std::move(t), s);
+    const std::string wrong = reported_decision(before, inner_.stats(), e.bytes, false, e.kept);
+    if (!wrong.empty()) fail("handle " + std::to_string(h.id) + ": " + wrong);
+    entries_[h.id] = e;
+    return h;
+  }
+  tensor do_unpack(handle h, stream_ref s) override {
+    const bool given_back_before = entries_.count(h.id) != 0 && *entries_[h.id].given_back;
+    tensor t = inner_.unpack(h, s);
+    const auto it = entries_.find(h.id);
+    if (it != entries_.end() && it->second.kept && it->second.bytes > 0) {
+      if (given_back_before) {
+        fail("handle " + std::to_string(h.id) + " (" + std::to_string(it->second.bytes) +
+             " bytes) was reported kept, yet its source was handed back before its unpack()");
+      } else if (t.data != it->second.source) {
+        fail("handle " + std::to_string(h.id) + " (" + std::to_string(it->second.bytes) +
+             " bytes) was reported kept, yet unpack() returned it in another buffer");
+      }
+    }
+    if (it != entries_.end()) entries_.erase(it);
+    return t;
+  }
+
+  std::map<std::uint64_t, packed_entry> entries_;
+  std::string violation_;
+};
+
+void round_trip_reported(executor& ex, offloader& off, training_step& step, const stack_case& c,
+                         std::uint64_t seed) {
+  decision_checker checked(off);
+  run_steps(ex, checked, step, c, seed);
+  if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
+}
 
 /// Forwards to an offloader and checks after every call that the device memory it allocated
 /// never exceeded the prefetch bound plus the restored tensors the caller holds at that moment.
@@ -382,10 +479,12 @@ void memory_bound(executor& ex, const activation_implementation& impl) {
 /// Forwards to an offloader and checks after every pack() that the sources it still holds while
 /// their copies are in flight (packed, above the keep threshold, not given back, not unpacked)
 /// stay within max_pending_bytes per device, or that a single source is in flight there.
+/// Whether a tensor is kept is read from the threshold the offloader reports, or, for one that
+/// decides by an opaque predicate (`reported`), from the stats() it reports around the pack().
 class pending_checker final : public forwarding_offloader {
  public:
-  pending_checker(offloader& inner, std::size_t bound)
-      : forwarding_offloader(inner), bound_(bound) {}
+  pending_checker(offloader& inner, std::size_t bound, bool reported = false)
+      : forwarding_offloader(inner), bound_(bound), reported_(reported) {}
   [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
 
  private:
@@ -395,14 +494,16 @@ class pending_checker final : public forwarding_offloader {
     bool given_back = false;
   };
   handle do_pack(tensor t, stream_ref s) override {
-    const bool kept = t.bytes < inner_.keep_threshold();
+    bool kept = t.bytes < inner_.keep_threshold();
     auto entry = std::make_shared<held>(held{t.bytes, t.device, false});
     auto owner_release = std::move(t.release);
     t.release = [entry, owner_release] {
       entry->given_back = true;
       if (owner_release) owner_release();
     };
+    const std::size_t kept_before = reported_ ? inner_.stats().kept : 0;
     const handle h = inner_.pack(std::move(t), s);
+    if (reported_) kept = inner_.stats().kept > kept_before;
     if (!kept) entries_[h.id] = entry;
     std::size_t pending = 0, count = 0;
     for (const auto& [id, e] : entries_) {
@@ -427,9 +528,15 @@ class pending_checker final : public forwarding_offloader {
   }
 
   std::size_t bound_;
+  bool reported_;
   std::map<std::uint64_t, std::shared_ptr<held>> entries_;
   std::string violation_;
 };
+
+/// Whether the implementation reports its offload decisions instead of following the threshold.
+bool reports_decisions(const activation_implementation& impl) {
+  return impl.caps.decision == testing::activation_offload_decision::opaque_predicate;
+}
 
 // ---- races -------------------------------------------------------------------------------------
 
@@ -485,7 +592,10 @@ class delay_new_streams final : public executor_adaptor {
 /// Layers spread over two devices where the executor has them and the implementation brings
 /// tensors back to their device of origin; one device otherwise.
 int stack_devices(executor& ex, const activation_implementation& impl) {
-  return impl.caps.origin_device && ex.device_count() > 1 ? 2 : 1;
+  return impl.caps.return_device == testing::activation_return_device::origin &&
+                 ex.device_count() > 1
+             ? 2
+             : 1;
 }
 
 void races(executor& ex, const activation_implementation& impl) {
@@ -547,7 +657,7 @@ void pending_bound(executor& ex, const activation_implementation& impl) {
   delay_adaptor delays(ex);
   delay_new_streams delayed(delays, std::chrono::microseconds(300), seed);
   auto off = impl.make(delayed, c.options);
-  pending_checker checked(*off, c.options.max_pending_bytes);
+  pending_checker checked(*off, c.options.max_pending_bytes, reports_decisions(impl));
   run_steps(ex, checked, step, c, seed);
   if (!checked.violation().empty()) RC_FAIL(checked.violation() + "; " + show(c));
 }
@@ -949,6 +1059,133 @@ void caller_writes_late(executor& ex, const activation_implementation& impl) {
   }
 }
 
+// ---- storage dedup -----------------------------------------------------------------------------
+
+/// For an implementation that declares dedup_by_storage: random packs of a few device storages
+/// (1 to 65536 bytes), one storage packed again while earlier packs of it are held, with
+/// synchronizations and layer ends between, then every handle unpacked in backward order. A pack
+/// of a storage that an earlier pack still holds (its source not handed back) adds nothing to
+/// offloaded_bytes, any other adds its bytes (under an opaque predicate, one reported kept adds
+/// nothing); every handle unpacks to what its storage held when it was packed; each pack's source
+/// is handed back exactly once, and the owner rewrites a storage (new contents, packed anew) only
+/// once every pack of it has been handed back, so that a copy shared past that point is caught.
+void storage_dedup(executor& ex, const activation_implementation& impl) {
+  using rc::gen::inRange;
+  offload_options o;
+  o.keep_threshold = 0;
+  o.max_pending_bytes = *rc::gen::element<std::size_t>(0, 0, 0, 4096);
+  o.prefetch_bytes = *rc::gen::element<std::size_t>(0, 65536, std::size_t{1} << 30);
+  o.prefetch_layers = *inRange(0, 3);
+  struct storage {
+    buffer mem;
+    std::size_t bytes = 0;
+    int value = 0;
+    int held = 0;  ///< packs of it not handed back
+  };
+  std::vector<storage> storages;
+  const int n_storages = *rc::gen::resize(100, inRange(1, 4));
+  for (int k = 0; k < n_storages; ++k) {
+    const std::size_t bytes = *rc::gen::element<std::size_t>(1, 64, 4096, 65536);
+    storages.push_back({buffer(ex, memory_kind::device, bytes), bytes, 0, 0});
+  }
+  stream s(ex);
+  buffer check(ex, memory_kind::pinned, 65536);
+  const offloadkit::testing::sync_on_exit drain(ex, {s});
+  struct pack_record {
+    std::size_t storage = 0;
+    int value = 0;
+    int layer = 0;
+    handle h;
+    std::shared_ptr<int> released = std::make_shared<int>(0);
+  };
+  std::vector<pack_record> packs;
+  std::ostringstream log;  // the calls, for the failure message
+  int next_value = 1;
+  {
+    auto off = impl.make(ex, o);
+    int layer = 0;
+    const int steps = *rc::gen::resize(100, inRange(1, 24));
+    for (int step = 0; step < steps; ++step) {
+      const int op = *rc::gen::element(0, 0, 0, 0, 1, 2);
+      if (op == 1) {
+        off->synchronize();
+        log << " sync";
+        continue;
+      }
+      if (op == 2) {
+        off->forward_layer_end(layer++, s);
+        log << " end" << layer - 1;
+        continue;
+      }
+      const auto k = *rc::gen::inRange<std::size_t>(0, storages.size());
+      storage& st = storages[k];
+      if (st.held == 0) {  // the owner's again: new contents
+        st.value = next_value++ % 250 + 1;
+        ex.fill(st.mem.data(), st.value, st.bytes, s);
+      }
+      // Shared: an earlier pack of this storage still holds it.
+      const bool shared = st.held > 0;
+      pack_record r;
+      r.storage = k;
+      r.value = st.value;
+      r.layer = layer;
+      tensor t;
+      t.data = st.mem.data();
+      t.bytes = st.bytes;
+      t.shape = {static_cast<std::int64_t>(st.bytes)};
+      t.release = [&ex, &s, &st, released = r.released] {
+        ++*released;
+        if (--st.held == 0) ex.fill(st.mem.data(), 0xEE, st.bytes, s);  // reused at once
+      };
+      const offload_stats before = off->stats();
+      st.held += 1;
+      r.h = off->pack(std::move(t), s);
+      bool kept = false;
+      std::string wrong = reported_decision(before, off->stats(), st.bytes, shared, kept);
+      if (wrong.empty() && kept && !reports_decisions(impl)) {
+        wrong = "a tensor of " + std::to_string(st.bytes) + " bytes was kept at keep_threshold 0";
+      }
+      log << " pack(storage " << k << ", " << st.bytes << " bytes, value " << r.value
+          << (shared ? ", shared" : "") << ")";
+      if (!wrong.empty())
+        RC_FAIL("pack " + std::to_string(packs.size()) + ": " + wrong + ";" + log.str());
+      packs.push_back(r);
+    }
+    for (std::size_t j = packs.size(); j-- > 0;) {
+      const pack_record& r = packs[j];
+      if (j + 1 == packs.size() || packs[j + 1].layer != r.layer) {
+        off->backward_layer_begin(r.layer, s);
+      }
+      tensor back = off->unpack(r.h, s);
+      const std::size_t bytes = storages[r.storage].bytes;
+      if (back.bytes != bytes) {
+        RC_FAIL(offloadkit::detail::concat("pack ", j, " came back with ", back.bytes,
+                                           " bytes, packed ", bytes, ";", log.str()));
+      }
+      ex.copy(check.data(), back.data, bytes, s);
+      ex.synchronize(s);
+      const auto* got = check.as<unsigned char>();
+      for (std::size_t b = 0; b < bytes; ++b) {
+        if (got[b] != static_cast<unsigned char>(r.value)) {
+          RC_FAIL(offloadkit::detail::concat("pack ", j, " (storage ", r.storage, "): byte ", b,
+                                             " of ", bytes, " is ", int(got[b]), ", expected ",
+                                             r.value, " (0xee: the owner's reuse);", log.str()));
+        }
+      }
+      if (back.release) back.release();
+    }
+    off->synchronize();
+  }
+  ex.synchronize(s);
+  for (std::size_t j = 0; j < packs.size(); ++j) {
+    if (*packs[j].released != 1) {
+      RC_FAIL(offloadkit::detail::concat("pack ", j, " (storage ", packs[j].storage,
+                                         ")'s source was handed back ", *packs[j].released,
+                                         " times, not once;", log.str()));
+    }
+  }
+}
+
 // ---- configuration edges -----------------------------------------------------------------------
 
 /// Every configuration field at its edges (0, 1 and the largest value), all combinations, on a
@@ -976,7 +1213,8 @@ void config_edges(executor& ex, const activation_implementation& impl) {
           upload_log log(tracker);
           auto off = impl.make(log, c.options);
           bound_checker bounded(*off, tracker, impl.caps.prefetch_bound ? prefetch_bytes : big);
-          pending_checker pended(bounded, impl.caps.pending_bound && pending != 0 ? pending : big);
+          pending_checker pended(bounded, impl.caps.pending_bound && pending != 0 ? pending : big,
+                                 reports_decisions(impl));
           upload_watcher watched(pended, log);
           run_steps(ex, watched, step, c, seed);
           if (!bounded.violation().empty()) RC_FAIL(bounded.violation() + "; " + show(c));
@@ -1205,10 +1443,7 @@ std::vector<check_case> activation_battery(const activation_implementation& impl
   const activation_capabilities& caps = impl.caps;
   battery_list<activation_implementation> list("activation", impl);
   list.add("round_trip", &activation::round_trip, 150);
-  list.add_if(caps.origin_device, "two_devices", &activation::two_devices, 100,
-              "profile says tensors come back on the current device (origin_device not "
-              "declared)")
-      .min_devices = 2;
+  list.add("two_devices", &activation::two_devices, 100).min_devices = 2;
   list.add_if(caps.prefetch_bound, "prefetch_memory_bound", &activation::memory_bound, 150,
               "profile says prefetch_bytes is not honoured (prefetch_bound not declared)");
   list.add("races_with_delays", &activation::races, 100);
@@ -1224,6 +1459,10 @@ std::vector<check_case> activation_battery(const activation_implementation& impl
               no_prefetch);
   list.add_if(caps.backward_prefetch, "steady_state_demand_uploads",
               &activation::steady_demand_uploads, 60, no_prefetch);
+  list.add_if(caps.dedup == activation_dedup::by_storage, "storage_dedup",
+              &activation::storage_dedup, 100,
+              "profile says every offloaded pack is copied on its own (dedup_by_storage not "
+              "declared)");
   // Deterministic: the same edge configurations every case, so one case is the whole check.
   list.add("config_edges", &activation::config_edges, 1);
   list.add_if(impl.support.executor_allocations, "fault_countdown", &activation::fault_countdown,

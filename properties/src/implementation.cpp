@@ -65,4 +65,34 @@ const char* to_string(region_graphs g) noexcept {
   return "unknown";
 }
 
+const char* to_string(activation_offload_decision d) noexcept {
+  switch (d) {
+    case activation_offload_decision::size_threshold:
+      return "size threshold";
+    case activation_offload_decision::opaque_predicate:
+      return "opaque predicate (reported per tensor in stats())";
+  }
+  return "unknown";
+}
+
+const char* to_string(activation_dedup d) noexcept {
+  switch (d) {
+    case activation_dedup::none:
+      return "none";
+    case activation_dedup::by_storage:
+      return "by storage";
+  }
+  return "unknown";
+}
+
+const char* to_string(activation_return_device r) noexcept {
+  switch (r) {
+    case activation_return_device::origin:
+      return "origin";
+    case activation_return_device::current:
+      return "current";
+  }
+  return "unknown";
+}
+
 }  // namespace offloadkit::testing

@@ -239,12 +239,13 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
       if (t.bytes != spec.bytes() || t.type != spec.type || t.shape != spec.shape) {
         rep.wrong_meta += 1;
       }
-      bool on_origin = t.device == ls.device;
+      const int home = opt.return_on_unpack_device ? udev : ls.device;
+      bool at_home = t.device == home;
       if (t.data != nullptr) {
         const pointer_info pi = ex_.classify(t.data);
-        on_origin = on_origin && pi.kind == pointer_kind::device && pi.device == ls.device;
+        at_home = at_home && pi.kind == pointer_kind::device && pi.device == home;
       }
-      if (!on_origin) rep.wrong_device += 1;
+      if (!at_home) rep.wrong_device += 1;
     }
     if (s_unpack != s_layer) {
       events.emplace_back(ex_, udev);
@@ -252,14 +253,16 @@ step_report training_step::run(offloader* off, std::uint64_t seed, const step_op
       ex_.wait(events.back(), s_layer);
     }
     launch_compute(ex_, st.sink.as<float>(), threads_, ls.backward_iterations, s_layer);
+    const int home = opt.return_on_unpack_device ? udev : ls.device;
     for (std::size_t j = ls.saved.size(); j-- > 0;) {
       const tensor& t = got[j];
-      // Verify on the tensor's own device; a tensor on the wrong device is only counted above.
-      if (opt.verify && t.bytes > 0 && t.bytes == ls.saved[j].bytes() && t.device == ls.device) {
+      // Verify on the device the tensor belongs on (the layer's stream, or unpack's for tensors
+      // returned on its device); a tensor on the wrong device is only counted above.
+      if (opt.verify && t.bytes > 0 && t.bytes == ls.saved[j].bytes() && t.device == home) {
         launch(ex_, words(t.bytes),
                verify_pattern{static_cast<const unsigned char*>(t.data), t.bytes,
-                              tensor_key(seed, l, j), st.wrong.as<unsigned long long>()},
-               "activation_verify", s_layer);
+                              tensor_key(seed, l, j), state(home).wrong.as<unsigned long long>()},
+               "activation_verify", home == ls.device ? s_layer : s_unpack);
       }
     }
     if (s_unpack != s_layer) {

@@ -29,7 +29,9 @@ feature        built as                          feature capabilities (besides t
 ``arena``      ``make(executor)``                  ``asynchronous``, ``pinned_steady_state``,
                                                    ``single_host_buffer``
 ``activation`` ``make(executor, options)``         ``origin_device``, ``prefetch_bound``,
-                                                   ``pending_bound``, ``backward_prefetch``
+                                                   ``pending_bound``, ``backward_prefetch``;
+                                                   profile: ``opaque_predicate``,
+                                                   ``dedup_by_storage``
 =============  ================================  =============================================
 
 Common capabilities: ``cuda_executor`` (runs on the GPU), ``host_executor`` (runs on offloadkit's
@@ -117,7 +119,8 @@ FEATURE_CAPABILITIES = {
     "region": ("address_stable", "releases_memory", "multi_device", "managed_memory",
                "fixed_pause_mode", "synchronous", "no_graphs"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
-    "activation": ("origin_device", "prefetch_bound", "pending_bound", "backward_prefetch"),
+    "activation": ("origin_device", "prefetch_bound", "pending_bound", "backward_prefetch",
+                   "opaque_predicate", "dedup_by_storage"),
 }
 FEATURES = tuple(FEATURE_CAPABILITIES)
 #: offloadkit's key codec's limits (vp, layer, microbatch): the key space of a stash that declares
@@ -359,6 +362,26 @@ class Activation:
 
     ``keep_threshold`` (an attribute, default ``options.keep_threshold``, read once after
     construction): tensors with fewer bytes stay on the device.
+
+    Profile (declared in ``capabilities``; the defaults are the rules above and in ``unpack``):
+
+    - return device: ``origin_device`` declared, ``unpack`` returns a tensor on the device it was
+      packed from, whatever device its stream belongs to; not declared (``current``), on the
+      device of the stream given to ``unpack``. Either way it holds the packed bytes.
+    - offload decision: by default tensors of at least ``keep_threshold`` bytes are offloaded and
+      smaller ones kept on the device. ``opaque_predicate``: the implementation decides per
+      tensor by a rule of its own (its dtype, a framework's flag ...) and ``keep_threshold`` means
+      nothing; it reports every decision in ``stats()``, which the battery reads before and after
+      each ``pack``: a kept tensor adds one to ``kept`` and nothing to ``offloaded_bytes``, an
+      offloaded one adds its bytes to ``offloaded_bytes`` and nothing to ``kept``. A kept tensor
+      is not copied: its ``release`` is not called before ``unpack`` returns it, in its own
+      buffer (same ``data``). Define ``stats`` to declare it.
+    - dedup: by default every offloaded pack is copied on its own. ``dedup_by_storage``: a pack
+      of a tensor with the ``data``, ``nbytes`` and device of an earlier pack whose source is
+      still held (its ``release`` not called, not unpacked) is the same storage with the same
+      contents (PyTorch saving one tensor twice); it is not copied again (``offloaded_bytes``
+      grows by nothing), both handles unpack to those contents, and each pack's ``release`` is
+      called exactly once.
     """
 
     implementation: Optional[str] = None
@@ -374,7 +397,8 @@ class Activation:
 
     def unpack(self, handle, stream) -> "_t.Tensor":
         """Returns the packed tensor, ready in the order of ``stream``, on the device it was
-        packed from (whatever device ``stream`` belongs to); its ``release`` frees what you
+        packed from (whatever device ``stream`` belongs to; without ``origin_device``, on
+        ``stream.device``); its ``release`` frees what you
         allocated for it, after the caller's work on ``stream``. Unknown or already unpacked
         handle: OutOfRange (KeyError will do). If unpack raises, the handle stays packed."""
         raise NotImplementedError
@@ -390,7 +414,9 @@ class Activation:
         completed."""
 
     def stats(self) -> "_t.ActivationStats":
-        """Counters (``ActivationStats``); checks read ``peak_prefetch_bytes``."""
+        """Counters (``ActivationStats``); checks read ``packed``, ``kept``,
+        ``offloaded_bytes`` (the decision per tensor under ``opaque_predicate``, one copy per
+        storage under ``dedup_by_storage``) and ``peak_prefetch_bytes``."""
         return _t.ActivationStats()
 
     def close(self):

@@ -1,7 +1,9 @@
 /* offloadkit plugin C ABI, version 1 (1.1: optional batched stash and restore, region swap; 1.2:
  * optional close, a destroy that reports a failure, in every feature table; 1.3: a stash's key
  * limits and its overflow-exception policy, and the plugin's optional release_cached_memory, for
- * plugins that run on a framework with caching allocators).
+ * plugins that run on a framework with caching allocators; 1.4: an activation offloader's offload
+ * decision and storage dedup policies, OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE and
+ * OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -289,11 +291,26 @@ typedef struct okit_executor {
 #define OKIT_ARENA_CAP_SINGLE_HOST_BUFFER (1ull << 10) /* never more than one host buffer */
 
 /* Activation. */
+/* Set: unpack returns a tensor on the device it was packed from (origin), whatever device the
+ * unpack stream belongs to. Not set: on the device of the unpack stream (current). */
 #define OKIT_ACTIVATION_CAP_ORIGIN_DEVICE (1ull << 8)  /* tensors of several devices return home */
 #define OKIT_ACTIVATION_CAP_PREFETCH_BOUND (1ull << 9) /* honours prefetch_bytes */
 #define OKIT_ACTIVATION_CAP_PENDING_BOUND (1ull << 10) /* honours max_pending_bytes */
 #define OKIT_ACTIVATION_CAP_BACKWARD_PREFETCH \
   (1ull << 11) /* prefetches ahead of unpack, in backward order */
+/* The offloader's profile, where it differs from the default (tensors of at least keep_threshold
+ * bytes offloaded, smaller ones kept; every offloaded pack copied on its own). Read by offloadkit
+ * 1.4 and later. */
+/* The offloader decides per tensor by a rule of its own; keep_threshold means nothing. It reports
+ * each decision in stats: a kept tensor adds one to `kept` and nothing to `offloaded_bytes`, an
+ * offloaded one its bytes to `offloaded_bytes` and nothing to `kept`. A kept tensor is not copied:
+ * its source stays with the offloader until unpack returns it in its own buffer. */
+#define OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE (1ull << 12)
+/* A pack of a tensor with the data pointer, bytes and device of an earlier pack whose source the
+ * offloader still holds (not handed back, not unpacked) is the same storage with the same
+ * contents: it is not copied again (offloaded_bytes grows by nothing), both unpack to those
+ * contents, and each pack's source is released exactly once. */
+#define OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE (1ull << 13)
 
 /* ---- paged stash -------------------------------------------------------------------------- */
 

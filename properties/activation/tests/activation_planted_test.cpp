@@ -12,6 +12,7 @@
 
 #include "battery_support.hpp"
 #include "battery_tests.hpp"
+#include "hooks_offloader.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
 #include "planted_offloader.hpp"
@@ -52,15 +53,15 @@ offloadkit::testing::activation_implementation planted() {
 /// or lowers it): enough for every property to meet its bug, few enough to stay fast.
 constexpr int planted_cases = 60;
 
-/// Runs every property of the battery on planted_offloader<B> with the host executor (two
-/// simulated devices) and returns the names of those that failed, printing each failure.
-template <bug B>
-std::set<std::string> failing_properties() {
+/// Runs every property of the battery on `impl` with the host executor (two simulated devices)
+/// and returns the names of those that failed, printing each failure.
+std::set<std::string> failing_properties(
+    const offloadkit::testing::activation_implementation& impl) {
   host_executor ex;
   check_config cfg;
   cfg.seed = offloadkit::testing::seed();
   cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::vector<check_case> battery = offloadkit::testing::activation_battery(planted<B>());
+  std::vector<check_case> battery = offloadkit::testing::activation_battery(impl);
   if (const int from_environment = offloadkit::testing::cases_from_environment();
       from_environment > 0) {
     cfg.cases = from_environment;
@@ -73,6 +74,12 @@ std::set<std::string> failing_properties() {
   }
   return offloadkit::run_battery(battery, cfg, [&ex](const check_case&) -> executor& { return ex; })
       .failed;
+}
+
+/// The same for planted_offloader<B>.
+template <bug B>
+std::set<std::string> failing_properties() {
+  return failing_properties(planted<B>());
 }
 
 #define OFFLOADKIT_EXPECT_FAILING(bug_, ...)                                       \
@@ -122,6 +129,66 @@ TEST(ActivationPlanted, PrefetchBeyondTheBound) {
 }
 TEST(ActivationPlanted, SourcesHeldBeyondThePendingBound) {
   OFFLOADKIT_EXPECT_FAILING(unbounded_pending, "pending_source_bound", "config_edges");
+}
+
+// ---- declared policies: the saved-tensor-hooks doubles and their planted variants -------------
+
+namespace doubles = offloadkit::activation::testing_doubles;
+using names = std::set<std::string>;
+
+/// The properties `impl`'s profile rules out, each with its reason.
+names not_applicable(const offloadkit::testing::activation_implementation& impl) {
+  names out;
+  for (const check_case& c : offloadkit::testing::activation_battery(impl)) {
+    if (c.not_applicable.empty()) continue;
+    EXPECT_NE(c.not_applicable.find("profile says"), std::string::npos) << c.name;
+    out.insert(c.name);
+  }
+  return out;
+}
+
+TEST(ActivationProfiles, CurrentDeviceHooksPassTheirProfile) {
+  const auto impl = doubles::current_device_hooks_implementation();
+  EXPECT_EQ(failing_properties(impl), names{});
+  EXPECT_EQ(not_applicable(impl),
+            (names{"prefetch_order", "steady_state_demand_uploads", "storage_dedup"}));
+}
+TEST(ActivationProfiles, ReturningOnTheOriginWhileDeclaringCurrentOnlyInTwoDevices) {
+  EXPECT_EQ(failing_properties(doubles::current_device_hooks_implementation(
+                doubles::hooks_planted::returns_on_origin)),
+            names{"two_devices"});
+}
+TEST(ActivationProfiles, PredicateHooksPassTheirProfile) {
+  EXPECT_EQ(failing_properties(doubles::predicate_hooks_implementation()), names{});
+}
+TEST(ActivationProfiles, AKeptTensorCopiedOffOnlyInRoundTrip) {
+  EXPECT_EQ(failing_properties(
+                doubles::predicate_hooks_implementation(doubles::hooks_planted::copies_kept)),
+            names{"round_trip"});
+}
+TEST(ActivationProfiles, DedupHooksPassTheirProfile) {
+  const auto impl = doubles::dedup_hooks_implementation();
+  EXPECT_EQ(failing_properties(impl), names{});
+  EXPECT_EQ(not_applicable(impl), (names{"prefetch_order", "steady_state_demand_uploads"}));
+}
+TEST(ActivationProfiles, OneReleasePerSharedCopyOnlyInStorageDedup) {
+  EXPECT_EQ(failing_properties(
+                doubles::dedup_hooks_implementation(doubles::hooks_planted::one_release_per_copy)),
+            names{"storage_dedup"});
+}
+TEST(ActivationProfiles, AllPoliciesAtOncePassTheirProfile) {
+  EXPECT_EQ(failing_properties(doubles::all_policies_hooks_implementation()), names{});
+}
+TEST(ActivationProfiles, TheSameCodeUnderTheDefaultProfileFailsWhereItDiffers) {
+  // Declared with offloadkit's default profile, the current-device hooks fail two_devices and the
+  // predicate hooks (which keep some tensors above the threshold) round_trip: each policy is
+  // checked as declared, not assumed.
+  auto current = doubles::current_device_hooks_implementation();
+  current.caps.return_device = offloadkit::testing::activation_return_device::origin;
+  EXPECT_EQ(failing_properties(current).count("two_devices"), 1u);
+  auto predicate = doubles::predicate_hooks_implementation();
+  predicate.caps.decision = offloadkit::testing::activation_offload_decision::size_threshold;
+  EXPECT_EQ(failing_properties(predicate).count("round_trip"), 1u);
 }
 
 // Races that every property running a step may see by chance, since the host executor's streams

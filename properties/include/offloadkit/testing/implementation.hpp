@@ -179,9 +179,44 @@ struct arena_implementation {
 
 // ---- activation offload ---------------------------------------------------------------------
 
+/// How an offloader decides which tensors to copy off the device.
+enum class activation_offload_decision {
+  /// Tensors with at least offload_options::keep_threshold bytes (the value keep_threshold()
+  /// reports) are offloaded, smaller ones kept on the device.
+  size_threshold,
+  /// The implementation decides per tensor by a rule of its own (dtype, a framework's flag, ...)
+  /// that the battery cannot predict; keep_threshold() means nothing. It reports each decision
+  /// through stats(), which the battery reads before and after every pack(): a kept tensor adds
+  /// one to `kept` and nothing to `offloaded_bytes`; an offloaded one adds its bytes to
+  /// `offloaded_bytes` and nothing to `kept`. A kept tensor is not copied: its source stays with
+  /// the offloader until unpack() returns it, in its own buffer.
+  opaque_predicate,
+};
+
+/// Whether packs of one device storage share one copy.
+enum class activation_dedup {
+  none,  ///< every offloaded pack is copied on its own
+  /// A pack whose tensor has the data pointer, bytes and device of an earlier pack whose source
+  /// the offloader still holds (packed, not handed back, not unpacked) is the same storage with
+  /// the same contents: it is not copied again (offloaded_bytes grows by nothing), both unpack
+  /// to those contents, and each pack's source is handed back exactly once.
+  by_storage,
+};
+
+/// Where unpack() returns a tensor.
+enum class activation_return_device {
+  origin,   ///< on the device it was packed from, whatever device unpack's stream belongs to
+  current,  ///< on the device of the stream given to unpack() (the "current" device)
+};
+
+const char* to_string(activation_offload_decision d) noexcept;
+const char* to_string(activation_dedup d) noexcept;
+const char* to_string(activation_return_device r) noexcept;
+
 struct activation_capabilities {
-  /// Tensors packed from several devices come back on their own device.
-  bool origin_device = true;
+  /// Where unpack() returns tensors packed from several devices (the plugin ABI's
+  /// OKIT_ACTIVATION_CAP_ORIGIN_DEVICE: origin when set, current when not).
+  activation_return_device return_device = activation_return_device::origin;
   /// Honours offload_options::prefetch_bytes (device memory held for prefetch stays within it).
   bool prefetch_bound = true;
   /// Honours offload_options::max_pending_bytes.
@@ -190,6 +225,8 @@ struct activation_capabilities {
   /// prefetch_layers: prefetch copies are issued in backward order, and a schedule that fits the
   /// bound uploads nothing on demand in steady state.
   bool backward_prefetch = false;
+  activation_offload_decision decision = activation_offload_decision::size_threshold;
+  activation_dedup dedup = activation_dedup::none;
 };
 
 using activation_factory = std::function<std::unique_ptr<activation::offloader>(
@@ -273,12 +310,21 @@ inline profile_flags profile_of(const arena_implementation& impl) {
 }
 
 inline profile_flags profile_of(const activation_implementation& impl) {
-  static_assert(sizeof(activation_capabilities) == 4 * sizeof(bool),
-                "list every activation flag here");
-  return with_support({{"origin_device", flag_value(impl.caps.origin_device)},
-                       {"prefetch_bound", flag_value(impl.caps.prefetch_bound)},
-                       {"pending_bound", flag_value(impl.caps.pending_bound)},
-                       {"backward_prefetch", flag_value(impl.caps.backward_prefetch)}},
+  struct mirror {
+    activation_return_device return_device;
+    bool prefetch_bound, pending_bound, backward_prefetch;
+    activation_offload_decision decision;
+    activation_dedup dedup;
+  };
+  static_assert(sizeof(activation_capabilities) == sizeof(mirror),
+                "list every activation field here");
+  const activation_capabilities& c = impl.caps;
+  return with_support({{"return_device", to_string(c.return_device)},
+                       {"prefetch_bound", flag_value(c.prefetch_bound)},
+                       {"pending_bound", flag_value(c.pending_bound)},
+                       {"backward_prefetch", flag_value(c.backward_prefetch)},
+                       {"decision", to_string(c.decision)},
+                       {"dedup", to_string(c.dedup)}},
                       impl);
 }
 

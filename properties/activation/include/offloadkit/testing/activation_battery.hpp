@@ -14,9 +14,11 @@
 
 namespace offloadkit::testing {
 
-/// The battery for one implementation: round_trip and races_with_delays always; two_devices with
-/// caps.origin_device, prefetch_memory_bound with caps.prefetch_bound, pending_source_bound with
-/// caps.pending_bound.
+/// The battery for one implementation: round_trip, two_devices and races_with_delays always
+/// (round_trip checks the threshold, or under an opaque predicate the decisions reported in
+/// stats(); two_devices the declared return device); prefetch_memory_bound with
+/// caps.prefetch_bound, pending_source_bound with caps.pending_bound, storage_dedup with
+/// caps.dedup == by_storage.
 std::vector<check_case> activation_battery(const activation_implementation& impl);
 
 /// The built-in offloaders as descriptors: the synchronous reference and the asynchronous

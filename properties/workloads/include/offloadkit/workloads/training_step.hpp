@@ -37,6 +37,10 @@ struct layer_spec {
 struct step_options {
   /// Stream device used for unpack() ("the current device"); -1: the layer's own device.
   int unpack_device = -1;
+  /// Where unpacked tensors belong: false, the device they were packed from; true, the device of
+  /// the stream given to unpack() (an offloader that returns tensors on the current device).
+  /// A tensor elsewhere counts as wrong_device.
+  bool return_on_unpack_device = false;
   /// Fill a released buffer with a poison byte on its device's compute stream.
   bool poison_on_release = true;
   /// Verify every unpacked tensor on the device.
@@ -50,7 +54,7 @@ struct step_report {
   std::size_t tensors = 0;
   std::size_t bytes = 0;
   std::uint64_t wrong_words = 0;  ///< 8-byte words that differ from the packed pattern
-  std::size_t wrong_device = 0;   ///< unpacked tensors not on their device of origin
+  std::size_t wrong_device = 0;   ///< unpacked tensors not on the device they belong on
   std::size_t wrong_meta = 0;     ///< bytes, dtype or shape changed
   std::size_t bad_releases = 0;   ///< sources released twice or never
   double seconds = 0;             ///< wall time of the step, both phases, to completion
