@@ -1,6 +1,8 @@
 // offloadkit's optimized implementations of all four features as a plugin (fused paged stash,
 // VMM region, coalesced arena, asynchronous activation offloader), built through the C ABI as an
 // outside plugin would be; `offloadkit check --plugin` runs every battery on it.
+#include <cstdint>
+
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/plugin/export.hpp"
@@ -97,28 +99,22 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
 #endif
 #if defined(OFFLOADKIT_TABLES_V1_0)
   // The description ends before release_cached_memory (1.3); the entry past it fails if called.
-  static const okit_plugin plugin{
-      OKIT_ABI_VERSION,
-      OKIT_PLUGIN_V1_SIZE,
-      "offloadkit-optimized",
-      OFFLOADKIT_VERSION,
-      &stash,
-      &region,
-      &arena,
-      &activation,
-      [](okit_error* err) {
-        return okit_set_error(err, OKIT_ERR_LOGIC, "release_cached_memory lies past struct_size");
-      }};
+  constexpr std::uint32_t description_size = OKIT_PLUGIN_V1_SIZE;
+  constexpr okit_status (*release_cached_memory)(okit_error*) = [](okit_error* err) {
+    return okit_set_error(err, OKIT_ERR_LOGIC, "release_cached_memory lies past struct_size");
+  };
 #else
+  constexpr std::uint32_t description_size = sizeof(okit_plugin);
+  constexpr okit_status (*release_cached_memory)(okit_error*) = nullptr;
+#endif
   static const okit_plugin plugin{OKIT_ABI_VERSION,
-                                  sizeof(okit_plugin),
+                                  description_size,
                                   "offloadkit-optimized",
                                   OFFLOADKIT_VERSION,
                                   &stash,
                                   &region,
                                   &arena,
                                   &activation,
-                                  nullptr};
-#endif
+                                  release_cached_memory};
   return host_abi_version == OKIT_ABI_VERSION ? &plugin : nullptr;
 }

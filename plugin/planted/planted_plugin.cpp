@@ -935,7 +935,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   // Its uploads go through the driver: not through the executor.
   static const okit_activation_vtable activation =
       op::activation_vtable<&op::make_activation_as<own_stream_activation>>(
-          "planted-own-stream", OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR);
+          "planted-own-stream",
+          OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE);
 #else
   static const okit_activation_vtable activation =
       op::activation_vtable<&op::make_activation_as<planted_activation>>(
