@@ -102,12 +102,14 @@ class planted_stash final : public ok::stash::stash_interface {
   ok::stash::eager_stash inner_;
 };
 
-/// The reference region, with resume() losing the first byte of the contents.
-class planted_region final : public ok::region::offload_region {
+/// The reference region behind the region interface: every entry but pause and resume forwards to
+/// it. The planted regions below differ in those two.
+class reference_region_wrapper : public ok::region::offload_region {
  public:
-  planted_region(ok::executor& ex, const ok::region::region_config& c) : ex_(&ex), inner_(ex, c) {}
+  reference_region_wrapper(ok::executor& ex, const ok::region::region_config& c)
+      : ex_(&ex), inner_(ex, c) {}
 
- private:
+ protected:
   [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
   [[nodiscard]] std::size_t do_size() const noexcept override { return inner_.size(); }
   [[nodiscard]] int do_device() const noexcept override { return inner_.device(); }
@@ -117,11 +119,6 @@ class planted_region final : public ok::region::offload_region {
   [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
-  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override { inner_.pause(m, s); }
-  void do_resume(ok::stream_ref s) override {
-    inner_.resume(s);
-    ex_->fill(inner_.data(), 0x5a, 1, s);  // the planted bug
-  }
   ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
     return inner_.register_graph(std::move(fn), s);
   }
@@ -132,15 +129,27 @@ class planted_region final : public ok::region::offload_region {
   ok::region::reference_region inner_;
 };
 
+/// The reference region, with resume() losing the first byte of the contents.
+class planted_region final : public reference_region_wrapper {
+ public:
+  using reference_region_wrapper::reference_region_wrapper;
+
+ private:
+  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override { inner_.pause(m, s); }
+  void do_resume(ok::stream_ref s) override {
+    inner_.resume(s);
+    ex_->fill(inner_.data(), 0x5a, 1, s);  // the planted bug
+  }
+};
+
 /// The reference region, its contents kept in a pinned buffer of its own while paused, with the
 /// planted bug (region_no_caller_wait): pause() copies out on a stream of its own with no event
 /// wait on the caller's stream; it polls the caller's stream from the host for at most 200 ms, then
 /// copies whatever the device holds. Only caller_writes_late holds the caller's stream longer.
-class own_stream_region final : public ok::region::offload_region {
+class own_stream_region final : public reference_region_wrapper {
  public:
   own_stream_region(ok::executor& ex, const ok::region::region_config& c)
-      : ex_(&ex),
-        inner_(ex, c),
+      : reference_region_wrapper(ex, c),
         own_(ex, c.device),
         caller_(ex, c.device),
         resumed_(ex, c.device) {}
@@ -157,15 +166,6 @@ class own_stream_region final : public ok::region::offload_region {
   }
 
  private:
-  [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
-  [[nodiscard]] std::size_t do_size() const noexcept override { return inner_.size(); }
-  [[nodiscard]] int do_device() const noexcept override { return inner_.device(); }
-  [[nodiscard]] ok::region::region_state do_state() const noexcept override {
-    return inner_.state();
-  }
-  [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
-  [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
   void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
     // Its own copy in of the last resume, which may still be pending on another stream, lands
     // before anything is copied out or given back.
@@ -205,14 +205,7 @@ class own_stream_region final : public ok::region::offload_region {
     resume_pending_ = true;
     preserved_ = false;
   }
-  ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
-    return inner_.register_graph(std::move(fn), s);
-  }
-  void do_replay(ok::region::graph_id g, ok::stream_ref s) override { inner_.replay(g, s); }
-  void do_unregister_graph(ok::region::graph_id g) noexcept override { inner_.unregister_graph(g); }
 
-  ok::executor* ex_;
-  ok::region::reference_region inner_;
   ok::stream own_;
   ok::event caller_;   ///< recorded on the caller's stream, polled for at most 200 ms
   ok::event resumed_;  ///< recorded after the copy in of the last resume
@@ -423,10 +416,10 @@ void use_driver_context() {
 /// The reference region (which frees its device memory when paused), with the contents of a
 /// preserving pause staged in a pinned buffer the region allocates from the driver on every pause
 /// and frees at the resume after it: the planted bug is the allocation per cycle.
-class pinned_per_pause_region final : public ok::region::offload_region {
+class pinned_per_pause_region final : public reference_region_wrapper {
  public:
   pinned_per_pause_region(ok::executor& ex, const ok::region::region_config& c)
-      : ex_(&ex), inner_(ex, c) {
+      : reference_region_wrapper(ex, c) {
     (void)driver();  // fails here, at creation, where the driver cannot be had
   }
   ~pinned_per_pause_region() override {
@@ -436,15 +429,6 @@ class pinned_per_pause_region final : public ok::region::offload_region {
   pinned_per_pause_region& operator=(const pinned_per_pause_region&) = delete;
 
  private:
-  [[nodiscard]] void* do_data() const noexcept override { return inner_.data(); }
-  [[nodiscard]] std::size_t do_size() const noexcept override { return inner_.size(); }
-  [[nodiscard]] int do_device() const noexcept override { return inner_.device(); }
-  [[nodiscard]] ok::region::region_state do_state() const noexcept override {
-    return inner_.state();
-  }
-  [[nodiscard]] bool do_address_stable() const noexcept override { return inner_.address_stable(); }
-  [[nodiscard]] std::size_t do_footprint() const noexcept override { return inner_.footprint(); }
-  [[nodiscard]] std::size_t do_captures() const noexcept override { return inner_.captures(); }
   void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
     if (m != ok::region::pause_mode::preserve ||
         inner_.state() != ok::region::region_state::active) {
@@ -472,14 +456,7 @@ class pinned_per_pause_region final : public ok::region::offload_region {
     driver_check(driver().free_host(staging_), "cuMemFreeHost");
     staging_ = nullptr;
   }
-  ok::region::graph_id do_register_graph(ok::region::capture_fn fn, ok::stream_ref s) override {
-    return inner_.register_graph(std::move(fn), s);
-  }
-  void do_replay(ok::region::graph_id g, ok::stream_ref s) override { inner_.replay(g, s); }
-  void do_unregister_graph(ok::region::graph_id g) noexcept override { inner_.unregister_graph(g); }
 
-  ok::executor* ex_;
-  ok::region::reference_region inner_;
   void* staging_ = nullptr;  ///< the contents while paused by a preserving pause
 };
 
