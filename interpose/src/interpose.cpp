@@ -273,7 +273,9 @@ void initialize() noexcept {
   if (kinds == nullptr || *kinds == '\0') kinds = "acquire";
   config.kinds = parse_kinds(kinds);
   copy_text(config.kinds_text, sizeof config.kinds_text, kinds);
-  if (const char* report = getenv(OKIT_INTERPOSE_ENV_REPORT); report != nullptr) {
+  // Empty is unset: a claim file of "" + ".owner" would land in the working folder.
+  if (const char* report = getenv(OKIT_INTERPOSE_ENV_REPORT);
+      report != nullptr && *report != '\0') {
     if (strlen(report) >= sizeof config.report_path) {
       say(OKIT_INTERPOSE_ENV_REPORT " is longer than 4095 characters; no report is written");
     } else {

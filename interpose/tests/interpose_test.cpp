@@ -137,6 +137,25 @@ TEST_P(Routes, CountsEveryCallAndBalancesTheLedger) {
   EXPECT_EQ(r.untracked_releases, 0u);
 }
 
+TEST(Interpose, AnEmptyReportPathWritesNothingInTheWorkingFolder) {
+  // offloadkit check hands its property children OFFLOADKIT_FAULT_REPORT= (empty): no report and
+  // no claim file (".owner") may appear where the child runs.
+  const scratch s;
+  s.clear();
+  const std::string dir = s.report().substr(0, s.report().rfind('/'));
+  const std::string command =
+      "cd " + dir + " && exec " + DRIVER_PROBE + " " + FAKE_DRIVER + " exported clean";
+  const child_run run =
+      run_child({"/bin/sh", "-c", command}, child_limit, -1, -1, std::size_t{64} * 1024,
+                {"LD_PRELOAD=" INTERPOSER, std::string(OKIT_INTERPOSE_ENV_REPORT) + "=",
+                 sanitizer_options()});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string claim = dir + "/" OKIT_INTERPOSE_CLAIM_SUFFIX;
+  const bool claimed = ::access(claim.c_str(), F_OK) == 0;
+  std::remove(claim.c_str());
+  EXPECT_FALSE(claimed) << claim << " was written";
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpose, Routes,
                          ::testing::Values("exported", "dlsym", "procaddress", "procaddress_v1"));
 

@@ -26,7 +26,7 @@
  *   OFFLOADKIT_FAULT_KINDS=LIST  which calls are numbered and may fail, comma-separated:
  *                                `acquire` (the default), `release`, `all`, or function names
  *                                (cuMemMap, cudaHostAlloc, ...)
- *   OFFLOADKIT_FAULT_REPORT=PATH where the report goes (JSON, below); unset: no report
+ *   OFFLOADKIT_FAULT_REPORT=PATH where the report goes (JSON, below); unset or empty: no report
  *   OFFLOADKIT_FAULT_WINDOW=open|closed  whether counting starts at once (open, the default) or
  *                                waits for okit_interpose_set_window(1)
  *   OFFLOADKIT_DELAY_MAX_US=N    arm delays at load (below), each 0..N microseconds, N at most
