@@ -2,6 +2,7 @@
 // a case, and the table.
 #include "offloadkit/interpose/countdown.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -371,7 +372,12 @@ std::vector<std::string> countdown_case_environment(const std::string& interpose
 
 std::string find_interposer(const std::vector<std::string>& candidates) {
   for (const auto& c : candidates) {
-    if (!c.empty() && ::access(c.c_str(), R_OK) == 0) return c;
+    struct stat st {};
+    // A readable regular file: a folder named by OFFLOADKIT_INTERPOSE_LIBRARY is not a library.
+    if (!c.empty() && ::stat(c.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(c.c_str(), R_OK) == 0) {
+      return c;
+    }
   }
   return "";
 }
