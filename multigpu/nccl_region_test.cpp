@@ -62,6 +62,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -112,13 +113,16 @@ struct options {
   std::string fault_name = "none";
   bool list = false;
   bool find_nccl_only = false;
+  /// Where the runner writes its table and findings (Markdown) on every outcome, pass, fail or
+  /// skip; empty: nowhere but stdout.
+  std::string findings;
 };
 
 void print_usage(std::FILE* to) {
   std::fprintf(
       to,
       "usage: nccl_region_test [--variant NAME] [--rounds N] [--elements N] [--deadline S]\n"
-      "                        [--executor cuda|host [--host-fault F]]\n"
+      "                        [--executor cuda|host [--host-fault F]] [--findings FILE]\n"
       "       nccl_region_test --list | --find-nccl | --help\n"
       "An NCCL all-reduce across GPUs 0 and 1, captured in a CUDA graph before a vmm_region is\n"
       "paused and replayed after it is resumed. Without --variant, runs every variant in a child\n"
@@ -136,6 +140,8 @@ void print_usage(std::FILE* to) {
       "  --host-fault F  with --executor host, plant a fault at the first replay after a\n"
       "                  resume: none, hang, wrong, crash, error (shows how each is reported)\n"
       "  --find-nccl     only look for NCCL and say what was tried\n"
+      "  --findings FILE without --variant, also write the table and what each variant's result\n"
+      "                  means to FILE (Markdown), whatever the outcome\n"
       "Environment: OFFLOADKIT_NCCL_LIBRARY (path of libnccl.so.2), OFFLOADKIT_PYTHON (the\n"
       "interpreter whose site-packages hold NCCL's wheel; default python3 on PATH, then\n"
       "/usr/bin/python3). NCCL_NVLS_ENABLE is always 0.\n");
@@ -193,6 +199,9 @@ options parse_options(int argc, char** argv) {
         usage_error("--host-fault: '" + o.fault_name +
                     "' is not a fault: valid are none, hang, wrong, crash, error");
       }
+    } else if (arg == "--findings") {
+      o.findings = value();
+      if (o.findings.empty()) usage_error("--findings: an empty path: name the file to write");
     } else if (arg == "--list") {
       o.list = true;
     } else if (arg == "--find-nccl") {
@@ -200,6 +209,10 @@ options parse_options(int argc, char** argv) {
     } else {
       usage_error(arg + ": unknown argument");
     }
+  }
+  if (!o.findings.empty() && !o.variant.empty()) {
+    usage_error("--findings: " + o.findings +
+                " needs the runner (no --variant): one variant prints its own result");
   }
   if (o.fault != host_fault::none && o.executor != "host") {
     usage_error("--host-fault: " + o.fault_name + " needs --executor host (NCCL is not faulted)");
@@ -283,6 +296,22 @@ std::string seconds_since(clock_type::time_point start) {
   std::snprintf(text, sizeof text, "%.2f s",
                 std::chrono::duration<double>(clock_type::now() - start).count());
   return text;
+}
+
+/// `text` as one Markdown table cell or list item: no line breaks, and no bar that would end a
+/// cell.
+std::string markdown_cell(const std::string& text) {
+  std::string cell;
+  for (const char ch : text) {
+    if (ch == '\n') {
+      cell += ' ';
+    } else if (ch == '|') {
+      cell += "\\|";
+    } else {
+      cell += ch;
+    }
+  }
+  return cell;
 }
 
 /// Writes straight to stdout: the watchdog thread uses it while the main thread is stuck.
@@ -1155,46 +1184,75 @@ int run_all(const options& o) {
     rows.push_back({&v, std::move(c), std::move(result)});
   }
 
-  std::printf("\nnccl_region_test results (executor %s%s, NCCL_NVLS_ENABLE=0):\n",
-              o.executor.c_str(),
-              o.fault == host_fault::none ? "" : (", planted fault " + o.fault_name).c_str());
-  std::printf("  %-24s | %-5s | %s\n", "variant", "gates", "result");
+  // The table, what each result means, and the verdict: printed, and written to --findings
+  // whatever the verdict, so that a passing run records its findings too.
+  const std::string planted = o.fault == host_fault::none ? "" : ", planted fault " + o.fault_name;
+  std::string table =
+      "nccl_region_test results (executor " + o.executor + planted + ", NCCL_NVLS_ENABLE=0):\n";
+  std::string markdown =
+      "# nccl_region_test findings\n\nExecutor " + o.executor + planted + "; NCCL_NVLS_ENABLE=0; " +
+      std::to_string(o.rounds) + " pause/resume rounds; " + std::to_string(o.elements) +
+      " floats per region; " + std::to_string(o.deadline_s) +
+      " s per step.\n\n| variant | gates | result | seconds |\n|---|---|---|---|\n";
+  char line[64];
   for (const row& r : rows) {
-    std::printf("  %-24s | %-5s | %s\n", r.v->name.c_str(), r.v->gates ? "yes" : "no",
-                r.result.c_str());
+    std::snprintf(line, sizeof line, "  %-24s | %-5s | ", r.v->name.c_str(),
+                  r.v->gates ? "yes" : "no");
+    table += line + r.result + "\n";
+    std::snprintf(line, sizeof line, "%.1f", r.outcome.seconds);
+    markdown += "| " + r.v->name + " | " + (r.v->gates ? "yes" : "no") + " | " +
+                markdown_cell(r.result) + " | " + line + " |\n";
   }
-  std::printf("\n");
+  table += "\n";
+  markdown += "\n## What each result means\n\n";
   for (const row& r : rows) {
     if (r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_skip) continue;
-    std::printf("  %s: %s\n", r.v->name.c_str(), interpretation(*r.v, r.outcome, r.result).c_str());
+    const std::string meaning = interpretation(*r.v, r.outcome, r.result);
+    table += "  " + r.v->name + ": " + meaning + "\n";
+    markdown += "- **" + r.v->name + "**: " + markdown_cell(meaning) + "\n";
   }
 
+  int code = exit_right;
+  std::string verdict;
   const row& plain = rows.front();
   if (plain.outcome.how == child_outcome::end::exited && plain.outcome.code == exit_skip) {
     const std::string& r = plain.result;
-    const std::string reason = r.rfind("skipped: ", 0) == 0 ? r.substr(9) : r;
-    std::printf("OFFLOADKIT SKIP: %s\n", reason.c_str());
-    return exit_skip;
+    verdict = "OFFLOADKIT SKIP: " + (r.rfind("skipped: ", 0) == 0 ? r.substr(9) : r);
+    code = exit_skip;
+  } else {
+    std::string failed;
+    std::string skipped_names;
+    for (const row& r : rows) {
+      const bool right =
+          r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_right;
+      const bool skipped =
+          r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_skip;
+      if (r.v->gates && !right && !skipped) failed += (failed.empty() ? "" : ", ") + r.v->name;
+      if (r.v->gates && skipped) skipped_names += (skipped_names.empty() ? "" : ", ") + r.v->name;
+    }
+    if (!failed.empty()) {
+      verdict = "FAIL: " + failed +
+                " did not give the right sum (see the table and each variant's output)";
+      code = exit_wrong;
+    } else {
+      verdict = "PASS: every gating variant gives the right sum after resume" +
+                (skipped_names.empty() ? "" : " (skipped: " + skipped_names + ")");
+    }
   }
-  std::vector<std::string> failed;
-  std::string skipped_names;
-  for (const row& r : rows) {
-    const bool right = r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_right;
-    const bool skipped = r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_skip;
-    if (r.v->gates && !right && !skipped) failed.push_back(r.v->name);
-    if (r.v->gates && skipped) skipped_names += (skipped_names.empty() ? "" : ", ") + r.v->name;
+  std::printf("\n%s%s\n", table.c_str(), verdict.c_str());
+  if (!o.findings.empty()) {
+    markdown += "\n" + verdict + "\n";
+    std::ofstream out(o.findings, std::ios::binary | std::ios::trunc);
+    out << markdown;
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "nccl_region_test: --findings: %s cannot be written: %s\n",
+                   o.findings.c_str(), std::strerror(errno));
+      return exit_error;
+    }
+    std::printf("findings written to %s\n", o.findings.c_str());
   }
-  if (!failed.empty()) {
-    std::string names;
-    for (const std::string& n : failed) names += (names.empty() ? "" : ", ") + n;
-    std::printf("FAIL: %s did not give the right sum (see the table and each variant's output)\n",
-                names.c_str());
-    return exit_wrong;
-  }
-  std::printf("PASS: every gating variant gives the right sum after resume%s%s%s\n",
-              skipped_names.empty() ? "" : " (skipped: ", skipped_names.c_str(),
-              skipped_names.empty() ? "" : ")");
-  return exit_right;
+  return code;
 }
 
 int find_nccl_main() {

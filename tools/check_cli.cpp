@@ -26,9 +26,8 @@
 
 #include "driver_faults.hpp"
 #include "isolation.hpp"
-#include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/text.hpp"
-#include "offloadkit/host_executor.hpp"
+#include "offloadkit/executor_choice.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/countdown.hpp"
 #include "report.hpp"
@@ -351,23 +350,6 @@ std::vector<check_case> select_cases(const check_program& program, const std::st
   return cases;
 }
 
-/// The executor to run on, and why; empty name when --executor cuda cannot run here (`why` then
-/// says what is missing).
-std::pair<std::string, std::string> choose_executor(const std::string& asked) {
-  if (asked == "host") return {"host", "asked for with --executor host"};
-  const std::string reason = cuda_unavailable_reason();
-  if (reason.empty()) {
-    return {"cuda", asked == "auto" ? "a GPU is usable" : "asked for with --executor cuda"};
-  }
-  if (asked == "cuda") return {"", reason};
-  return {"host", "the cuda back end is unavailable: " + reason};
-}
-
-std::unique_ptr<executor> make_executor(const std::string& name) {
-  if (name == "cuda") return std::make_unique<cuda_executor>();
-  return std::make_unique<host_executor>();
-}
-
 std::string seconds(double s) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(s < 10 ? 1 : 0) << s << " s";
@@ -562,13 +544,14 @@ int run_one(const check_program& program, const check_options& opt) {
   if (::fcntl(opt.result_fd, F_SETFD, FD_CLOEXEC) != 0) {
     throw usage_error("--result-fd " + std::to_string(opt.result_fd) + " is not an open file");
   }
-  const auto [executor_name, why] = choose_executor(opt.executor);
-  if (executor_name.empty()) {
-    write_result(
-        opt.result_fd,
-        nlohmann::json{{"unavailable", "the cuda back end cannot run here: " + why}}.dump());
+  executor_choice chosen;
+  try {
+    chosen = choose_executor(opt.executor);
+  } catch (const unavailable_error& e) {
+    write_result(opt.result_fd, nlohmann::json{{"unavailable", e.what()}}.dump());
     return exit_status::unavailable;
   }
+  const std::string& executor_name = chosen.name;
   std::vector<std::string> notes;  // the parent reports them
   const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
   if (cases.size() != 1) {
@@ -804,15 +787,16 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
 
   // Choose the executor first: the registered cases are labelled with its name. (Named copies,
   // not a structured binding: the report's lambda below captures them.)
-  const auto chosen = choose_executor(opt.executor);
-  const std::string& executor_name = chosen.first;
-  const std::string& why = chosen.second;
-  if (executor_name.empty()) {
-    std::cerr << program.name
-              << " check: --executor cuda was asked for, but the cuda back end cannot run here: "
-              << why << "\n(use --executor host or auto)\n";
+  executor_choice chosen;
+  try {
+    chosen = choose_executor(opt.executor);
+  } catch (const unavailable_error& e) {
+    std::cerr << program.name << " check: --executor cuda was asked for, but " << e.what()
+              << "\n(use --executor host or auto)\n";
     return exit_status::unavailable;
   }
+  const std::string& executor_name = chosen.name;
+  const std::string& why = chosen.why;
   std::vector<std::string> notes;
   const std::vector<check_case> cases = select_cases(program, executor_name, opt, notes);
   // Opened before anything runs, so that a path that cannot be written ends the command here.

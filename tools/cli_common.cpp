@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <regex>
@@ -17,7 +18,7 @@
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/text.hpp"
 #include "offloadkit/error.hpp"
-#include "offloadkit/host_executor.hpp"
+#include "offloadkit/executor_choice.hpp"
 
 namespace offloadkit::tools {
 namespace {
@@ -180,14 +181,17 @@ CLI::Option* add_json_option(CLI::App& app, std::string& path) {
 
 std::unique_ptr<executor> benchmark_executor(const std::string& name, std::string& skipped) {
   skipped.clear();
-  if (name == "host") return std::make_unique<host_executor>();
-  if (name != "cuda") {
+  if (name != "cuda" && name != "host") {
     throw usage_error(::offloadkit::detail::concat("--executor: '", name,
                                                    "' is not one of the valid values cuda, host"));
   }
-  skipped = cuda_unavailable_reason();
-  if (!skipped.empty()) return nullptr;
-  return std::make_unique<cuda_executor>();
+  try {
+    return make_executor(name);
+  } catch (const unavailable_error&) {
+    // No GPU here: the benchmark says so and succeeds, as every binary starts without a driver.
+    skipped = cuda_unavailable_reason();
+    return nullptr;
+  }
 }
 
 std::string json_string(const std::string& text) {
@@ -314,6 +318,10 @@ int run_guarded(const std::string& command, const std::function<int()>& body) {
   } catch (const input_error& e) {
     std::cerr << prefix << without_location(e.what()) << "\n";
     return exit_status::input;
+  } catch (const std::bad_alloc& e) {
+    // Host or device memory the command needs is not there: it cannot run here as asked.
+    std::cerr << prefix << "out of memory: " << without_location(e.what()) << "\n";
+    return exit_status::unavailable;
   } catch (const std::exception& e) {
     // Not one of the failures above: reported as the command failing.
     std::cerr << prefix << without_location(e.what()) << "\n";

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/error.hpp"
 #include "offloadkit/executor.hpp"
 
 namespace offloadkit::tools {
@@ -38,26 +39,12 @@ class usage_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The executor, the GPU or CUPTI the command needs cannot run here. Exit status
-/// exit_status::unavailable.
-class unavailable_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// A plugin given with --plugin or --python cannot be loaded, breaks the ABI, or has nothing to run
-/// here; the message names the plugin and what was expected. Exit status exit_status::plugin.
-class plugin_unusable : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// An input file cannot be read or its contents are invalid (or an output file cannot be
-/// written); the message names the file. Exit status exit_status::input.
-class input_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// The failures every command maps onto an exit status (run_guarded) are the
+// library's own, from offloadkit/error.hpp: unavailable_error (exit_status::unavailable),
+// plugin_unusable (exit_status::plugin), input_error (exit_status::input).
+using ::offloadkit::input_error;
+using ::offloadkit::plugin_unusable;
+using ::offloadkit::unavailable_error;
 
 // ---- CLI11 --------------------------------------------------------------------------------------
 
@@ -121,7 +108,9 @@ std::string without_location(std::string what);
 std::string option_names(const CLI::App& app);
 
 /// Runs `body` and turns what it throws into the exit status and a line on stderr
-/// (`offloadkit <command>: <what>`, usage errors followed by where the usage is shown).
+/// (`offloadkit <command>: <what>`, usage errors followed by where the usage is shown):
+/// usage_error 2, unavailable_error 3, plugin_unusable 4, input_error 5, std::bad_alloc 3 ("out of
+/// memory: ..."), any other exception 1. The one place where errors become exit statuses.
 int run_guarded(const std::string& command, const std::function<int()>& body);
 
 }  // namespace offloadkit::tools

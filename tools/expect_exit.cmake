@@ -1,9 +1,13 @@
 # Runs a command and checks its exit status and output.
 #   cmake -DCOMMAND=<program> "-DARGS=<space separated arguments>" -DEXPECT_RC=<status>
 #         [-DEXPECT_OUT=<regex on stdout>] [-DEXPECT_ERR=<regex on stderr>]
-#         [-DREJECT_ERR=<regex stderr must not match>] [-DEMPTY_OUT=1] -P <this file>
+#         [-DREJECT_ERR=<regex stderr must not match>] [-DEMPTY_OUT=1]
+#         [-DFILE=<path the command writes> -DEXPECT_FILE=<regex on its content>] -P <this file>
 # Every run also checks that stderr carries no source location ("file.cpp:123").
 separate_arguments(args UNIX_COMMAND "${ARGS}")
+if(DEFINED FILE)
+  file(REMOVE "${FILE}")
+endif()
 execute_process(COMMAND ${COMMAND} ${args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(context "'${COMMAND} ${ARGS}'\nstdout:\n${out}\nstderr:\n${err}")
@@ -24,5 +28,14 @@ if(err MATCHES "\\.(cpp|hpp|cu):[0-9]+")
 endif()
 if(EMPTY_OUT AND NOT out STREQUAL "")
   message(FATAL_ERROR "expected nothing on stdout: ${context}")
+endif()
+if(DEFINED FILE)
+  if(NOT EXISTS "${FILE}")
+    message(FATAL_ERROR "${FILE} was not written: ${context}")
+  endif()
+  file(READ "${FILE}" written)
+  if(DEFINED EXPECT_FILE AND NOT written MATCHES "${EXPECT_FILE}")
+    message(FATAL_ERROR "${FILE} does not match '${EXPECT_FILE}':\n${written}\n${context}")
+  endif()
 endif()
 message(STATUS "as expected: ${context}")

@@ -91,17 +91,12 @@ int run_check(const std::vector<std::string>& rest) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  // `help COMMAND` is `COMMAND --help`, for the subcommands that read argv too.
-  char help_flag[] = "--help";
-  std::vector<char*> help_argv;
+  // `help COMMAND` is `COMMAND --help`.
   const auto asks_for_help = [](const std::string& a) {
     return a == "help" || a == "--help" || a == "-h";
   };
   if (args.size() == 2 && args[0] == "help" && !asks_for_help(args[1])) {
-    args = {args[1], help_flag};
-    help_argv = {argv[0], argv[2], help_flag, nullptr};
-    argc = 3;
-    argv = help_argv.data();
+    args = {args[1], "--help"};
   }
   if (args.empty()) {
     std::cerr << "offloadkit: no command given: valid commands are " << command_names()
@@ -113,12 +108,9 @@ int main(int argc, char** argv) {
   if (command == "check") return run_check(rest);
   if (command == "capture") return tools::capture_main(rest);
   if (command == "analyze") return tools::analyze_main(rest);
-  // The schedule subcommands parse their own arguments; argv[0] becomes the subcommand's name.
-  if (command == "replay") return tools::replay_command(argc - 1, argv + 1);
-  if (command == "schedule-gen") return tools::schedule_gen_command(argc - 1, argv + 1);
-  if (command == "schedule-from-trace") {
-    return tools::schedule_from_trace_command(argc - 1, argv + 1);
-  }
+  if (command == "replay") return tools::replay_main(rest);
+  if (command == "schedule-gen") return tools::schedule_gen_main(rest);
+  if (command == "schedule-from-trace") return tools::schedule_from_trace_main(rest);
   if (command == "version" || command == "--version") {
     return tools::run_guarded("version", [&rest] { return run_version(rest); });
   }

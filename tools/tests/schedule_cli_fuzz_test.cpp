@@ -18,12 +18,12 @@
 
 namespace {
 
-int run(int (*command)(int, char**), std::vector<std::string> args) {
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return command(static_cast<int>(args.size()), argv.data());
+using command_fn = int (*)(const std::vector<std::string>&);
+
+/// Runs a subcommand with `args`, whose first word is the subcommand's name (as on the command
+/// line; the subcommand takes what follows it).
+int run(command_fn command, const std::vector<std::string>& args) {
+  return command(std::vector<std::string>(args.begin() + 1, args.end()));
 }
 
 std::string scratch(const char* name) {
@@ -31,8 +31,6 @@ std::string scratch(const char* name) {
 }
 
 }  // namespace
-
-using command_fn = int (*)(int, char**);
 
 /// The property: replay ends with a documented status (0 to 6); with valid arguments an invalid
 /// file is status 5 and a valid one 0 or 6 (the data of a valid schedule restores exactly).
@@ -100,13 +98,13 @@ void replay_statuses(command_fn replay) {
 }
 
 /// Planted: replay as it was, where an invalid file exited with status 1 like a data mismatch.
-int replay_invalid_file_is_1(int argc, char** argv) {
-  const int status = offloadkit::tools::replay_command(argc, argv);
+int replay_invalid_file_is_1(const std::vector<std::string>& args) {
+  const int status = offloadkit::tools::replay_main(args);
   return status == 5 ? 1 : status;
 }
 
 RC_GTEST_PROP(ScheduleCli, ReplayEndsWithADocumentedStatus, ()) {
-  replay_statuses(offloadkit::tools::replay_command);
+  replay_statuses(offloadkit::tools::replay_main);
 }
 
 TEST(ScheduleCli, CatchesAnInvalidFileReportedAsAMismatch) {
@@ -125,12 +123,12 @@ RC_GTEST_PROP(ScheduleCli, ScheduleGenWritesOnlyFilesReplayAccepts, ()) {
     args.push_back(*rc::gen::element<std::string>("-1", "0", "1", "3", "64", "1e3", "2147483648",
                                                   "2147483649", "4294967297", "0.5", "abc"));
   }
-  const int status = run(offloadkit::tools::schedule_gen_command, args);
+  const int status = run(offloadkit::tools::schedule_gen_main, args);
   RC_ASSERT(status == 0 || status == 2);
   if (status == 0) {
     // What schedule-gen wrote, replay reads.
     const int replayed =
-        run(offloadkit::tools::replay_command, {"replay", file, "--plan-only", "--quiet"});
+        run(offloadkit::tools::replay_main, {"replay", file, "--plan-only", "--quiet"});
     RC_ASSERT(replayed == 0);
   }
   std::remove(file.c_str());

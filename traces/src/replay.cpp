@@ -16,8 +16,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/host_executor.hpp"
+#include "offloadkit/executor_choice.hpp"
 #include "offloadkit/plugin/host.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/eager_stash.hpp"
@@ -301,14 +300,8 @@ replay_report replay_files(const std::vector<std::string>& inputs, const replay_
       throw std::invalid_argument("implementation '" + impl +
                                   "' is not one of: reference, optimized");
     }
-    std::unique_ptr<executor> ex;
-    if (req.executor == "cuda") {
-      const std::string why = cuda_unavailable_reason();
-      if (!why.empty()) throw executor_unavailable("the cuda executor is unavailable: " + why);
-      ex = std::make_unique<cuda_executor>();
-    } else {
-      ex = std::make_unique<host_executor>();
-    }
+    // unavailable_error where --executor cuda cannot run here.
+    const std::unique_ptr<executor> ex = make_executor(req.executor);
     for (std::size_t i = 0; i < files.size(); ++i) {
       const schedule_file& f = files[i];
       rank_report& r = rep.ranks[i];
@@ -331,7 +324,7 @@ replay_report replay_files(const std::vector<std::string>& inputs, const replay_
         setup.synchronize();
         r.data = replay_stash(f, *st, *ex, o);
       } catch (const std::bad_alloc& e) {
-        throw executor_unavailable(
+        throw unavailable_error(
             r.path + ": the pools (" + u64(pools.device_pages) + " device + " +
             u64(pools.pinned_pages) + " pinned pages of " +
             format_bytes(stash::saturating_mul(cfg.rows_per_page, cfg.row_bytes)) +

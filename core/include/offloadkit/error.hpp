@@ -58,6 +58,29 @@ class injected_fault : public runtime_error {
   using runtime_error::runtime_error;
 };
 
+/// An input file cannot be read or its contents are invalid (or an output file cannot be
+/// written); the message names the file and, for bad contents, where and why. The offloadkit
+/// command exits with status 5 for it.
+class input_error : public runtime_error {
+ public:
+  using runtime_error::runtime_error;
+};
+
+/// What a command needs cannot run here: no usable GPU for the cuda executor, CUPTI missing, the
+/// pools of a replay do not fit in memory. The offloadkit command exits with status 3 for it.
+class unavailable_error : public runtime_error {
+ public:
+  using runtime_error::runtime_error;
+};
+
+/// A plugin library or Python implementation cannot be loaded, breaks the ABI, or has nothing to
+/// run here; the message names it and what was expected. The offloadkit command exits with
+/// status 4 for it.
+class plugin_unusable : public runtime_error {
+ public:
+  using runtime_error::runtime_error;
+};
+
 /// An allocation failed for a reason other than lack of memory.
 class bad_alloc : public std::bad_alloc {
  public:

@@ -21,24 +21,10 @@
 
 namespace offloadkit::traces {
 
-/// An input file cannot be read or is not a valid schedule: the message names the file and, for
-/// a bad schedule, the JSON pointer and the reason.
-class input_error : public runtime_error {
- public:
-  using runtime_error::runtime_error;
-};
-
-/// The executor asked for cannot run here (no usable GPU, or the pools do not fit in memory).
-class executor_unavailable : public runtime_error {
- public:
-  using runtime_error::runtime_error;
-};
-
-/// A plugin cannot be loaded, provides no paged stash, or none for the executor asked for.
-class plugin_unusable : public runtime_error {
- public:
-  using runtime_error::runtime_error;
-};
+// Errors: input_error (a file cannot be read or is not a valid schedule: the message names the
+// file and, for a bad schedule, the JSON pointer and the reason), unavailable_error (the executor
+// cannot run here, or the pools do not fit in memory) and plugin_unusable (a plugin cannot be
+// loaded, provides no paged stash, or none for the executor), all from offloadkit/error.hpp.
 
 /// Progress of a data replay, for a progress display.
 struct replay_progress {
@@ -133,7 +119,7 @@ struct replay_report {
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 
 /// Plans every input and, unless plan_only, replays its data. Throws input_error (a file cannot
-/// be read or is invalid), plugin_unusable, executor_unavailable, and the implementation's own
+/// be read or is invalid), plugin_unusable, unavailable_error, and the implementation's own
 /// errors.
 replay_report replay_files(const std::vector<std::string>& inputs, const replay_request& request);
 
