@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,14 +43,10 @@ using clock_type = std::chrono::steady_clock;
 using tools::json_string;
 constexpr std::size_t mib = std::size_t{1} << 20;
 constexpr const char* program = "bench_multigpu";
-constexpr const char* usage_line =
-    "usage: bench_multigpu [--executor cuda|host] [--quick] [--mib N] [--chunk-mib N] [--reps N] "
-    "[--devices N] [--json FILE] [--help]";
-
 // Ranges of the numeric options.
-constexpr unsigned long long max_mib = 262144;  // 256 GiB per device
-constexpr unsigned long long max_chunk_mib = 65536;
-constexpr unsigned long long max_reps = 1000;
+constexpr std::uint64_t max_mib = 262144;  // 256 GiB per device
+constexpr std::uint64_t max_chunk_mib = 65536;
+constexpr std::int64_t max_reps = 1000;
 constexpr int max_host_devices = 16;
 
 struct options {
@@ -59,95 +56,54 @@ struct options {
   std::size_t chunk_mib = 64;
   int reps = 5;
   int devices = 0;  ///< 0: every device of the executor
-  bool mib_set = false, chunk_set = false, reps_set = false;
   std::string json;
   std::string command;  ///< the command line, recorded with the figures
 };
-
-void print_help() {
-  std::printf(
-      "%s\n\n"
-      "Pinned copy bandwidth (H2D, D2H) and pause + resume of one optimized region per device, "
-      "each device alone and then every device at once; ratio = together / alone.\n\n"
-      "  --executor cuda|host  the back end (default cuda; host: the CPU executor with 2 simulated "
-      "devices)\n"
-      "  --quick               a short run: 8 MiB per device, 4 MiB chunks, 2 repetitions (unless "
-      "given)\n"
-      "  --mib N               bytes per device, in MiB, 1..%llu (default 1024)\n"
-      "  --chunk-mib N         region chunk size in MiB, 1..%llu (default 64)\n"
-      "  --reps N              repetitions, best taken, 1..%llu (default 5)\n"
-      "  --devices N           use the first N devices (default: all)\n"
-      "  --json FILE           also write the figures as JSON\n"
-      "  --help                this text\n"
-      "Exit status: 0 ok, 1 a result was wrong or the run failed, 2 bad usage.\n",
-      usage_line, max_mib, max_chunk_mib, max_reps);
-}
 
 /// Parses the command line into `o`. Returns -1 to go on, or the exit status (0 after --help,
 /// 2 after a usage error, reported on stderr as "<option>: <value> ...: valid range ...").
 int parse(int argc, char** argv, options& o) {
   for (int i = 0; i < argc; ++i) o.command += (i == 0 ? "" : " ") + std::string(argv[i]);
-  // The message, from its pieces, on stderr with the usage line; the exit status of bad usage.
-  auto refuse = [](std::initializer_list<std::string_view> parts) {
-    std::string why;
-    for (const std::string_view p : parts) why.append(p);
-    std::fprintf(stderr, "%s: %s\n%s\n", program, why.c_str(), usage_line);
-    return 2;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      print_help();
-      return 0;
-    }
-    if (a == "--quick") {
-      o.quick = true;
-      continue;
-    }
-    if (a != "--executor" && a != "--mib" && a != "--chunk-mib" && a != "--reps" &&
-        a != "--devices" && a != "--json") {
-      return refuse({"unknown option '", a, "'"});
-    }
-    if (i + 1 >= argc) return refuse({a, ": missing value"});
-    const std::string v = argv[++i];
-    if (a == "--executor") {
-      if (v != "cuda" && v != "host") return refuse({a, ": ", v, ": valid values are cuda, host"});
-      o.executor = v;
-      continue;
-    }
-    if (a == "--json") {
-      if (v.empty()) return refuse({a, ": missing file name"});
-      o.json = v;
-      continue;
-    }
-    const unsigned long long hi = a == "--mib"         ? max_mib
-                                  : a == "--chunk-mib" ? max_chunk_mib
-                                  : a == "--reps"      ? max_reps
-                                                       : 1024;
-    const std::string range = "valid range 1.." + std::to_string(hi);
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || v[0] < '0' || v[0] > '9' || *end != '\0') {
-      return refuse({a, ": ", v, " is not an integer: ", range});
-    }
-    if (n < 1 || n > hi) return refuse({a, ": ", v, " is out of range: ", range});
-    if (a == "--mib") {
-      o.mib_per_device = n;
-      o.mib_set = true;
-    } else if (a == "--chunk-mib") {
-      o.chunk_mib = n;
-      o.chunk_set = true;
-    } else if (a == "--reps") {
-      o.reps = static_cast<int>(n);
-      o.reps_set = true;
-    } else {
-      o.devices = static_cast<int>(n);
-    }
+  auto app = tools::make_app(
+      "",
+      "Pinned copy bandwidth (H2D, D2H) and pause + resume of one optimized region per device, "
+      "each device alone and then every device at once; ratio = together / alone.",
+      "Exit status: 0 ok (or no GPU: skipped), 1 a result was wrong or the run failed, 2 bad "
+      "usage.",
+      program);
+  tools::add_executor_option(*app, o.executor)
+      ->description("cuda (default) or host: the CPU executor with 2 simulated devices");
+  app->add_flag("--quick", o.quick,
+                "a short run: 8 MiB per device, 4 MiB chunks, 2 repetitions (unless given)");
+  auto* mib_opt =
+      app->add_option("--mib", o.mib_per_device,
+                      "bytes per device, in MiB, 1.." + std::to_string(max_mib) + " (default 1024)")
+          ->type_name("N")
+          ->check(tools::unsigned_range(1, max_mib));
+  auto* chunk_opt = app->add_option("--chunk-mib", o.chunk_mib,
+                                    "region chunk size in MiB, 1.." +
+                                        std::to_string(max_chunk_mib) + " (default 64)")
+                        ->type_name("N")
+                        ->check(tools::unsigned_range(1, max_chunk_mib));
+  auto* reps_opt =
+      app->add_option("--reps", o.reps,
+                      "repetitions, best taken, 1.." + std::to_string(max_reps) + " (default 5)")
+          ->type_name("N")
+          ->check(tools::integer_range(1, max_reps));
+  app->add_option("--devices", o.devices,
+                  "use the first N devices, 1..1024 (default: all; the host executor has at most " +
+                      std::to_string(max_host_devices) + ")")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 1024));
+  tools::add_json_option(*app, o.json);
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
   }
   if (o.quick) {
-    if (!o.mib_set) o.mib_per_device = 8;
-    if (!o.chunk_set) o.chunk_mib = 4;
-    if (!o.reps_set) o.reps = 2;
+    if (mib_opt->count() == 0) o.mib_per_device = 8;
+    if (chunk_opt->count() == 0) o.chunk_mib = 4;
+    if (reps_opt->count() == 0) o.reps = 2;
   }
   return -1;
 }
