@@ -63,6 +63,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -71,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "collectives.hpp"
 #include "nccl_api.hpp"
 #include "offloadkit/cuda_executor.hpp"
@@ -118,106 +120,78 @@ struct options {
   std::string findings;
 };
 
-void print_usage(std::FILE* to) {
-  std::fprintf(
-      to,
-      "usage: nccl_region_test [--variant NAME] [--rounds N] [--elements N] [--deadline S]\n"
-      "                        [--executor cuda|host [--host-fault F]] [--findings FILE]\n"
-      "       nccl_region_test --list | --find-nccl | --help\n"
+/// Parses the command line into `o`: -1 to go on, or the exit status (0 after --help, 2 after a
+/// usage error, on stderr as "nccl_region_test: <option>: <value> ... valid ...").
+int parse_options(int argc, char** argv, options& o) {
+  namespace tools = offloadkit::tools;
+  auto app = tools::make_app(
+      "",
       "An NCCL all-reduce across GPUs 0 and 1, captured in a CUDA graph before a vmm_region is\n"
       "paused and replayed after it is resumed. Without --variant, runs every variant in a child\n"
       "process and prints a table; exit 0 when every gating variant gives the right sum, 1 when\n"
-      "one does not, 77 when the test cannot run here (no two GPUs, no NCCL).\n"
-      "  --variant NAME  run one variant in this process (--list names them); exit 0 right sum,\n"
-      "                  1 wrong sum, 3 error, 4 hang, 77 skipped\n"
-      "  --rounds N      pause/resume rounds after the first replay, 1..50 (default 3; the last\n"
-      "                  one pauses with discard when N >= 2)\n"
-      "  --elements N    floats per region, 1..268435456 (default 6303801, about 24 MiB)\n"
-      "  --deadline S    seconds each step may take before it is reported as a hang, 1..3600\n"
-      "                  (default 60)\n"
-      "  --executor E    cuda (default): NCCL on GPUs 0 and 1; host: the host executor with a\n"
-      "                  host stand-in for NCCL, a dry run of the scenario without GPUs\n"
-      "  --host-fault F  with --executor host, plant a fault at the first replay after a\n"
-      "                  resume: none, hang, wrong, crash, error (shows how each is reported)\n"
-      "  --find-nccl     only look for NCCL and say what was tried\n"
-      "  --findings FILE without --variant, also write the table and what each variant's result\n"
-      "                  means to FILE (Markdown), whatever the outcome\n"
+      "one does not, 77 when the test cannot run here (no two GPUs, no NCCL).",
       "Environment: OFFLOADKIT_NCCL_LIBRARY (path of libnccl.so.2), OFFLOADKIT_PYTHON (the\n"
       "interpreter whose site-packages hold NCCL's wheel; default python3 on PATH, then\n"
-      "/usr/bin/python3). NCCL_NVLS_ENABLE is always 0.\n");
-}
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "nccl_region_test: %s\n", message.c_str());
-  print_usage(stderr);
-  std::exit(exit_usage);
-}
-
-long long parse_number(const std::string& option, const std::string& text, long long lo,
-                       long long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno != 0 || end == text.c_str() || *end != '\0') {
-    usage_error(option + ": '" + text + "' is not a number: valid range " + std::to_string(lo) +
-                ".." + std::to_string(hi));
-  }
-  if (value < lo || value > hi) {
-    usage_error(option + ": " + text + " is out of range: valid range " + std::to_string(lo) +
-                ".." + std::to_string(hi));
-  }
-  return value;
-}
-
-options parse_options(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(arg + ": missing value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      print_usage(stdout);
-      std::exit(0);
-    } else if (arg == "--variant") {
-      o.variant = value();
-    } else if (arg == "--rounds") {
-      o.rounds = static_cast<int>(parse_number(arg, value(), 1, 50));
-    } else if (arg == "--elements") {
-      o.elements = static_cast<std::size_t>(parse_number(arg, value(), 1, 268435456));
-    } else if (arg == "--deadline") {
-      o.deadline_s = static_cast<int>(parse_number(arg, value(), 1, 3600));
-    } else if (arg == "--executor") {
-      o.executor = value();
-      if (o.executor != "cuda" && o.executor != "host") {
-        usage_error("--executor: '" + o.executor + "' is not an executor: valid are cuda, host");
-      }
-    } else if (arg == "--host-fault") {
-      o.fault_name = value();
-      if (!parse_host_fault(o.fault_name, o.fault)) {
-        usage_error("--host-fault: '" + o.fault_name +
-                    "' is not a fault: valid are none, hang, wrong, crash, error");
-      }
-    } else if (arg == "--findings") {
-      o.findings = value();
-      if (o.findings.empty()) usage_error("--findings: an empty path: name the file to write");
-    } else if (arg == "--list") {
-      o.list = true;
-    } else if (arg == "--find-nccl") {
-      o.find_nccl_only = true;
-    } else {
-      usage_error(arg + ": unknown argument");
+      "/usr/bin/python3). NCCL_NVLS_ENABLE is always 0.\n"
+      "Exit status: 0 right sums, 1 a wrong sum, 2 bad usage, 3 error, 4 hang, 77 skipped.",
+      "nccl_region_test");
+  app->add_option("--variant", o.variant,
+                  "run one variant in this process (--list names them); exit 0 right sum, 1 "
+                  "wrong sum, 3 error, 4 hang, 77 skipped")
+      ->type_name("NAME");
+  app->add_option("--rounds", o.rounds,
+                  "pause/resume rounds after the first replay, 1..50 (default 3; the last one "
+                  "pauses with discard when N >= 2)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 50));
+  app->add_option("--elements", o.elements,
+                  "floats per region, 1..268435456 (default 6303801, about 24 MiB)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, 268435456));
+  app->add_option("--deadline", o.deadline_s,
+                  "seconds each step may take before it is reported as a hang, 1..3600 (default "
+                  "60)")
+      ->type_name("S")
+      ->check(tools::integer_range(1, 3600));
+  app->add_option("--executor", o.executor,
+                  "cuda (default): NCCL on GPUs 0 and 1; host: the host executor with a host "
+                  "stand-in for NCCL, a dry run of the scenario without GPUs")
+      ->type_name("cuda|host")
+      ->check(tools::one_of({"cuda", "host"}));
+  app->add_option("--host-fault", o.fault_name,
+                  "with --executor host, plant a fault at the first replay after a resume: none, "
+                  "hang, wrong, crash, error (shows how each is reported)")
+      ->type_name("F")
+      ->check(tools::one_of({"none", "hang", "wrong", "crash", "error"}));
+  app->add_option("--findings", o.findings,
+                  "without --variant, also write the table and what each variant's result means "
+                  "to FILE (Markdown), whatever the outcome")
+      ->type_name("FILE")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.empty() ? std::string("an empty path: name the file to write") : "";
+          },
+          ""));
+  app->add_flag("--list", o.list, "name the variants and whether each gates the verdict");
+  app->add_flag("--find-nccl", o.find_nccl_only, "only look for NCCL and say what was tried");
+  // Checked once every option is read, and refused like any other bad value.
+  app->callback([&o] {
+    if (!o.findings.empty() && !o.variant.empty()) {
+      throw CLI::ValidationError("--findings", o.findings +
+                                                   " needs the runner (no --variant): one variant "
+                                                   "prints its own result");
     }
+    if (o.fault_name != "none" && o.executor != "host") {
+      throw CLI::ValidationError("--host-fault",
+                                 o.fault_name + " needs --executor host (NCCL is not faulted)");
+    }
+  });
+  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
+      status >= 0) {
+    return status;
   }
-  if (!o.findings.empty() && !o.variant.empty()) {
-    usage_error("--findings: " + o.findings +
-                " needs the runner (no --variant): one variant prints its own result");
-  }
-  if (o.fault != host_fault::none && o.executor != "host") {
-    usage_error("--host-fault: " + o.fault_name + " needs --executor host (NCCL is not faulted)");
-  }
-  return o;
+  (void)parse_host_fault(o.fault_name, o.fault);
+  return -1;
 }
 
 // ---- variants -----------------------------------------------------------------------------------
@@ -1275,7 +1249,8 @@ int main_impl(int argc, char** argv) {
   // defaulted, because NVLS registers buffers with a multicast object, a mechanism of its own
   // that this test does not check, and the issue asks for it off.
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
-  const options o = parse_options(argc, argv);
+  options o;
+  if (const int status = parse_options(argc, argv, o); status >= 0) return status;
   if (o.list) {
     for (const variant& v : all_variants()) {
       std::printf("%-24s %-7s %s\n", v.name.c_str(), v.gates ? "gates" : "finding", v.what.c_str());
@@ -1288,7 +1263,11 @@ int main_impl(int argc, char** argv) {
   if (v == nullptr) {
     std::string names;
     for (const variant& known : all_variants()) names += (names.empty() ? "" : ", ") + known.name;
-    usage_error("--variant: '" + o.variant + "' is not a variant: valid are " + names);
+    std::fprintf(stderr,
+                 "nccl_region_test: --variant: '%s' is not a variant: valid are %s\n"
+                 "(nccl_region_test --help shows the usage)\n",
+                 o.variant.c_str(), names.c_str());
+    return exit_usage;
   }
   scenario(*v, o).run();
 }
