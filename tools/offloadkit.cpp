@@ -11,6 +11,7 @@
 #include "batteries.hpp"
 #include "check_cli.hpp"
 #include "cli_common.hpp"
+#include "conformance.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "schedule_commands.hpp"
 #include "timeline_cli.hpp"
@@ -36,6 +37,7 @@ constexpr command_entry commands[] = {
     {"replay", "validate a schedule file and replay it through a stash implementation"},
     {"schedule-gen", "write a generated 1F1B or interleaved schedule file"},
     {"schedule-from-trace", "turn the schedule events of a captured timeline into a schedule file"},
+    {"conformance", "build the conformance matrix of several libraries from their check reports"},
     {"version", "print the version and whether the cuda back end is usable here"},
     {"help", "print this text; help COMMAND prints that command's options"},
 };
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   if (command == "replay") return tools::replay_main(rest);
   if (command == "schedule-gen") return tools::schedule_gen_main(rest);
   if (command == "schedule-from-trace") return tools::schedule_from_trace_main(rest);
+  if (command == "conformance") return tools::conformance_main(rest);
   if (command == "version" || command == "--version") {
     return tools::run_guarded("version", [&rest] { return run_version(rest); });
   }

@@ -1,0 +1,542 @@
+#include "conformance.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "cli_common.hpp"
+#include "markup.hpp"
+#include "report.hpp"
+
+namespace offloadkit::tools {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* description_format = "offloadkit.conformance";
+constexpr int description_version = 1;
+
+json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw input_error(path + ": cannot open " + what + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw input_error(path + ": not valid JSON: " + e.what());
+  }
+}
+
+/// Reads the object at `pointer` strictly: every key must be one of `known`, and the string
+/// fields are read with `field`.
+class object_reader {
+ public:
+  object_reader(const json& j, std::string path, std::string pointer,
+                std::initializer_list<const char*> known)
+      : j_(j), path_(std::move(path)), pointer_(std::move(pointer)) {
+    if (!j_.is_object()) fail("", "must be an object");
+    for (const auto& [key, value] : j_.items()) {
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
+        std::string valid;
+        for (const char* k : known) valid += std::string(valid.empty() ? "" : ", ") + k;
+        fail("/" + key, "is not a known key: valid keys are " + valid);
+      }
+    }
+  }
+  [[noreturn]] void fail(const std::string& at, const std::string& why) const {
+    const std::string where = pointer_ + at;
+    throw input_error(path_ + ": at " + (where.empty() ? "/" : where) + ": " + why);
+  }
+  std::string text(const char* key, bool required) const {
+    if (!j_.contains(key)) {
+      if (required) fail("", std::string("needs the key \"") + key + "\"");
+      return {};
+    }
+    const json& v = j_.at(key);
+    if (!v.is_string()) fail(std::string("/") + key, "must be a string");
+    const std::string s = v.get<std::string>();
+    if (required && s.empty()) fail(std::string("/") + key, "must not be empty");
+    return s;
+  }
+  const json& array(const char* key, bool required) const {
+    static const json empty = json::array();
+    if (!j_.contains(key)) {
+      if (required) fail("", std::string("needs the key \"") + key + "\"");
+      return empty;
+    }
+    const json& v = j_.at(key);
+    if (!v.is_array()) fail(std::string("/") + key, "must be an array");
+    return v;
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  std::string pointer_;
+};
+
+// ---- the reports ----------------------------------------------------------------------------
+
+/// One cell: a property's verdict for one library, with its evidence.
+struct cell {
+  std::string verdict;  ///< holds, fails, not_applicable, skipped
+  std::string detail;   ///< the failure's message, the reason it does not apply or was skipped
+  std::string seed;
+  std::string reproduce;
+  std::string report;  ///< the report it comes from
+  std::string executor;
+};
+
+struct library_cells {
+  std::map<std::string, cell> cells;  ///< by "feature/property"
+  std::set<std::string> executors, dates, versions;
+};
+
+std::string text_of(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return {};
+  const json& v = j.at(key);
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+void put(library_cells& lib, const std::string& library, const std::string& property, cell c,
+         std::vector<std::string>& order, std::set<std::string>& seen) {
+  const auto it = lib.cells.find(property);
+  if (it != lib.cells.end()) {
+    throw input_error(c.report + ": " + library + " has " + property + " already, from " +
+                      it->second.report + ": give each property of a library once");
+  }
+  if (seen.insert(property).second) order.push_back(property);
+  lib.cells.emplace(property, std::move(c));
+}
+
+void read_report(const std::string& path, const std::string& library, library_cells& lib,
+                 std::vector<std::string>& order, std::set<std::string>& seen) {
+  const json j = read_json(path, "the report");
+  if (!j.is_object() || text_of(j, "format") != "offloadkit.report") {
+    throw input_error(path +
+                      ": not an offloadkit report (offloadkit check --report FILE.json "
+                      "writes one; its \"format\" is \"offloadkit.report\")");
+  }
+  const json& header = j.value("header", json::object());
+  lib.dates.insert(text_of(header, "date_utc"));
+  lib.versions.insert(text_of(header, "version"));
+  const std::string executor = text_of(header, "executor");
+  lib.executors.insert(executor);
+  const std::string kind = text_of(j, "kind");
+  if (kind == "properties") {
+    for (const json& row : j.value("properties", json::array())) {
+      cell c;
+      c.verdict = text_of(row, "verdict");
+      c.report = path;
+      c.executor = executor;
+      c.seed = text_of(row, "seed");
+      if (c.verdict == "fails") {
+        c.detail = text_of(row, "message");
+        c.reproduce = text_of(row, "reproduce");
+      } else if (c.verdict != "holds") {
+        c.detail = text_of(row, "reason");
+      }
+      put(lib, library, text_of(row, "feature") + "/" + text_of(row, "property"), std::move(c),
+          order, seen);
+    }
+  } else if (kind == "driver_faults") {
+    for (const json& f : j.value("features", json::array())) {
+      cell c;
+      c.report = path;
+      c.executor = executor;
+      std::size_t total = 0, bad = 0;
+      std::string first_reproduce;
+      std::map<std::string, int> classes;
+      for (const json& row : f.value("cases", json::array())) {
+        ++total;
+        const std::string cls = text_of(row, "class");
+        if (cls == "clean") continue;
+        ++bad;
+        ++classes[cls];
+        if (first_reproduce.empty()) first_reproduce = text_of(row, "reproduce");
+      }
+      c.verdict = bad == 0 ? "holds" : "fails";
+      std::string what = std::to_string(total) + " cases";
+      if (bad != 0) {
+        what = std::to_string(bad) + " of " + what + " not clean:";
+        for (const auto& [cls, n] : classes) what += " " + cls + " " + std::to_string(n);
+      } else {
+        what += ", every one clean";
+      }
+      if (!f.value("complete", true)) what += " (stopped: " + text_of(f, "stopped") + ")";
+      c.detail = what;
+      c.reproduce = first_reproduce;
+      put(lib, library, text_of(f, "feature") + "/driver_faults", std::move(c), order, seen);
+    }
+  } else {
+    throw input_error(path + ": report kind '" + kind +
+                      "' is not one of the valid kinds properties, driver_faults");
+  }
+}
+
+std::string joined(const std::set<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) {
+    if (!v.empty()) out += (out.empty() ? "" : ", ") + v;
+  }
+  return out.empty() ? "-" : out;
+}
+
+/// An anchor for a failure's section: letters, digits and '-'.
+std::string anchor(const std::string& library, const std::string& property) {
+  std::string a;
+  for (const char ch : library + "-" + property) {
+    const auto u = static_cast<unsigned char>(ch);
+    a += std::isalnum(u) != 0 ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  return a;
+}
+
+const conformance_classification* classification_of(const conformance_library& lib,
+                                                    const std::string& property) {
+  for (const auto& c : lib.classified) {
+    if (c.property == property) return &c;
+  }
+  return nullptr;
+}
+
+/// The words of a cell.
+std::string cell_text(const cell* c, const conformance_classification* cls) {
+  if (c == nullptr) return "not checked";
+  if (c->verdict == "fails") {
+    return cls == nullptr ? "FAILS, unclassified" : "fails: " + cls->cls;
+  }
+  if (c->verdict == "not_applicable") return "n/a";
+  return c->verdict;
+}
+
+std::string css_class(const cell* c) {
+  if (c == nullptr) return "unknown";
+  if (c->verdict == "fails" || c->verdict == "holds" || c->verdict == "not_applicable" ||
+      c->verdict == "skipped") {
+    return c->verdict;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+conformance_description read_conformance_description(const std::string& path) {
+  const json j = read_json(path, "the description");
+  const object_reader top(j, path, "", {"format", "format_version", "title", "libraries"});
+  if (top.text("format", true) != description_format) {
+    top.fail("/format", std::string("must be \"") + description_format + "\"");
+  }
+  if (!j.contains("format_version") || j.at("format_version") != description_version) {
+    top.fail("/format_version", "must be " + std::to_string(description_version));
+  }
+  conformance_description d;
+  d.title = top.text("title", false);
+  const json& libraries = top.array("libraries", true);
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < libraries.size(); ++i) {
+    const std::string at = "/libraries/" + std::to_string(i);
+    const object_reader r(libraries[i], path, at,
+                          {"name", "version", "adapter", "notes", "reports", "classified"});
+    conformance_library lib;
+    lib.name = r.text("name", true);
+    if (!names.insert(lib.name).second) r.fail("/name", "'" + lib.name + "' is named twice");
+    lib.version = r.text("version", true);
+    lib.adapter = r.text("adapter", false);
+    lib.notes = r.text("notes", false);
+    const json& reports = r.array("reports", true);
+    if (reports.empty()) r.fail("/reports", "must name at least one report");
+    for (std::size_t k = 0; k < reports.size(); ++k) {
+      if (!reports[k].is_string() || reports[k].get<std::string>().empty()) {
+        r.fail("/reports/" + std::to_string(k), "must be the path of a JSON report");
+      }
+      lib.reports.push_back(reports[k].get<std::string>());
+    }
+    const json& classified = r.array("classified", false);
+    for (std::size_t k = 0; k < classified.size(); ++k) {
+      const object_reader c(classified[k], path, at + "/classified/" + std::to_string(k),
+                            {"property", "class", "evidence", "upstream"});
+      conformance_classification cls;
+      cls.property = c.text("property", true);
+      if (cls.property.find('/') == std::string::npos) {
+        c.fail("/property", "'" + cls.property + "' is not feature/property");
+      }
+      cls.cls = c.text("class", true);
+      if (cls.cls != "defect" && cls.cls != "limitation") {
+        c.fail("/class", "'" + cls.cls +
+                             "' is not one of the valid classes defect, limitation: a failure "
+                             "that comes from offloadkit is fixed in offloadkit, and one that "
+                             "comes from the adapter in the adapter, not classified");
+      }
+      cls.evidence = c.text("evidence", true);
+      cls.upstream = c.text("upstream", false);
+      if (classification_of(lib, cls.property) != nullptr) {
+        c.fail("/property", "'" + cls.property + "' is classified twice");
+      }
+      lib.classified.push_back(std::move(cls));
+    }
+    d.libraries.push_back(std::move(lib));
+  }
+  if (d.libraries.empty()) top.fail("/libraries", "must name at least one library");
+  return d;
+}
+
+conformance_matrix build_conformance_matrix(const conformance_description& d,
+                                            const std::string& base_dir, bool as_html) {
+  std::vector<std::string> order;  // properties, in the order they first appear
+  std::set<std::string> seen;
+  std::vector<library_cells> cells(d.libraries.size());
+  for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+    for (const auto& r : d.libraries[i].reports) {
+      const std::filesystem::path p = std::filesystem::path(r).is_absolute()
+                                          ? std::filesystem::path(r)
+                                          : std::filesystem::path(base_dir) / r;
+      read_report(p.lexically_normal().string(), d.libraries[i].name, cells[i], order, seen);
+    }
+  }
+
+  conformance_matrix m;
+  m.libraries = d.libraries.size();
+  m.properties = order.size();
+  struct failure {
+    std::size_t library;
+    std::string property;
+    const cell* c;
+    const conformance_classification* cls;
+  };
+  std::vector<failure> failures;
+  for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+    const auto& lib = d.libraries[i];
+    for (const auto& property : order) {
+      const auto it = cells[i].cells.find(property);
+      if (it == cells[i].cells.end() || it->second.verdict != "fails") continue;
+      const auto* cls = classification_of(lib, property);
+      failures.push_back({i, property, &it->second, cls});
+      if (cls == nullptr) {
+        m.problems.push_back(lib.name + ": " + property +
+                             " fails and is not classified (a defect of the library, a documented "
+                             "limitation, or a fix in offloadkit or the adapter)");
+      }
+    }
+    for (const auto& cls : lib.classified) {
+      const auto it = cells[i].cells.find(cls.property);
+      if (it == cells[i].cells.end()) {
+        m.problems.push_back(lib.name + ": " + cls.property +
+                             " is classified, but no report of the library has it");
+      } else if (it->second.verdict != "fails") {
+        m.problems.push_back(lib.name + ": " + cls.property + " is classified as a " + cls.cls +
+                             ", but it " + cell_text(&it->second, nullptr) +
+                             " now: drop the classification");
+      }
+    }
+  }
+  m.failures = failures.size();
+
+  const std::string title = d.title.empty() ? "Conformance matrix" : d.title;
+  const std::string summary =
+      std::to_string(m.libraries) + " libraries, " + std::to_string(m.properties) +
+      " properties, " + std::to_string(m.failures) + " failures" +
+      (m.problems.empty() ? ", every one classified"
+                          : "; " + std::to_string(m.problems.size()) + " problem(s) to resolve");
+  const auto cell_at = [&](std::size_t i, const std::string& property) -> const cell* {
+    const auto it = cells[i].cells.find(property);
+    return it == cells[i].cells.end() ? nullptr : &it->second;
+  };
+  const auto counts = [&](std::size_t i) {
+    int holds = 0, fails = 0, na = 0;
+    for (const auto& [p, c] : cells[i].cells) {
+      holds += c.verdict == "holds" ? 1 : 0;
+      fails += c.verdict == "fails" ? 1 : 0;
+      na += c.verdict == "not_applicable" ? 1 : 0;
+    }
+    return std::to_string(holds) + " hold, " + std::to_string(fails) + " fail, " +
+           std::to_string(na) + " n/a";
+  };
+
+  std::ostringstream os;
+  if (!as_html) {
+    os << "# " << title << "\n\n**" << md_cell(summary) << "**\n\n"
+       << "Generated by `offloadkit conformance` from the JSON reports of `offloadkit check "
+          "--report`. A cell says whether the property holds for the library, fails (a defect "
+          "of the library or a documented limitation, with the evidence below), does not apply "
+          "to the profile the library declares (n/a), was skipped, or was not checked.\n\n"
+       << "## Libraries\n\n";
+    std::vector<std::vector<std::string>> rows;
+    for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+      const auto& lib = d.libraries[i];
+      rows.push_back({md_cell(lib.name), md_cell(lib.version),
+                      lib.adapter.empty() ? "" : md_code(lib.adapter), md_cell(lib.notes),
+                      md_cell(joined(cells[i].executors)), md_cell(joined(cells[i].dates)),
+                      md_cell(joined(cells[i].versions)), md_cell(counts(i))});
+    }
+    md_table(os,
+             {"library", "version", "adapter", "what the adapter adds", "executor", "checked",
+              "offloadkit", "verdicts"},
+             rows);
+    os << "\n## Matrix\n\n";
+    std::vector<std::string> header = {"property"};
+    for (const auto& lib : d.libraries) header.push_back(lib.name);
+    rows.clear();
+    for (const auto& property : order) {
+      std::vector<std::string> row = {md_code(property)};
+      for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+        const cell* c = cell_at(i, property);
+        const auto* cls = classification_of(d.libraries[i], property);
+        std::string t = md_cell(cell_text(c, cls));
+        if (c != nullptr && c->verdict == "fails") {
+          t = "**[" + t + "](#" + anchor(d.libraries[i].name, property) + ")**";
+        }
+        row.push_back(t);
+      }
+      rows.push_back(std::move(row));
+    }
+    md_table(os, header, rows);
+    if (!failures.empty()) os << "\n## Failures\n";
+    for (const auto& f : failures) {
+      const auto& lib = d.libraries[f.library];
+      os << "\n<a id=\"" << anchor(lib.name, f.property) << "\"></a>\n### " << lib.name << ": "
+         << f.property << " (" << (f.cls == nullptr ? "UNCLASSIFIED" : f.cls->cls) << ")\n\n";
+      if (f.cls != nullptr) {
+        os << "- evidence: " << md_cell(f.cls->evidence) << "\n";
+        if (!f.cls->upstream.empty()) os << "- upstream: " << md_cell(f.cls->upstream) << "\n";
+      }
+      os << "- report: " << md_code(f.c->report) << " (executor " << f.c->executor << ")\n";
+      if (!f.c->seed.empty()) os << "- seed: " << md_code(f.c->seed) << "\n";
+      if (!f.c->reproduce.empty()) os << "- reproduce: " << md_code(f.c->reproduce) << "\n";
+      if (!f.c->detail.empty()) os << "\n" << md_block(f.c->detail);
+    }
+    if (!m.problems.empty()) {
+      os << "\n## Problems\n\n";
+      for (const auto& p : m.problems) os << "- " << md_cell(p) << "\n";
+    }
+  } else {
+    html_begin(os, title, summary, !m.problems.empty());
+    os << "<h2>Libraries</h2>\n<table>\n<tr><th>library</th><th>version</th><th>adapter</th>"
+          "<th>what the adapter adds</th><th>executor</th><th>checked</th><th>offloadkit</th>"
+          "<th>verdicts</th></tr>\n";
+    for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+      const auto& lib = d.libraries[i];
+      os << "<tr><td>" << html(lib.name) << "</td><td>" << html(lib.version) << "</td><td><code>"
+         << html(lib.adapter) << "</code></td><td>" << html(lib.notes) << "</td><td>"
+         << html(joined(cells[i].executors)) << "</td><td>" << html(joined(cells[i].dates))
+         << "</td><td>" << html(joined(cells[i].versions)) << "</td><td>" << html(counts(i))
+         << "</td></tr>\n";
+    }
+    os << "</table>\n<h2>Matrix</h2>\n<table>\n<tr><th>property</th>";
+    for (const auto& lib : d.libraries) os << "<th>" << html(lib.name) << "</th>";
+    os << "</tr>\n";
+    for (const auto& property : order) {
+      os << "<tr><td><code>" << html(property) << "</code></td>";
+      for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+        const cell* c = cell_at(i, property);
+        const auto* cls = classification_of(d.libraries[i], property);
+        const std::string t = html(cell_text(c, cls));
+        os << "<td class=\"" << css_class(c) << "\">";
+        if (c != nullptr && c->verdict == "fails") {
+          os << "<a href=\"#" << anchor(d.libraries[i].name, property) << "\">" << t << "</a>";
+        } else {
+          os << t;
+        }
+        os << "</td>";
+      }
+      os << "</tr>\n";
+    }
+    os << "</table>\n";
+    if (!failures.empty()) os << "<h2>Failures</h2>\n";
+    for (const auto& f : failures) {
+      const auto& lib = d.libraries[f.library];
+      os << "<h3 id=\"" << anchor(lib.name, f.property) << "\">" << html(lib.name) << ": "
+         << html(f.property) << " (" << (f.cls == nullptr ? "UNCLASSIFIED" : html(f.cls->cls))
+         << ")</h3>\n<ul>\n";
+      if (f.cls != nullptr) {
+        os << "<li>evidence: " << html(f.cls->evidence) << "</li>\n";
+        if (!f.cls->upstream.empty()) os << "<li>upstream: " << html(f.cls->upstream) << "</li>\n";
+      }
+      os << "<li>report: <code>" << html(f.c->report) << "</code> (executor " << html(f.c->executor)
+         << ")</li>\n";
+      if (!f.c->seed.empty()) os << "<li>seed: <code>" << html(f.c->seed) << "</code></li>\n";
+      if (!f.c->reproduce.empty()) {
+        os << "<li>reproduce: <code>" << html(f.c->reproduce) << "</code></li>\n";
+      }
+      os << "</ul>\n";
+      if (!f.c->detail.empty()) os << "<pre>" << html(f.c->detail) << "</pre>\n";
+    }
+    if (!m.problems.empty()) {
+      os << "<h2>Problems</h2>\n<ul>\n";
+      for (const auto& p : m.problems) os << "<li class=\"fails\">" << html(p) << "</li>\n";
+      os << "</ul>\n";
+    }
+    os << "</body>\n</html>\n";
+  }
+  m.text = os.str();
+  return m;
+}
+
+int conformance_main(const std::vector<std::string>& args) {
+  return run_guarded("conformance", [&args] {
+    std::string description_path;
+    std::string out;
+    auto app = make_app(
+        "conformance",
+        "Builds the conformance matrix of several libraries (library x property: holds, fails,\n"
+        "n/a, skipped, not checked) from the JSON reports of `offloadkit check --report` and a\n"
+        "description that names each library, its version, its reports and the classification\n"
+        "of every failure (a defect of the library, with evidence and the upstream issue, or a\n"
+        "documented limitation).",
+        "The description (JSON):\n"
+        "  {\"format\": \"offloadkit.conformance\", \"format_version\": 1, \"title\": \"...\",\n"
+        "   \"libraries\": [{\"name\": \"...\", \"version\": \"...\", \"adapter\": \"...\", "
+        "\"notes\": \"...\",\n"
+        "                  \"reports\": [\"report.json\", ...],\n"
+        "                  \"classified\": [{\"property\": \"feature/property\", \"class\": "
+        "\"defect|limitation\",\n"
+        "                                  \"evidence\": \"...\", \"upstream\": "
+        "\"owner/repo#N\"}]}]}\n"
+        "Report paths are relative to the description's folder. A driver-fault report gives one\n"
+        "row per feature, feature/driver_faults.\n\n" +
+            exit_status_text() +
+            "  conformance: 1 when the matrix was written but a failure is unclassified or a\n"
+            "  classification is stale.\n");
+    app->add_option("DESCRIPTION", description_path, "the description file (JSON)")
+        ->required()
+        ->type_name("FILE");
+    app->add_option("-o,--output", out,
+                    "where the matrix is written: .md (Markdown) or .html (one page); default: "
+                    "Markdown on stdout")
+        ->type_name("FILE")
+        ->check(CLI::Validator(
+            [](const std::string& v) -> std::string {
+              const auto dot = v.rfind('.');
+              const std::string ext = dot == std::string::npos ? "" : v.substr(dot);
+              if (ext == ".md" || ext == ".html") return "";
+              return "'" + v + "' does not end in one of the valid extensions .md, .html";
+            },
+            ""));
+    if (!parse_arguments(*app, args, std::cout)) return exit_status::ok;
+
+    const conformance_description d = read_conformance_description(description_path);
+    const std::string base = std::filesystem::path(description_path).parent_path().string();
+    const bool as_html = out.size() > 5 && out.compare(out.size() - 5, 5, ".html") == 0;
+    const conformance_matrix m = build_conformance_matrix(d, base.empty() ? "." : base, as_html);
+    if (out.empty()) {
+      std::cout << m.text;
+    } else {
+      report_file file(out);
+      file.write(m.text);
+      std::cout << "conformance matrix: " << out << " (" << m.libraries << " libraries, "
+                << m.properties << " properties, " << m.failures << " failures)\n";
+    }
+    for (const auto& p : m.problems) std::cerr << "offloadkit conformance: " << p << "\n";
+    return m.problems.empty() ? exit_status::ok : exit_status::check_failed;
+  });
+}
+
+}  // namespace offloadkit::tools
