@@ -74,6 +74,7 @@
 
 #include "cli_common.hpp"
 #include "collectives.hpp"
+#include "markup.hpp"
 #include "nccl_api.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/executor.hpp"
@@ -270,22 +271,6 @@ std::string seconds_since(clock_type::time_point start) {
   std::snprintf(text, sizeof text, "%.2f s",
                 std::chrono::duration<double>(clock_type::now() - start).count());
   return text;
-}
-
-/// `text` as one Markdown table cell or list item: no line breaks, and no bar that would end a
-/// cell.
-std::string markdown_cell(const std::string& text) {
-  std::string cell;
-  for (const char ch : text) {
-    if (ch == '\n') {
-      cell += ' ';
-    } else if (ch == '|') {
-      cell += "\\|";
-    } else {
-      cell += ch;
-    }
-  }
-  return cell;
 }
 
 /// Writes straight to stdout: the watchdog thread uses it while the main thread is stuck.
@@ -1175,7 +1160,7 @@ int run_all(const options& o) {
     table += line + r.result + "\n";
     std::snprintf(line, sizeof line, "%.1f", r.outcome.seconds);
     markdown += "| " + r.v->name + " | " + (r.v->gates ? "yes" : "no") + " | " +
-                markdown_cell(r.result) + " | " + line + " |\n";
+                offloadkit::tools::md_cell(r.result) + " | " + line + " |\n";
   }
   table += "\n";
   markdown += "\n## What each result means\n\n";
@@ -1183,7 +1168,7 @@ int run_all(const options& o) {
     if (r.outcome.how == child_outcome::end::exited && r.outcome.code == exit_skip) continue;
     const std::string meaning = interpretation(*r.v, r.outcome, r.result);
     table += "  " + r.v->name + ": " + meaning + "\n";
-    markdown += "- **" + r.v->name + "**: " + markdown_cell(meaning) + "\n";
+    markdown += "- **" + r.v->name + "**: " + offloadkit::tools::md_cell(meaning) + "\n";
   }
 
   int code = exit_right;
