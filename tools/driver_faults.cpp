@@ -114,11 +114,16 @@ std::string what_the_scenario_does(const std::string& feature) {
 
 // ---- the child ---------------------------------------------------------------------------------
 
+/// The interposer's write-report control function; null where the interposer is not loaded.
+okit_interpose_write_report_fn interposer_write_report() {
+  return reinterpret_cast<okit_interpose_write_report_fn>(
+      dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL));
+}
+
 /// Asks the interposer to write its report now and reads it back; nullopt where it is not loaded,
 /// has no report path, or the report cannot be read (the parent then judges the final one).
 std::optional<oi::interposer_report> ledger_now() {
-  auto write = reinterpret_cast<okit_interpose_write_report_fn>(
-      dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL));
+  const auto write = interposer_write_report();
   const char* path = std::getenv(OKIT_INTERPOSE_ENV_REPORT);
   if (write == nullptr || path == nullptr || *path == '\0' || write() != 0) return std::nullopt;
   return oi::read_report(path);
@@ -185,10 +190,7 @@ int run_one_case(const check_program& program, const driver_fault_request& r) {
                nlohmann::json{{"scenario", nlohmann::json::parse(result.to_json())}}.dump());
   // The ledger as the scenario (and the framework's cache release) left it, before the
   // executor's own teardown.
-  if (auto report = reinterpret_cast<okit_interpose_write_report_fn>(
-          dlsym(RTLD_DEFAULT, OKIT_INTERPOSE_WRITE_REPORT_SYMBOL))) {
-    (void)report();
-  }
+  if (const auto write = interposer_write_report()) (void)write();
   ex.reset();
   return exit_status::ok;
 }
