@@ -13,12 +13,15 @@
 // close is for. `region_no_caller_wait` is a region whose pause copies out on its own stream
 // without waiting for the caller's: only caller_writes_late fails.
 //
-// Two black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
+// Three black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
 // offload code does (so that in CI, on the host executor, they run over the stand-in driver of
 // interpose/tests, and on a GPU over the real one); each is caught only by an instrument that
 // reaches such code through the interposer. `region_pinned_per_pause` allocates its pinned staging
 // buffer with cuMemAllocHost on every pause and frees it at resume (no leak, but an allocation per
 // cycle): many_cycles fails it through the driver's counts and passes it without them.
+// `arena_pinned_per_offload` is offloadkit's coalesced arena with a pinned table of the set's
+// tensor sizes that it allocates with cuMemAllocHost on every offload and frees at the reload
+// after it: the arena's steady_state fails it through the driver's counts, and passes it without.
 // `activation_own_stream` uploads in unpack() with cuMemcpyHtoDAsync on a stream it created and
 // returns without ordering the caller's stream after it: a race property fails it while the
 // interposer delays its stream, and everything passes without delays.
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "offloadkit/activation/reference_offloader.hpp"
+#include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/plugin/export.hpp"
 #include "offloadkit/region/reference_region.hpp"
@@ -62,6 +66,7 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_region_no_caller_wait 9
 #define OKIT_PLANTED_region_pinned_per_pause 10
 #define OKIT_PLANTED_activation_own_stream 11
+#define OKIT_PLANTED_arena_pinned_per_offload 12
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -458,6 +463,58 @@ class pinned_per_pause_region final : public reference_region_wrapper {
   }
 
   void* staging_ = nullptr;  ///< the contents while paused by a preserving pause
+};
+
+/// offloadkit's coalesced arena, with a table of the set's tensor sizes in pinned memory that it
+/// allocates from the driver on every offload and frees at the reload after it (release and
+/// destruction free it too): the planted bug is the allocation per cycle, which the executor never
+/// sees. Everything the battery reads through the executor is the coalesced arena's own.
+class pinned_per_offload_arena final : public ok::arena::offloader {
+ public:
+  explicit pinned_per_offload_arena(ok::executor& ex) : inner_(ex) {
+    (void)driver();  // fails here, at creation, where the driver cannot be had
+  }
+  ~pinned_per_offload_arena() override { free_table(); }
+  pinned_per_offload_arena(const pinned_per_offload_arena&) = delete;
+  pinned_per_offload_arena& operator=(const pinned_per_offload_arena&) = delete;
+
+ private:
+  ok::event do_offload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
+    free_table();  // an offload again before a reload: the table of the one before goes
+    use_driver_context();
+    const std::size_t bytes = std::max<std::size_t>(set.size(), 1) * sizeof(std::uint64_t);
+    void* table = nullptr;
+    driver_check(driver().alloc_host(&table, bytes), "cuMemAllocHost");  // every offload
+    auto* sizes = static_cast<std::uint64_t*>(table);
+    for (const auto& t : set) *sizes++ = t.bytes;
+    table_ = table;
+    return inner_.offload(set, s);
+  }
+  ok::event do_reload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
+    ok::event e = inner_.reload(set, s);
+    free_table();
+    return e;
+  }
+  void do_release() noexcept override {
+    free_table();
+    inner_.release();
+  }
+  [[nodiscard]] bool do_released() const noexcept override { return inner_.released(); }
+  [[nodiscard]] bool do_holds_copy() const noexcept override { return inner_.holds_copy(); }
+  [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return inner_.host_bytes(); }
+  [[nodiscard]] ok::arena::offload_promises do_promises() const noexcept override {
+    return inner_.promises();
+  }
+  [[nodiscard]] std::string do_name() const override { return "planted-pinned-per-offload"; }
+  void free_table() noexcept {
+    // cuMemFreeHost of a block this arena allocated: its status has nothing to say that the
+    // interposer's ledger does not.
+    if (table_ != nullptr) (void)driver().free_host(table_);
+    table_ = nullptr;
+  }
+
+  ok::arena::coalesced_offloader inner_;
+  void* table_ = nullptr;  ///< the last offload's table of sizes, until its reload
 };
 
 /// A stream the offloader creates from the driver, destroyed once nothing holds it (a tensor
@@ -895,6 +952,15 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
 #endif
+#if PLANTED == OKIT_PLANTED_arena_pinned_per_offload
+  // Its pinned table comes from the driver: not through the executor. It promises what the
+  // coalesced arena promises.
+  static const okit_arena_vtable arena =
+      op::arena_vtable<&op::make_arena_as<pinned_per_offload_arena>>(
+          "planted-pinned-per-offload", common | OKIT_ARENA_CAP_ASYNCHRONOUS |
+                                            OKIT_ARENA_CAP_PINNED_STEADY_STATE |
+                                            OKIT_ARENA_CAP_SINGLE_HOST_BUFFER);
+#else
   static const okit_arena_vtable arena = [] {
     okit_arena_vtable t = op::arena_vtable<&op::make_arena_as<planted_arena>>("planted", common);
     if (PLANTED == OKIT_PLANTED_close_v1) {
@@ -908,6 +974,7 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
     }
     return t;
   }();
+#endif
 #if PLANTED == OKIT_PLANTED_activation_own_stream
   // Its uploads go through the driver: not through the executor.
   static const okit_activation_vtable activation =
@@ -930,8 +997,10 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
           ? &region
           : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
-      PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ? &arena
-                                                                                      : nullptr,
+      PLANTED == OKIT_PLANTED_arena || PLANTED == OKIT_PLANTED_crash || planted_close ||
+              PLANTED == OKIT_PLANTED_arena_pinned_per_offload
+          ? &arena
+          : nullptr,
       PLANTED == OKIT_PLANTED_activation || PLANTED == OKIT_PLANTED_activation_own_stream
           ? &activation
           : nullptr,
