@@ -13,7 +13,7 @@
 // close is for. `region_no_caller_wait` is a region whose pause copies out on its own stream
 // without waiting for the caller's: only caller_writes_late fails.
 //
-// Three black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
+// Four black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
 // offload code does (so that in CI, on the host executor, they run over the stand-in driver of
 // interpose/tests, and on a GPU over the real one); each is caught only by an instrument that
 // reaches such code through the interposer. `region_pinned_per_pause` allocates its pinned staging
@@ -24,7 +24,9 @@
 // after it: the arena's steady_state fails it through the driver's counts, and passes it without.
 // `activation_own_stream` uploads in unpack() with cuMemcpyHtoDAsync on a stream it created and
 // returns without ordering the caller's stream after it: a race property fails it while the
-// interposer delays its stream, and everything passes without delays.
+// interposer delays its stream, and everything passes without delays. `region_own_stream_resume`
+// is the region's counterpart: its resume uploads the preserved contents with cuMemcpyHtoDAsync on
+// a stream of its own and returns without ordering the caller's stream after the upload.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -67,6 +69,7 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_region_pinned_per_pause 10
 #define OKIT_PLANTED_activation_own_stream 11
 #define OKIT_PLANTED_arena_pinned_per_offload 12
+#define OKIT_PLANTED_region_own_stream_resume 13
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -540,6 +543,63 @@ class driver_stream {
   CUstream stream_ = nullptr;
 };
 
+/// The reference region (which frees its device memory when paused), with the contents of a
+/// preserving pause kept in a pinned buffer it allocates from the driver once, and the planted
+/// bug: resume() uploads them with cuMemcpyHtoDAsync on a stream of its own and returns without
+/// making the caller's stream wait for the upload, so the caller's next work may read or write the
+/// region before the contents land. Its own later calls wait for the upload: a pause, and the
+/// destructor, synchronize its stream first.
+class own_stream_resume_region final : public reference_region_wrapper {
+ public:
+  own_stream_resume_region(ok::executor& ex, const ok::region::region_config& c)
+      : reference_region_wrapper(ex, c), stream_(std::make_unique<driver_stream>()) {}
+  ~own_stream_resume_region() override {
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw: the table's close reports what is recorded here.
+      ok::record_teardown_error(e.what());
+    }
+    if (staging_ != nullptr) (void)driver().free_host(staging_);
+  }
+  own_stream_resume_region(const own_stream_resume_region&) = delete;
+  own_stream_resume_region& operator=(const own_stream_resume_region&) = delete;
+
+ private:
+  void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
+    stream_->synchronize();  // its own upload lands before anything is copied out or given back
+    preserved_ = false;
+    if (m != ok::region::pause_mode::preserve ||
+        inner_.state() != ok::region::region_state::active) {
+      inner_.pause(m, s);
+      return;
+    }
+    if (staging_ == nullptr) {
+      use_driver_context();
+      driver_check(driver().alloc_host(&staging_, std::max<std::size_t>(inner_.size(), 1)),
+                   "cuMemAllocHost");
+    }
+    ex_->copy(staging_, inner_.data(), inner_.size(), s);
+    ex_->synchronize(s);
+    inner_.pause(ok::region::pause_mode::discard, s);
+    preserved_ = true;
+  }
+  void do_resume(ok::stream_ref s) override {
+    inner_.resume(s);
+    if (!preserved_ || inner_.size() == 0) return;
+    ex_->synchronize(s);  // the region's memory is mapped again before the upload writes it
+    use_driver_context();
+    driver_check(driver().copy_to_device_async(reinterpret_cast<CUdeviceptr>(inner_.data()),
+                                               staging_, inner_.size(), stream_->get()),
+                 "cuMemcpyHtoDAsync");
+    preserved_ = false;  // the planted bug: the caller's stream does not wait for the upload
+  }
+
+  std::unique_ptr<driver_stream> stream_;
+  void* staging_ = nullptr;  ///< the contents while paused by a preserving pause
+  bool preserved_ = false;
+};
+
 /// An activation offloader that keeps packed tensors in pinned memory (copied synchronously in
 /// pack()) and uploads them in unpack() with cuMemcpyHtoDAsync on a stream of its own. The planted
 /// bug: unpack() returns without making the caller's stream wait for that upload (no event
@@ -948,6 +1008,12 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       op::region_vtable<&op::make_region_as<pinned_per_pause_region>>(
           "planted-pinned-per-pause",
           OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_REGION_CAP_RELEASES_MEMORY);
+#elif PLANTED == OKIT_PLANTED_region_own_stream_resume
+  // Its staging and its upload go through the driver: not through the executor.
+  static const okit_region_vtable region =
+      op::region_vtable<&op::make_region_as<own_stream_resume_region>>(
+          "planted-own-stream-resume",
+          OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_REGION_CAP_RELEASES_MEMORY);
 #else
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<planted_region>>(
       "planted", common | OKIT_REGION_CAP_RELEASES_MEMORY | OKIT_REGION_CAP_MULTI_DEVICE);
@@ -993,7 +1059,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
       stash_like ? &stash : nullptr,
       PLANTED == OKIT_PLANTED_region || PLANTED == OKIT_PLANTED_region_leak ||
               PLANTED == OKIT_PLANTED_region_no_caller_wait ||
-              PLANTED == OKIT_PLANTED_region_pinned_per_pause
+              PLANTED == OKIT_PLANTED_region_pinned_per_pause ||
+              PLANTED == OKIT_PLANTED_region_own_stream_resume
           ? &region
           : nullptr,
       // crash also carries a correct arena: its properties run after the crash and pass.
