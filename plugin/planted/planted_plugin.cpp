@@ -13,7 +13,7 @@
 // close is for. `region_no_caller_wait` is a region whose pause copies out on its own stream
 // without waiting for the caller's: only caller_writes_late fails.
 //
-// Four black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
+// Five black boxes call the driver themselves, through dlopen("libcuda.so.1") and dlsym as outside
 // offload code does (so that in CI, on the host executor, they run over the stand-in driver of
 // interpose/tests, and on a GPU over the real one); each is caught only by an instrument that
 // reaches such code through the interposer. `region_pinned_per_pause` allocates its pinned staging
@@ -26,7 +26,9 @@
 // returns without ordering the caller's stream after it: a race property fails it while the
 // interposer delays its stream, and everything passes without delays. `region_own_stream_resume`
 // is the region's counterpart: its resume uploads the preserved contents with cuMemcpyHtoDAsync on
-// a stream of its own and returns without ordering the caller's stream after the upload.
+// a stream of its own and returns without ordering the caller's stream after the upload, and
+// `stash_own_stream_restore` the stash's: restore() lands the rows in a pinned buffer of its own,
+// then uploads them to the caller's buffer the same way.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -70,6 +72,7 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_activation_own_stream 11
 #define OKIT_PLANTED_arena_pinned_per_offload 12
 #define OKIT_PLANTED_region_own_stream_resume 13
+#define OKIT_PLANTED_stash_own_stream_restore 14
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
@@ -600,6 +603,77 @@ class own_stream_resume_region final : public reference_region_wrapper {
   bool preserved_ = false;
 };
 
+/// The reference stash, whose restore() lands the rows in a pinned buffer it allocated from the
+/// driver and uploads them to the caller's buffer with cuMemcpyHtoDAsync on a stream of its own.
+/// The planted bug: it returns without making the caller's stream wait for that upload, so the
+/// caller's next work may read the buffer before the rows land. The row count goes to the caller
+/// on its own stream, in order. Its own next restore, and the destructor, wait for the upload.
+class own_stream_restore_stash final : public ok::stash::stash_interface {
+ public:
+  own_stream_restore_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
+      : ex_(&ex),
+        inner_(ex, c, s),
+        count_(ex, ok::memory_kind::pinned, sizeof(std::uint64_t)),
+        stream_(std::make_unique<driver_stream>()) {}
+  ~own_stream_restore_stash() override {
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw: the table's close reports what is recorded here.
+      ok::record_teardown_error(e.what());
+    }
+    if (staging_ != nullptr) (void)driver().free_host(staging_);
+  }
+  own_stream_restore_stash(const own_stream_restore_stash&) = delete;
+  own_stream_restore_stash& operator=(const own_stream_restore_stash&) = delete;
+
+ private:
+  [[nodiscard]] std::string do_name() const override { return "planted-own-stream-restore"; }
+  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override {
+    return inner_.config();
+  }
+  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
+  void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
+                ok::stream_ref s) override {
+    inner_.stash(k, src, rows, s);
+  }
+  void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
+                  ok::stream_ref s) override {
+    stream_->synchronize();  // its own last upload has read the staging buffer
+    const ok::stash::stash_config& c = inner_.config();
+    if (staging_ == nullptr) {
+      use_driver_context();
+      driver_check(
+          driver().alloc_host(&staging_, std::max<std::size_t>(c.max_rows * c.row_bytes, 1)),
+          "cuMemAllocHost");
+    }
+    auto* count = count_.as<std::uint64_t>();
+    *count = 0;
+    inner_.restore(k, staging_, count, s);  // synchronous: the rows are in staging_ now
+    if (rows_out != nullptr) ex_->copy(rows_out, count, sizeof(std::uint64_t), s);
+    ex_->synchronize(s);
+    const std::size_t bytes = static_cast<std::size_t>(*count) * c.row_bytes;
+    if (bytes == 0) return;
+    use_driver_context();
+    driver_check(driver().copy_to_device_async(reinterpret_cast<CUdeviceptr>(dst), staging_, bytes,
+                                               stream_->get()),
+                 "cuMemcpyHtoDAsync");
+    // The planted bug: the caller's stream does not wait for the upload.
+  }
+  void do_reset(ok::stream_ref s) override {
+    stream_->synchronize();
+    inner_.reset(s);
+  }
+  void do_clear_status(ok::stream_ref s) override { inner_.clear_status(s); }
+  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner_.snapshot(s); }
+
+  ok::executor* ex_;
+  ok::stash::eager_stash inner_;
+  ok::buffer count_;  ///< the restored row count, read on the host
+  std::unique_ptr<driver_stream> stream_;
+  void* staging_ = nullptr;  ///< the restored rows on their way to the caller's buffer
+};
+
 /// An activation offloader that keeps packed tensors in pinned memory (copied synchronously in
 /// pack()) and uploads them in unpack() with cuMemcpyHtoDAsync on a stream of its own. The planted
 /// bug: unpack() returns without making the caller's stream wait for that upload (no event
@@ -991,8 +1065,15 @@ class leaky_vmm_region final : public ok::region::offload_region {
 
 extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host_abi_version) {
   namespace op = offloadkit::plugin;
+#if PLANTED == OKIT_PLANTED_stash_own_stream_restore
+  // Its staging and its upload go through the driver: not through the executor.
+  static const okit_stash_vtable stash =
+      op::stash_vtable<&op::make_stash_as<own_stream_restore_stash>>(
+          "planted-own-stream-restore", OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR);
+#else
   static const okit_stash_vtable stash =
       op::stash_vtable<&op::make_stash_as<planted_stash>>("planted", common);
+#endif
 #if PLANTED == OKIT_PLANTED_region_leak
   // It calls CUDA itself: the cuda executor only, and no allocation goes through the executor.
   static const okit_region_vtable region = op::region_vtable<&op::make_region_as<leaky_vmm_region>>(
@@ -1053,7 +1134,8 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
           "planted", common | OKIT_ACTIVATION_CAP_ORIGIN_DEVICE |
                          OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
 #endif
-  const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash;
+  const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash ||
+                          PLANTED == OKIT_PLANTED_stash_own_stream_restore;
   static const okit_plugin plugin{
       OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,
       stash_like ? &stash : nullptr,
