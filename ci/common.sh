@@ -9,9 +9,12 @@ log() { printf '\n== %s\n' "$*"; }
 
 # Debian packages every build needs; installed with apt-get only where missing. pybind11-dev and
 # python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations;
-# libcli11-dev is the command line's option parser (header-only).
+# libcli11-dev is the command line's option parser (header-only). python3-venv, python3-pip,
+# python3-setuptools, python3-wheel and python3-pytest: the tests install the Python package into
+# a virtual environment with pip (no package index) and run its pytest plugin.
 OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev
-  libcli11-dev pybind11-dev python3-dev python3-numpy)
+  libcli11-dev pybind11-dev python3-dev python3-numpy python3-venv python3-pip python3-setuptools
+  python3-wheel python3-pytest)
 
 install_deps() {
   local missing=() extra=("$@")
