@@ -121,4 +121,17 @@ PY
     "$okit" check --executor host --cases 10 --python "$work/installed_python.py:make" ||
       return 1
   fi
+  local pydir="$prefix/lib/python3/dist-packages"
+  if compgen -G "$pydir/offloadkit/_native*.so" >/dev/null; then
+    # The installed package's own path: python -m offloadkit check, in the interpreter the
+    # extension module was built for, with the installed package (not the checkout's) imported.
+    local python
+    python=$(sed -n 's/^OFFLOADKIT_PYTHON_EMBEDDED:INTERNAL=//p' "$build/CMakeCache.txt")
+    log "$python -m offloadkit check numpy_offload.py:make_arena --executor host --cases 10"
+    (cd "$work" && PYTHONPATH="$pydir" "$python" -c "import offloadkit._native as m, sys
+sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported from ' + m.__file__)" &&
+      PYTHONPATH="$pydir" "$python" -m offloadkit check \
+        "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena" --executor host --cases 10) ||
+      return 1
+  fi
 }

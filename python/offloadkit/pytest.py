@@ -178,6 +178,12 @@ def _state(config) -> _Session:
 
 def pytest_configure(config) -> None:
     _state(config)
+    for executor in EXECUTORS:
+        config.addinivalue_line("markers", f"{executor}: an offloadkit item on the {executor} "
+                                           "executor")
+    for feature in ("stash", "region", "arena", "activation"):
+        config.addinivalue_line("markers", f"{feature}: an offloadkit item of the {feature} "
+                                           "battery")
 
 
 def pytest_report_header(config) -> List[str]:
