@@ -17,6 +17,7 @@
 #include "check_cli.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/error.hpp"
 #include "offloadkit/plugin/checks.hpp"
 #include "offloadkit/plugin/host.hpp"
 
