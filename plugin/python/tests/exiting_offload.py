@@ -1,12 +1,13 @@
-"""A NumPy arena whose reload() ends the process with os._exit(3) when it reloads a set of more
-than two tensors: the properties that reach such a reload end in a child that exits without a
-result, each one FAILED row, and the run goes on to the next property (python_module.crash).
+"""A NumPy arena whose reload() ends the process with os._exit(3) when it reloads more than two
+tensors, beside the NumPy activation offload: each arena property ends in a child that exits
+without a result, one FAILED row each, and the run goes on to the activation properties, which
+pass (python_module.check_crash).
 """
 
 import os
 
 import offloadkit as ok
-from numpy_offload import NumpyArena
+from numpy_offload import NumpyActivation, NumpyArena
 
 
 class ExitingArena(NumpyArena):
@@ -19,4 +20,4 @@ class ExitingArena(NumpyArena):
 
 
 def make():
-    return ok.Plugin(name="numpy-exiting", arena=ExitingArena)
+    return ok.Plugin(name="numpy-exiting", arena=ExitingArena, activation=NumpyActivation)

@@ -26,7 +26,7 @@ run(${py} -m pip wheel --no-build-isolation --no-index --no-deps -w ${WHEELS} ${
 
 # From a folder outside the checkout, so that nothing but the installed package can be imported.
 run(${CMAKE_COMMAND} -E make_directory ${VENV}/scratch)
-file(WRITE ${VENV}/scratch/inspect.py [=[
+file(WRITE ${VENV}/scratch/check_installed.py [=[
 import glob, importlib.metadata as md, os, sys, zipfile
 import offloadkit, offloadkit._native, offloadkit.pytest
 venv = sys.argv[1]
@@ -48,7 +48,7 @@ for want in ("offloadkit/_native", "offloadkit/py.typed", "offloadkit/lib/liboff
     assert any(n.startswith(want) for n in names), f"{want} is not in {wheels[0]}: {names}"
 print("installed:", root, "wheel:", os.path.basename(wheels[0]))
 ]=])
-execute_process(COMMAND ${py} ${VENV}/scratch/inspect.py ${VENV} ${WHEELS}
+execute_process(COMMAND ${py} ${VENV}/scratch/check_installed.py ${VENV} ${WHEELS}
   WORKING_DIRECTORY ${VENV}/scratch RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the installed package is incomplete (${rc}):\n${out}\n${err}")
