@@ -6,8 +6,21 @@
 # 2. --offloadkit MODULE:FACTORY with no test file: the same planted arena fails the same items;
 # 3. where no GPU is usable, every cuda item is skipped with the reason, none passed.
 #   cmake -DPYTHON=<venv python> -DWORK=<folder> -DEXAMPLES=<python/examples> -P <this file>
-set(planted_failures @PLANTED_PYTEST@)
-set(counts "@PYTEST_COUNTS@")
+# The items the planted arena (numpy_planted.py: reload() leaves the last tensor out) fails under
+# seed 7; its steady_state passes (it never compares bytes) and multi_device is not applicable.
+set(planted_failures
+  arena/numpy-planted/round_trip[host]
+  arena/numpy-planted/event_chain[host]
+  arena/numpy-planted/lifetime[host]
+  arena/numpy-planted/fault_allocation[host]
+  arena/numpy-planted/fault_copy[host]
+  arena/numpy-planted/fault_countdown[host]
+  arena/numpy-planted/concurrent[host]
+  arena/numpy-planted/caller_writes_late[host]
+  arena/numpy-planted/model_sequence[host]
+  arena/numpy-planted/boundary_shapes[host])
+# 11 NumPy arena items (1 more not applicable), 11 planted (10 failing, 1 not applicable), 1 stash.
+set(counts "10 failed, 13 passed, 2 skipped")
 file(MAKE_DIRECTORY ${WORK}/empty)
 set(common -m pytest -p offloadkit.pytest -p no:cacheprovider -rfs --offloadkit-seed 7
     --offloadkit-cases 20)
