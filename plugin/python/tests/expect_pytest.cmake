@@ -68,15 +68,25 @@ endif()
 expect_failures("${out}" "pytest over test_numpy_battery.py")
 message(STATUS "test_numpy_battery.py: ${counts}")
 
-# 2. --offloadkit on the command line
+# 2. --offloadkit on the command line, with --offloadkit-report
+file(REMOVE ${WORK}/report.json)
 run_pytest(out rc ${WORK}/empty --offloadkit ${EXAMPLES}/numpy_planted.py:arena
-           --offloadkit-executor host)
+           --offloadkit-executor host --offloadkit-report ${WORK}/report.json)
 list(LENGTH planted_failures n)
 if(NOT rc EQUAL 1 OR NOT out MATCHES "\n=+ ${n} failed, [0-9]+ passed")
   message(FATAL_ERROR "pytest --offloadkit numpy_planted.py:arena: expected exit status 1 and "
                       "${n} failed, got ${rc}:\n${out}")
 endif()
 expect_failures("${out}" "pytest --offloadkit numpy_planted.py:arena")
+# The report holds every item's verdict: as many fails as failed items, with their evidence.
+file(READ ${WORK}/report.json report)
+string(JSON fails GET "${report}" summary fails)
+string(JSON rows LENGTH "${report}" properties)
+string(JSON first_reproduce GET "${report}" properties 0 reproduce)
+if(NOT fails EQUAL n OR NOT rows EQUAL 12 OR NOT first_reproduce MATCHES "-m offloadkit check ")
+  message(FATAL_ERROR "--offloadkit-report: ${fails} fails in ${rows} rows, expected ${n} in 12 "
+                      "(first reproduce: ${first_reproduce}):\n${report}")
+endif()
 
 # 3. the cuda items, where no GPU is usable
 execute_process(COMMAND ${PYTHON} -m offloadkit version OUTPUT_VARIABLE version)
