@@ -9,9 +9,12 @@ log() { printf '\n== %s\n' "$*"; }
 
 # Debian packages every build needs; installed with apt-get only where missing. pybind11-dev and
 # python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations;
-# libcli11-dev is the command line's option parser (header-only).
+# libcli11-dev is the command line's option parser (header-only). python3-venv, python3-pip,
+# python3-setuptools, python3-wheel and python3-pytest: the tests install the Python package into
+# a virtual environment with pip (no package index) and run its pytest plugin.
 OFFLOADKIT_DEBS=(cmake ninja-build g++ libgtest-dev librapidcheck-dev nlohmann-json3-dev
-  libcli11-dev pybind11-dev python3-dev python3-numpy)
+  libcli11-dev pybind11-dev python3-dev python3-numpy python3-venv python3-pip python3-setuptools
+  python3-wheel python3-pytest)
 
 install_deps() {
   local missing=() extra=("$@")
@@ -116,6 +119,19 @@ from numpy_offload import make_arena as make
 PY
     log "$okit check --executor host --python $work/installed_python.py:make --cases 10"
     "$okit" check --executor host --cases 10 --python "$work/installed_python.py:make" ||
+      return 1
+  fi
+  local pydir="$prefix/lib/python3/dist-packages"
+  if compgen -G "$pydir/offloadkit/_native*.so" >/dev/null; then
+    # The installed package's own path: python -m offloadkit check, in the interpreter the
+    # extension module was built for, with the installed package (not the checkout's) imported.
+    local python
+    python=$(sed -n 's/^OFFLOADKIT_PYTHON_EMBEDDED:INTERNAL=//p' "$build/CMakeCache.txt")
+    log "$python -m offloadkit check numpy_offload.py:make_arena --executor host --cases 10"
+    (cd "$work" && PYTHONPATH="$pydir" "$python" -c "import offloadkit._native as m, sys
+sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported from ' + m.__file__)" &&
+      PYTHONPATH="$pydir" "$python" -m offloadkit check \
+        "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena" --executor host --cases 10) ||
       return 1
   fi
 }

@@ -99,10 +99,12 @@ std::string python_factory(const std::string& value) {
   return module + value.substr(colon);
 }
 
-/// The Python bridge plugin: beside an installed command (<prefix>/lib, from <prefix>/bin), else
-/// the one of the build tree this command was built in.
-std::string python_bridge_path() {
+/// The Python bridge plugin: the program's own (the Python package's extension module), else the
+/// one beside an installed command (<prefix>/lib, from <prefix>/bin), else the one of the build
+/// tree this command was built in.
+std::string python_bridge_path(const check_program& program) {
   namespace fs = std::filesystem;
+  if (!program.python_bridge.empty()) return program.python_bridge;
   constexpr const char* file = "liboffloadkit_python_plugin.so";
   std::error_code ec;
   const fs::path installed = fs::path(self_executable()).parent_path() / ".." / "lib" / file;
@@ -314,7 +316,7 @@ std::vector<check_case> select_cases(const check_program& program, const std::st
       // The bridge reads its factory from the environment, which the children inherit (and
       // set again from their own --python).
       ::setenv("OFFLOADKIT_PYTHON_FACTORY", opt.python.c_str(), 1);
-      library = python_bridge_path();
+      library = python_bridge_path(program);
     }
     try {
       cases = program.plugin_cases(library, executor_name, notes);
@@ -688,7 +690,7 @@ black_box_instruments find_black_box_instruments(bool in_process) {
 std::vector<std::string> child_arguments(const check_program& program, const check_options& opt,
                                          const std::string& executor_name, const check_case& c,
                                          std::uint64_t seed) {
-  std::vector<std::string> argv = {self_executable()};
+  std::vector<std::string> argv = {child_executable(program)};
   argv.insert(argv.end(), program.command.begin(), program.command.end());
   argv.insert(argv.end(), {"--run-one", "--result-fd", std::to_string(child_result_fd),
                            "--executor", executor_name, "--feature", c.feature, "--implementation",
@@ -710,13 +712,14 @@ void print_progress(std::size_t i, std::size_t n, const check_case& c) {
 namespace {
 
 /// What --driver-faults needs of the options; the plugin library is resolved as for the batteries.
-driver_fault_request driver_fault_request_of(const check_options& opt) {
+driver_fault_request driver_fault_request_of(const check_program& program,
+                                             const check_options& opt) {
   driver_fault_request r;
   r.library = opt.plugin;
   r.subject = "plugin " + opt.plugin;
   if (!opt.python.empty()) {
     ::setenv("OFFLOADKIT_PYTHON_FACTORY", opt.python.c_str(), 1);
-    r.library = python_bridge_path();
+    r.library = python_bridge_path(program);
     r.subject = "Python plugin " + opt.python;
   }
   r.feature = opt.feature;
@@ -770,6 +773,10 @@ report_row report_row_of(const property_row& row, const check_program& program,
 
 }  // namespace
 
+std::string child_executable(const check_program& program) {
+  return program.executable.empty() ? self_executable() : program.executable;
+}
+
 bool parse_check_arguments(const std::vector<std::string>& args, std::ostream& help_out) {
   check_options opt;
   return parse_check_options(args, "offloadkit", help_out, opt);
@@ -779,7 +786,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
   check_options opt;
   if (!parse_check_options(args, program.name, std::cout, opt)) return exit_status::ok;
   if (opt.driver_faults) {
-    driver_fault_request request = driver_fault_request_of(opt);
+    driver_fault_request request = driver_fault_request_of(program, opt);
     request.header = report_header_of(program, args, opt);
     return driver_faults_main(program, request);
   }

@@ -21,6 +21,15 @@ struct check_program {
   /// The arguments that select the check command, before its options: a child process is started
   /// as `/proc/self/exe <command...> --run-one ...`.
   std::vector<std::string> command = {"check"};
+  /// The program a child process starts, with `command` after it; empty: this executable
+  /// (/proc/self/exe). The Python package names sys.executable: /proc/self/exe of an interpreter
+  /// started from a virtual environment is the base interpreter, which does not see that
+  /// environment's packages.
+  std::string executable;
+  /// The plugin library that --python loads; empty: the Python bridge that embeds CPython
+  /// (liboffloadkit_python_plugin.so). The Python package's extension module names itself: it
+  /// holds the same bridge, built to run inside the interpreter that imported it.
+  std::string python_bridge;
   /// Every property for the executor named "host" or "cuda", in the order they run. Called in the
   /// parent and again in every child, which must get the same list.
   std::function<std::vector<check_case>(const std::string& executor_name)> cases;
@@ -34,6 +43,9 @@ struct check_program {
   /// Throws when the plugin cannot be used. Null: the program takes no --driver-faults.
   std::function<interpose::fault_subjects(const std::string& path)> fault_subjects;
 };
+
+/// The program a child process of `program` starts: program.executable, else this executable.
+std::string child_executable(const check_program& program);
 
 /// Parses the check command's arguments as check_main does, without running or loading anything
 /// (the fuzz target's entry point). Returns false for --help (the help text goes to `help_out`);

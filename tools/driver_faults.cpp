@@ -336,7 +336,7 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
     const std::string report_path = scratch.path() + "/report-" + feature + ".json";
 
     auto run_case = [&](std::uint64_t n) -> std::optional<oi::case_run> {
-      std::vector<std::string> argv = {self_executable()};
+      std::vector<std::string> argv = {child_executable(program)};
       argv.insert(argv.end(), program.command.begin(), program.command.end());
       argv.insert(argv.end(), {"--run-one", "--result-fd", std::to_string(child_result_fd),
                                "--executor", "cuda", "--feature", feature});

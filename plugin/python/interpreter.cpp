@@ -68,16 +68,21 @@ std::vector<std::string> split_path(const char* value) {
   return out;
 }
 
-void set_up_sys() {
+/// `embedded`: the bridge started the interpreter. Otherwise it runs in an interpreter that
+/// imported offloadkit._native (python -m offloadkit), whose argv and path are the user's and stay
+/// as they are.
+void set_up_sys(bool embedded) {
   using namespace pybind11::literals;
   py::module_ sys = py::module_::import("sys");
-  // Embedded interpreters have no argv; libraries that read sys.argv[0] would fail without one.
-  sys.attr("argv") = py::list(py::make_tuple("offloadkit-python-bridge"));
-  py::list path = sys.attr("path");
-  std::vector<std::string> front = split_path(std::getenv("OFFLOADKIT_PYTHONPATH"));
-  const std::string package = package_directory();
-  if (!package.empty()) front.push_back(package);
-  for (auto it = front.rbegin(); it != front.rend(); ++it) path.insert(0, *it);
+  if (embedded) {
+    // Embedded interpreters have no argv; libraries that read sys.argv[0] would fail without one.
+    sys.attr("argv") = py::list(py::make_tuple("offloadkit-python-bridge"));
+    py::list path = sys.attr("path");
+    std::vector<std::string> front = split_path(std::getenv("OFFLOADKIT_PYTHONPATH"));
+    const std::string package = package_directory();
+    if (!package.empty()) front.push_back(package);
+    for (auto it = front.rbegin(); it != front.rend(); ++it) path.insert(0, *it);
+  }
   // A child's output is read after it ends, and the interpreter is never finalized (its buffers
   // never flushed): line-buffer Python's own output.
   for (const char* stream : {"stdout", "stderr"}) {
@@ -166,7 +171,7 @@ const plugin_decl* load_declaration() {
   {
     py::gil_scoped_acquire gil;
     try {
-      set_up_sys();
+      set_up_sys(started_here);
       load_names();
       create_native_module();
       py::tuple d = names().support.attr("describe")(spec);

@@ -1,11 +1,15 @@
 """The Python protocol: how an offload implementation written in Python is checked by offloadkit's
-batteries (``offloadkit check --python MODULE:FACTORY``).
+batteries (``python -m offloadkit check MODULE:FACTORY``, the pytest plugin ``offloadkit.pytest``,
+or the C++ command's ``offloadkit check --python MODULE:FACTORY``). ``help(offloadkit.protocol)``
+shows this text, ``help(offloadkit.Stash)`` (``Region``, ``Arena``, ``Activation``) each
+feature's methods and their contracts.
 
 The factory
 -----------
-``offloadkit check --python my_module:make`` imports ``my_module`` (a module name on the Python
-path, or the path of a ``.py`` file) in an interpreter that offloadkit embeds, calls ``make()``
-with no arguments, and reads the features of the ``Plugin`` it returns::
+``python -m offloadkit check my_module:make`` imports ``my_module`` (a module name on the Python
+path, or the path of a ``.py`` file) in the interpreter that runs it (the C++ command's
+``--python`` in an interpreter that it embeds), calls ``make()`` with no arguments, and reads the
+features of the ``Plugin`` it returns::
 
     def make():
         return offloadkit.Plugin(name="mine", stash=MyStash, arena=MyArena)
@@ -102,7 +106,7 @@ lent to lives.
 """
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import types as _t
 
@@ -207,32 +211,34 @@ class Stash:
     capabilities = frozenset()
     key_limits: Optional[tuple] = None
 
-    def stash(self, key, src, rows, stream):
+    def stash(self, key: "_t.StashKey", src: "_t.Buffer", rows: "_t.Buffer",
+              stream: "_t.Stream") -> None:
         """Stashes the first r rows of ``src`` (device Buffer of max_rows * row_bytes bytes) under
         ``key``, where r is the uint64 in the device Buffer ``rows``, read in the order of
         ``stream``."""
         raise NotImplementedError
 
-    def restore(self, key, dst, rows_out, stream):
+    def restore(self, key: "_t.StashKey", dst: "_t.Buffer", rows_out: Optional["_t.Buffer"],
+                stream: "_t.Stream") -> None:
         """Copies the key's rows into the first rows of ``dst`` (device Buffer), writes the row
         count (0 when the key held nothing) as a uint64 into ``rows_out`` (a device Buffer, or
         None), and frees the key's pages. Bytes of ``dst`` past the rows stay untouched."""
         raise NotImplementedError
 
-    def reset(self, stream):
+    def reset(self, stream: "_t.Stream") -> None:
         """Drops every entry, returns every page and clears the status word."""
         raise NotImplementedError
 
-    def clear_status(self, stream):
+    def clear_status(self, stream: "_t.Stream") -> None:
         """Clears the status word only."""
         raise NotImplementedError
 
-    def snapshot(self, stream) -> "_t.StashSnapshot":
+    def snapshot(self, stream: "_t.Stream") -> "_t.StashSnapshot":
         """Free pages of both tiers, the live entries and the status word (``StashSnapshot``);
         the bridge has synchronized ``stream`` before the call."""
         raise NotImplementedError
 
-    def close(self):
+    def close(self) -> None:
         """Frees what the stash holds (called once, when the C++ side destroys it)."""
 
 
@@ -265,34 +271,36 @@ class Region:
         return _t.RegionInfo(self.data, self.size, self.device, self.state, self.footprint,
                              self.captures)
 
-    def pause(self, mode, stream):
+    def pause(self, mode: str, stream: "_t.Stream") -> None:
         """Waits for the work queued on ``stream``, copies the contents to the host unless
         ``mode`` is "discard" ("preserve" otherwise), and releases the device memory."""
         raise NotImplementedError
 
-    def resume(self, stream):
+    def resume(self, stream: "_t.Stream") -> None:
         """Brings device memory back and copies the contents in, in the order of ``stream``."""
         raise NotImplementedError
 
-    def register_graph(self, capture, stream) -> int:
+    def register_graph(self, capture: Callable[[int, "_t.Stream"], Any],
+                       stream: "_t.Stream") -> int:
         """Captures ``capture(base, stream)`` on ``stream`` into a graph kept with the region and
         returns its id; ``capture_graph`` does the capture. A region whose address changes
         captures it again on every resume."""
         raise NotImplementedError
 
-    def replay(self, graph_id, stream):
+    def replay(self, graph_id: int, stream: "_t.Stream") -> None:
         """Replays a registered graph (unknown id: OutOfRange)."""
         raise NotImplementedError
 
-    def unregister_graph(self, graph_id):
+    def unregister_graph(self, graph_id: int) -> None:
         """Destroys a registered graph; unknown ids are ignored."""
         raise NotImplementedError
 
-    def close(self):
+    def close(self) -> None:
         """Frees device memory, host copy, address range and graphs."""
 
 
-def capture_graph(executor, capture, base, stream) -> "_t.Graph":
+def capture_graph(executor: Any, capture: Callable[[int, "_t.Stream"], Any], base: int,
+                  stream: "_t.Stream") -> "_t.Graph":
     """Captures ``capture(base, stream)`` on ``stream`` and returns the graph; on a failure the
     capture is ended and its graph destroyed, so that the stream is usable again."""
     executor.begin_capture(stream)
@@ -337,22 +345,22 @@ class Arena:
         call. The default builds it from attributes of those names."""
         return _t.ArenaInfo(self.released, self.holds_copy, self.host_bytes)
 
-    def offload(self, tensors, stream) -> "_t.Event":
+    def offload(self, tensors: Sequence["_t.Tensor"], stream: "_t.Stream") -> "_t.Event":
         """Copies every tensor to host memory in the order of ``stream`` and returns an event
         (from ``executor.create_event``, recorded after the copies) that completes with them; the
         caller owns and destroys it."""
         raise NotImplementedError
 
-    def reload(self, tensors, stream) -> "_t.Event":
+    def reload(self, tensors: Sequence["_t.Tensor"], stream: "_t.Stream") -> "_t.Event":
         """Copies the host copy back into ``tensors`` (same sizes, any addresses; other sizes:
         OutOfRange) in the order of ``stream``; the event completes when they hold it."""
         raise NotImplementedError
 
-    def release(self):
+    def release(self) -> None:
         """Frees the host memory (after the queued copies that use it). Idempotent."""
         raise NotImplementedError
 
-    def close(self):
+    def close(self) -> None:
         """Frees everything (also without a release())."""
 
 
@@ -387,7 +395,7 @@ class Activation:
     implementation: Optional[str] = None
     capabilities = frozenset()
 
-    def pack(self, tensor, stream) -> int:
+    def pack(self, tensor: "_t.Tensor", stream: "_t.Stream") -> int:
         """Takes ownership of ``tensor`` (a ``Tensor``, ready in the order of ``stream``) and
         returns a handle (int). Call ``tensor.release()`` once, when nothing you issued still
         reads its buffer. If pack raises, nothing is packed and release must not have been
@@ -395,7 +403,7 @@ class Activation:
         OutOfRange."""
         raise NotImplementedError
 
-    def unpack(self, handle, stream) -> "_t.Tensor":
+    def unpack(self, handle: int, stream: "_t.Stream") -> "_t.Tensor":
         """Returns the packed tensor, ready in the order of ``stream``, on the device it was
         packed from (whatever device ``stream`` belongs to; without ``origin_device``, on
         ``stream.device``); its ``release`` frees what you
@@ -403,13 +411,13 @@ class Activation:
         handle: OutOfRange (KeyError will do). If unpack raises, the handle stays packed."""
         raise NotImplementedError
 
-    def forward_layer_end(self, layer, stream):
+    def forward_layer_end(self, layer: int, stream: "_t.Stream") -> None:
         """Forward has finished producing ``layer``'s saved tensors."""
 
-    def backward_layer_begin(self, layer, stream):
+    def backward_layer_begin(self, layer: int, stream: "_t.Stream") -> None:
         """Backward of ``layer`` is about to start: its tensors are next."""
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Waits for the offloader's own copies and gives back every source whose copy has
         completed."""
 
@@ -419,5 +427,5 @@ class Activation:
         storage under ``dedup_by_storage``) and ``peak_prefetch_bytes``."""
         return _t.ActivationStats()
 
-    def close(self):
+    def close(self) -> None:
         """Gives back every source still held and frees host copies."""

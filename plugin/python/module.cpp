@@ -1,0 +1,141 @@
+// offloadkit._native: the Python package's extension module (pybind11, module mode). It holds the
+// Python bridge (bridge.hpp, the same sources as liboffloadkit_python_plugin.so, here running in
+// the interpreter that imported it instead of one it embeds), the plugin host, the property
+// batteries and the `check` command (tools/check_cli.hpp), so that `python -m offloadkit check`
+// runs the batteries against a Python implementation in the user's own interpreter. The module
+// exports okit_plugin_entry and names itself as the library --python loads; each property runs in
+// a child process started from sys.executable.
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check_cli.hpp"
+#include "cli_common.hpp"
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/plugin/checks.hpp"
+#include "offloadkit/plugin/host.hpp"
+
+#ifndef OFFLOADKIT_VERSION
+#define OFFLOADKIT_VERSION "unknown"
+#endif
+#ifndef OFFLOADKIT_INTERPOSE_BUILD_PATH
+#define OFFLOADKIT_INTERPOSE_BUILD_PATH ""
+#endif
+
+namespace py = pybind11;
+namespace tools = offloadkit::tools;
+
+namespace {
+
+/// The path of this extension module: the library that --python loads as its plugin.
+std::string module_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&module_path), &info) == 0 || info.dli_fname == nullptr) {
+    throw offloadkit::runtime_error("offloadkit._native cannot find its own file (dladdr failed)");
+  }
+  return info.dli_fname;
+}
+
+/// The properties of the plugin at `path` (this module, for --python) on the executor named
+/// `executor_name`; `notes` gets a line per feature that yields none (as the offloadkit command's
+/// --plugin).
+std::vector<offloadkit::check_case> plugin_cases(const std::string& path,
+                                                 const std::string& executor_name,
+                                                 std::vector<std::string>& notes) {
+  const auto lib = offloadkit::plugin::library::open(path);
+  offloadkit::plugin::plugin_checks checks = offloadkit::plugin::plugin_check_cases(
+      lib, executor_name == "cuda" ? offloadkit::backend::cuda : offloadkit::backend::host);
+  notes = std::move(checks.not_run);
+  return std::move(checks.cases);
+}
+
+/// The implementations of the plugin at `path`, by feature, for --driver-faults.
+offloadkit::interpose::fault_subjects fault_subjects(const std::string& path) {
+  namespace plugin = offloadkit::plugin;
+  const auto lib = plugin::library::open(path);
+  offloadkit::interpose::fault_subjects s;
+  s.stash = plugin::stash_of(lib);
+  s.region = plugin::region_of(lib);
+  s.arena = plugin::arena_of(lib);
+  s.activation = plugin::activation_of(lib);
+  s.release_cached_memory = [lib] { return lib->release_cached_memory(); };
+  return s;
+}
+
+/// `offloadkit check` with `args` (the options after `check`), its children started as
+/// `executable <command...> --run-one ...`, its reproduce lines starting with `program_name`.
+/// Returns the exit status.
+int check_main(const std::vector<std::string>& args, const std::string& program_name,
+               const std::string& executable, const std::vector<std::string>& command) {
+  return tools::run_guarded("check", [&] {
+    tools::check_program program;
+    program.name = program_name;
+    program.command = command;
+    program.executable = executable;
+    program.python_bridge = module_path();
+    // Only --python is offered from Python: the built-in batteries are the offloadkit command's.
+    program.cases = [](const std::string&) { return std::vector<offloadkit::check_case>{}; };
+    program.plugin_cases = plugin_cases;
+    program.fault_subjects = fault_subjects;
+    return tools::check_main(args, program);
+  });
+}
+
+/// The properties the batteries run for the Python factory `factory` on the executor named
+/// `executor_name`, without running any: (cases, notes), each case a dict.
+py::tuple list_cases(const std::string& factory, const std::string& executor_name) {
+  if (executor_name != "host" && executor_name != "cuda") {
+    throw offloadkit::out_of_range("executor '" + executor_name +
+                                   "' is not one of the valid values host, cuda");
+  }
+  std::vector<offloadkit::check_case> cases;
+  std::vector<std::string> notes;
+  {
+    py::gil_scoped_release nogil;
+    ::setenv("OFFLOADKIT_PYTHON_FACTORY", factory.c_str(), 1);
+    cases = plugin_cases(module_path(), executor_name, notes);
+  }
+  py::list out;
+  for (const auto& c : cases) {
+    py::dict d;
+    d["feature"] = c.feature;
+    d["implementation"] = c.implementation;
+    d["name"] = c.name;
+    d["default_cases"] = c.default_cases;
+    d["min_devices"] = c.min_devices;
+    d["not_applicable"] = c.not_applicable;
+    out.append(d);
+  }
+  return py::make_tuple(out, notes);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() =
+      "offloadkit's native side: the property batteries, the executors (host and cuda), the "
+      "plugin host and the Python bridge, run from the interpreter that imports it";
+  m.attr("version") = OFFLOADKIT_VERSION;
+  m.attr("interposer_build_path") = OFFLOADKIT_INTERPOSE_BUILD_PATH;
+  m.def("check_main", &check_main, py::arg("args"), py::arg("program_name"), py::arg("executable"),
+        py::arg("command"), py::call_guard<py::gil_scoped_release>(),
+        "Runs `offloadkit check` with `args` (what follows `check`); each property in a child "
+        "process `executable <command...> --run-one ...`. Returns the exit status.");
+  m.def("list_cases", &list_cases, py::arg("factory"), py::arg("executor"),
+        "The properties the batteries would run for the Python factory MODULE:FACTORY on the "
+        "executor named 'host' or 'cuda': (list of dicts, notes).");
+  m.def(
+      "cuda_unavailable_reason",
+      [] {
+        py::gil_scoped_release nogil;
+        return offloadkit::cuda_unavailable_reason();
+      },
+      "Why the cuda executor cannot run here; empty where it can.");
+  m.def("module_path", &module_path, "The file of this extension module.");
+}

@@ -1,0 +1,234 @@
+"""``python -m offloadkit``: the ``check`` command in the user's own interpreter.
+
+``python -m offloadkit check MODULE:FACTORY [options]`` runs offloadkit's property batteries
+against the Python implementation that ``MODULE.FACTORY()`` returns, importing ``MODULE`` in this
+interpreter (whatever ``python`` can import, offloadkit can check). The batteries, the executors
+and the child process per property are offloadkit's C++ ``check`` command, run from the
+extension module ``offloadkit._native``; each property's child is ``sys.executable -m offloadkit
+check --run-one ...``, so a crash, an ``os._exit`` or a hang is one FAILED row and the run goes
+on. Options, output, exit codes and reproduce lines are those of ``offloadkit check --python``.
+
+argparse reads the command line's shape (the factory, which options take a value, ``--help``);
+the values themselves are checked once, by the C++ command, whose messages name the option, the
+value and the valid range (``offloadkit check: --cases: 0 is out of range: valid range
+1..1000000``, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from typing import List, NoReturn, Optional, Sequence
+
+USAGE = 2  # exit status of bad usage, as the C++ command's
+PLUGIN = 4  # a plugin or Python implementation cannot be loaded or has nothing to run
+
+# The C++ command's options that take a value, and its flags, as `python -m offloadkit check`
+# offers them (--plugin is the C++ command's alone).
+VALUE_OPTIONS = {
+    "--executor": ("auto|host|cuda", "where to run (default auto: cuda when a GPU is usable)"),
+    "--seed": ("N", "seed for every property (default: a fresh one, printed)"),
+    "--cases": ("N", "run exactly N cases per property (1..1000000; default: each property's "
+                     "own)"),
+    "--feature": ("NAME", "only this feature's properties (stash, region, arena, activation)"),
+    "--implementation": ("NAME", "only this implementation's properties"),
+    "--property": ("NAME", "only the properties with this name"),
+    "--timeout": ("SECONDS", "stop a property still running after SECONDS, in 1..86400 "
+                             "(default 600)"),
+    "--report": ("FILE", "also write a conformance report into FILE (.md, .json or .html)"),
+    "--fault-call": ("N", "with --driver-faults: run case N alone"),
+    "--python": ("MODULE:FACTORY", "the factory to check, as the C++ command takes it (the "
+                                   "reproduce lines use it)"),
+}
+FLAGS = {
+    "--no-shrink": "report a failing case as found, without shrinking it",
+    "--driver-faults": "instead of the batteries, fail the implementation's own N-th CUDA "
+                       "allocation or mapping call, N = 0, 1, 2, ... (cuda executor only)",
+    "--in-process": "run the properties in this process, one after another (no isolation; "
+                    "for a debugger)",
+    "--list": "list the selected properties instead of running them",
+}
+
+EPILOG = """\
+Each property runs in a child process of its own (sys.executable -m offloadkit), so that a crash,
+an exit() or a hang in the code under test ends only that property: it is one FAILED row with the
+last lines of its output, and the run goes on. Every failure prints the command that replays it.
+
+exit status: 0 every property holds; 1 a property failed; 2 bad usage; 3 the executor cannot run
+here; 4 the Python implementation cannot be loaded or has nothing to run; 5 the report cannot be
+written; 128+N interrupted by signal N.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the C++ command's wording for the errors argparse finds itself."""
+
+    def error(self, message: str) -> NoReturn:
+        # "argument --executor: expected one argument" -> "--executor: needs a value"
+        if message.startswith("argument ") and message.endswith("expected one argument"):
+            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
+            message = f"{option}: needs a value"
+        elif message.startswith("argument ") and "ignored explicit argument" in message:
+            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
+            message = f"{option}: takes no value"
+        sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
+        sys.exit(USAGE)
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="offloadkit check", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Runs offloadkit's property batteries against the Python "
+                            "implementation MODULE.FACTORY() returns, in this interpreter, and "
+                            "prints a table of the results.",
+                epilog=EPILOG, allow_abbrev=False)
+    p.add_argument("factory", nargs="?", metavar="MODULE:FACTORY",
+                   help="MODULE: a module this interpreter imports, or a .py file; FACTORY: "
+                        "what to call in it for the offloadkit.Plugin to check")
+    for name, (metavar, text) in VALUE_OPTIONS.items():
+        p.add_argument(name, metavar=metavar, help=text, action="append")
+    for name, text in FLAGS.items():
+        p.add_argument(name, action="store_true", help=text)
+    return p
+
+
+def program_name() -> str:
+    """The start of every reproduce line: this interpreter, as a shell word, and ``-m
+    offloadkit``."""
+    return f"{shlex.quote(sys.executable)} -m offloadkit"
+
+
+def _point_at_interposer() -> None:
+    """Lets the C++ command find the driver-call interposer shipped inside the package (an
+    installed package has no build tree to find it in). A value the user set is kept."""
+    if "OFFLOADKIT_INTERPOSE_LIBRARY" in os.environ:
+        return
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib",
+                           "liboffloadkit_interpose.so")
+    if os.path.isfile(shipped):
+        os.environ["OFFLOADKIT_INTERPOSE_LIBRARY"] = shipped
+
+
+def native():
+    """The extension module, or exit status 4 with why it cannot be imported."""
+    try:
+        from . import _native
+    except ImportError as e:
+        sys.stderr.write(
+            f"offloadkit check: the extension module offloadkit._native cannot be imported "
+            f"({e}): install offloadkit with `pip install --no-build-isolation .` from its "
+            f"checkout, or put a build's python folder (<build>/python) on PYTHONPATH\n")
+        sys.exit(PLUGIN)
+    return _native
+
+
+def run_check(args: Sequence[str]) -> int:
+    """Runs the C++ check command with `args` (the options after ``check``, ``--python
+    MODULE:FACTORY`` among them) in this process; its children run this interpreter. Returns the
+    exit status."""
+    _native = native()
+    _point_at_interposer()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return _native.check_main(list(args), program_name(), sys.executable,
+                              ["-m", "offloadkit", "check"])
+
+
+def check(argv: Sequence[str]) -> int:
+    """``check``: reads the command line, then runs the batteries. Returns the exit status."""
+    if "--run-one" in argv:
+        # A child the check command started: its arguments are the C++ command's own.
+        return run_check(argv)
+    parser = _check_parser()
+    opts, rest = parser.parse_known_args(list(argv))
+    forwarded: List[str] = []
+    factory: Optional[str] = opts.factory
+    if opts.python is not None:
+        if factory is not None:
+            parser.error(f"{factory}: unexpected argument (the factory is given by --python "
+                         f"{opts.python[-1]})")
+        # The C++ command names a repeated option itself.
+        for value in opts.python:
+            forwarded += ["--python", value]
+    elif factory is None:
+        parser.error("MODULE:FACTORY is required (e.g. my_offload:make or ./my_offload.py:make)")
+    else:
+        forwarded += ["--python", factory]
+    for name in VALUE_OPTIONS:
+        if name == "--python":
+            continue
+        for value in getattr(opts, name[2:].replace("-", "_")) or []:
+            forwarded.append(f"{name}={value}")
+    for name in FLAGS:
+        if getattr(opts, name[2:].replace("-", "_")):
+            forwarded.append(name)
+    # Anything argparse does not know goes to the C++ command, which names it with the valid
+    # options ("offloadkit check: --fast: unknown option: valid options are ...").
+    return run_check(forwarded + rest)
+
+
+def list_cases(argv: Sequence[str]) -> int:
+    """``list-cases MODULE:FACTORY --executor host|cuda``: the properties the batteries would run
+    for the factory, as one JSON object on stdout (what the pytest plugin collects)."""
+    p = _Parser(prog="offloadkit list-cases", allow_abbrev=False,
+                description="Prints the properties the batteries would run for MODULE:FACTORY "
+                            "on an executor, as JSON, without running them.")
+    p.add_argument("factory", metavar="MODULE:FACTORY")
+    p.add_argument("--executor", choices=["host", "cuda"], required=True)
+    opts = p.parse_args(list(argv))
+    _native = native()
+    try:
+        cases, notes = _native.list_cases(absolute_factory(opts.factory), opts.executor)
+    except Exception as e:  # the factory's own error, with its traceback text
+        sys.stderr.write(f"offloadkit list-cases: {e}\n")
+        return PLUGIN
+    json.dump({"executor": opts.executor, "cases": cases, "notes": notes,
+               "cuda_unavailable": _native.cuda_unavailable_reason()}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def absolute_factory(spec: str) -> str:
+    """MODULE:FACTORY with a MODULE given as a file path made absolute (as the C++ command does),
+    so that a child process finds it from any folder."""
+    module, sep, factory = spec.rpartition(":")
+    if sep and (module.endswith(".py") or "/" in module):
+        module = os.path.normpath(os.path.abspath(module))
+    return f"{module}{sep}{factory}"
+
+
+COMMANDS = {
+    "check": "run the property batteries against a Python implementation (MODULE:FACTORY)",
+    "version": "print the version and whether the cuda back end is usable here",
+}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``offloadkit`` console script and ``python -m offloadkit``. Returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    names = ", ".join(COMMANDS)
+    if not args or args[0] in ("-h", "--help", "help"):
+        if not args:
+            sys.stderr.write(f"offloadkit: no command given: valid commands are {names}\n")
+        out = sys.stdout if args else sys.stderr
+        out.write("usage: python -m offloadkit <command> [options]\n\ncommands:\n")
+        for name, text in COMMANDS.items():
+            out.write(f"  {name:<10} {text}\n")
+        out.write("\nEvery command prints its own options with --help "
+                  "(python -m offloadkit check --help).\n")
+        return 0 if args else USAGE
+    command, rest = args[0], args[1:]
+    if command == "check":
+        return check(rest)
+    if command == "list-cases":
+        return list_cases(rest)
+    if command in ("version", "--version"):
+        _native = native()
+        reason = _native.cuda_unavailable_reason()
+        print(f"offloadkit {_native.version} (extension module {_native.module_path()})")
+        print("cuda back end: " + ("usable" if not reason else f"unavailable ({reason})"))
+        return 0
+    sys.stderr.write(f"offloadkit: {command}: unknown command: valid commands are {names}\n")
+    return USAGE
