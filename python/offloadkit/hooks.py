@@ -44,7 +44,7 @@ import weakref
 
 from .errors import OutOfRange
 from .protocol import CUDA_EXECUTOR, Activation
-from .torch_support import from_torch, torch_stream
+from .torch_support import as_torch, from_torch, torch_stream
 from .types import ActivationStats, Buffer, Tensor
 
 
@@ -134,8 +134,8 @@ class _HooksActivation(Activation):
         self._call_stream = stream
         try:
             with self._current(stream):
-                source = Tensor(view, tensor.nbytes, tensor.device, tensor.dtype,
-                                tensor.shape).as_torch()
+                source = as_torch(Tensor(view, tensor.nbytes, tensor.device, tensor.dtype,
+                                         tensor.shape))
                 packed = self.pack_hook(source)
             self._pending_bytes += tensor.nbytes
             del source, view

@@ -223,13 +223,6 @@ class Tensor:
         flat = self.data.numpy() if isinstance(self.data, Buffer) else numpy.asarray(self.data)
         return flat.view(numpy.dtype(_NUMPY_DTYPES[self.dtype])).reshape(self.shape)
 
-    def as_torch(self):
-        """The tensor as a ``torch.Tensor`` of its dtype and shape over the same memory, without a
-        copy (cuda executor: through ``__cuda_array_interface__``)."""
-        from .torch_support import as_torch
-
-        return as_torch(self)
-
 
 # ---- paged stash ----------------------------------------------------------------------------
 
