@@ -13,7 +13,8 @@
 #include "offloadkit/detail/byte_reader.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
-#include "offloadkit/testing/stash_battery.hpp"
+#include "offloadkit/stash/planner.hpp"
+#include "offloadkit/testing/stash_battery_support.hpp"
 
 namespace {
 

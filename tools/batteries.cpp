@@ -9,7 +9,7 @@
 
 #include "offloadkit/plugin/checks.hpp"
 #include "offloadkit/testing/activation_battery.hpp"
-#include "offloadkit/testing/arena_checks.hpp"
+#include "offloadkit/testing/arena_battery.hpp"
 #include "offloadkit/testing/executor_battery.hpp"
 #include "offloadkit/testing/region_battery.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
@@ -24,7 +24,7 @@ std::vector<check_case> all_check_cases(const std::string& executor_name) {
                std::make_move_iterator(cases.end()));
   };
 
-  add(executor_battery(executor_name));
+  add(testing::executor_battery(executor_name));
   add(testing::stash_checks());
   add(testing::region_checks());
   add(testing::arena_checks());

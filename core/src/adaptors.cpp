@@ -15,7 +15,9 @@ namespace offloadkit {
 backend executor_adaptor::do_kind() const noexcept { return upstream().kind(); }
 std::string executor_adaptor::do_name() const { return upstream().name(); }
 int executor_adaptor::do_device_count() const { return upstream().device_count(); }
+void executor_adaptor::before(op_kind /*kind*/, std::optional<stream_ref> /*stream*/) {}
 void* executor_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
+  before(allocation_op(kind), std::nullopt);
   return upstream().allocate(kind, bytes, device);
 }
 void executor_adaptor::do_deallocate(memory_kind kind, void* p, std::size_t bytes) noexcept {
@@ -29,12 +31,14 @@ memory_info executor_adaptor::do_device_memory(int device) {
   return upstream().device_memory(device);
 }
 void* executor_adaptor::do_allocate_managed(std::size_t bytes, int device) {
+  before(op_kind::allocate_managed, std::nullopt);
   return upstream().allocate_managed(bytes, device);
 }
 void executor_adaptor::do_deallocate_managed(void* p, std::size_t bytes) noexcept {
   upstream().deallocate_managed(p, bytes);
 }
 void executor_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
+  before(op_kind::prefetch, s);
   upstream().prefetch(p, bytes, device, s);
 }
 stream_ref executor_adaptor::do_create_stream(int device) {
@@ -44,43 +48,71 @@ void executor_adaptor::do_destroy_stream(stream_ref s) noexcept { upstream().des
 event_ref executor_adaptor::do_create_event(int device) { return upstream().create_event(device); }
 void executor_adaptor::do_destroy_event(event_ref e) noexcept { upstream().destroy_event(e); }
 void executor_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
+  before(op_kind::copy, s);
   upstream().copy(dst, src, bytes, s);
 }
 void executor_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
+  before(op_kind::fill, s);
   upstream().fill(dst, value, bytes, s);
 }
-void executor_adaptor::do_launch(const launch_request& r, stream_ref s) { upstream().launch(r, s); }
+void executor_adaptor::do_launch(const launch_request& r, stream_ref s) {
+  before(op_kind::launch, s);
+  upstream().launch(r, s);
+}
 void executor_adaptor::do_host_function(std::function<void()> fn, stream_ref s) {
+  before(op_kind::host_function, s);
   upstream().host_function(std::move(fn), s);
 }
-void executor_adaptor::do_record(event_ref e, stream_ref s) { upstream().record(e, s); }
-void executor_adaptor::do_wait(event_ref e, stream_ref s) { upstream().wait(e, s); }
+void executor_adaptor::do_record(event_ref e, stream_ref s) {
+  before(op_kind::record, s);
+  upstream().record(e, s);
+}
+void executor_adaptor::do_wait(event_ref e, stream_ref s) {
+  before(op_kind::wait, s);
+  upstream().wait(e, s);
+}
 void executor_adaptor::do_synchronize_stream(stream_ref s) { upstream().synchronize(s); }
 void executor_adaptor::do_synchronize_event(event_ref e) { upstream().synchronize(e); }
 bool executor_adaptor::do_ready(event_ref e) { return upstream().ready(e); }
 std::size_t executor_adaptor::do_granularity(int device) { return upstream().granularity(device); }
 void* executor_adaptor::do_reserve(std::size_t bytes, int device) {
+  before(op_kind::reserve, std::nullopt);
   return upstream().reserve(bytes, device);
 }
 void executor_adaptor::do_unreserve(void* va, std::size_t bytes) noexcept {
   upstream().unreserve(va, bytes);
 }
 physical_handle executor_adaptor::do_create_physical(std::size_t bytes, int device) {
+  before(op_kind::create_physical, std::nullopt);
   return upstream().create_physical(bytes, device);
 }
 void executor_adaptor::do_release_physical(physical_handle h) noexcept {
   upstream().release_physical(h);
 }
 void executor_adaptor::do_map(void* va, std::size_t bytes, physical_handle h) {
+  before(op_kind::map, std::nullopt);
   upstream().map(va, bytes, h);
 }
-void executor_adaptor::do_unmap(void* va, std::size_t bytes) { upstream().unmap(va, bytes); }
+void executor_adaptor::do_unmap(void* va, std::size_t bytes) {
+  before(op_kind::unmap, std::nullopt);
+  upstream().unmap(va, bytes);
+}
 void executor_adaptor::do_set_access(void* va, std::size_t bytes, int device) {
+  before(op_kind::set_access, std::nullopt);
   upstream().set_access(va, bytes, device);
 }
-void executor_adaptor::do_begin_capture(stream_ref s) { upstream().begin_capture(s); }
-graph_ref executor_adaptor::do_end_capture(stream_ref s) { return upstream().end_capture(s); }
-void executor_adaptor::do_replay(graph_ref g, stream_ref s) { upstream().replay(g, s); }
+void executor_adaptor::do_begin_capture(stream_ref s) {
+  before(op_kind::begin_capture, s);
+  upstream().begin_capture(s);
+}
+graph_ref executor_adaptor::do_end_capture(stream_ref s) {
+  before(op_kind::end_capture, s);
+  return upstream().end_capture(s);
+}
+void executor_adaptor::do_replay(graph_ref g, stream_ref s) {
+  before(op_kind::replay, s);
+  upstream().replay(g, s);
+}
 void executor_adaptor::do_destroy_graph(graph_ref g) noexcept { upstream().destroy_graph(g); }
 
 // ---- fault_injection_adaptor
@@ -129,7 +161,7 @@ std::size_t fault_injection_adaptor::armed_calls() const noexcept {
   return seen_;
 }
 
-void fault_injection_adaptor::maybe_fail(op_kind k) {
+void fault_injection_adaptor::before(op_kind k, std::optional<stream_ref> /*stream*/) {
   std::size_t call = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -146,76 +178,6 @@ void fault_injection_adaptor::maybe_fail(op_kind k) {
                      " (0-based) among the armed op kinds");
   if (is_allocation_kind(k)) throw out_of_memory(what);
   throw injected_fault(what);
-}
-
-void* fault_injection_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
-  maybe_fail(allocation_op(kind));
-  return executor_adaptor::do_allocate(kind, bytes, device);
-}
-void* fault_injection_adaptor::do_allocate_managed(std::size_t bytes, int device) {
-  maybe_fail(op_kind::allocate_managed);
-  return executor_adaptor::do_allocate_managed(bytes, device);
-}
-void fault_injection_adaptor::do_prefetch(const void* p, std::size_t bytes, int device,
-                                          stream_ref s) {
-  maybe_fail(op_kind::prefetch);
-  executor_adaptor::do_prefetch(p, bytes, device, s);
-}
-void fault_injection_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
-  maybe_fail(op_kind::copy);
-  executor_adaptor::do_copy(dst, src, bytes, s);
-}
-void fault_injection_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
-  maybe_fail(op_kind::fill);
-  executor_adaptor::do_fill(dst, value, bytes, s);
-}
-void fault_injection_adaptor::do_launch(const launch_request& r, stream_ref s) {
-  maybe_fail(op_kind::launch);
-  executor_adaptor::do_launch(r, s);
-}
-void fault_injection_adaptor::do_host_function(std::function<void()> fn, stream_ref s) {
-  maybe_fail(op_kind::host_function);
-  executor_adaptor::do_host_function(std::move(fn), s);
-}
-void fault_injection_adaptor::do_record(event_ref e, stream_ref s) {
-  maybe_fail(op_kind::record);
-  executor_adaptor::do_record(e, s);
-}
-void fault_injection_adaptor::do_wait(event_ref e, stream_ref s) {
-  maybe_fail(op_kind::wait);
-  executor_adaptor::do_wait(e, s);
-}
-void* fault_injection_adaptor::do_reserve(std::size_t bytes, int device) {
-  maybe_fail(op_kind::reserve);
-  return executor_adaptor::do_reserve(bytes, device);
-}
-physical_handle fault_injection_adaptor::do_create_physical(std::size_t bytes, int device) {
-  maybe_fail(op_kind::create_physical);
-  return executor_adaptor::do_create_physical(bytes, device);
-}
-void fault_injection_adaptor::do_map(void* va, std::size_t bytes, physical_handle h) {
-  maybe_fail(op_kind::map);
-  executor_adaptor::do_map(va, bytes, h);
-}
-void fault_injection_adaptor::do_unmap(void* va, std::size_t bytes) {
-  maybe_fail(op_kind::unmap);
-  executor_adaptor::do_unmap(va, bytes);
-}
-void fault_injection_adaptor::do_set_access(void* va, std::size_t bytes, int device) {
-  maybe_fail(op_kind::set_access);
-  executor_adaptor::do_set_access(va, bytes, device);
-}
-void fault_injection_adaptor::do_begin_capture(stream_ref s) {
-  maybe_fail(op_kind::begin_capture);
-  executor_adaptor::do_begin_capture(s);
-}
-graph_ref fault_injection_adaptor::do_end_capture(stream_ref s) {
-  maybe_fail(op_kind::end_capture);
-  return executor_adaptor::do_end_capture(s);
-}
-void fault_injection_adaptor::do_replay(graph_ref g, stream_ref s) {
-  maybe_fail(op_kind::replay);
-  executor_adaptor::do_replay(g, s);
 }
 
 // ---- delay_adaptor
@@ -245,7 +207,20 @@ void delay_adaptor::clear() noexcept {
   plans_.clear();
 }
 
-void delay_adaptor::maybe_delay(stream_ref s) {
+void delay_adaptor::before(op_kind kind, std::optional<stream_ref> stream) {
+  switch (kind) {
+    case op_kind::prefetch:
+    case op_kind::copy:
+    case op_kind::fill:
+    case op_kind::launch:
+    case op_kind::host_function:
+    case op_kind::record:
+      break;
+    default:
+      return;
+  }
+  if (!stream) return;
+  const stream_ref s = *stream;
   std::chrono::microseconds d{0};
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -262,33 +237,8 @@ void delay_adaptor::maybe_delay(stream_ref s) {
   }
   if (d.count() <= 0) return;
   // The hold runs on the stream, not on the caller: the stream's later work starts late while
-  // the host and the other streams run on.
-  executor_adaptor::do_launch(detail::hold_request(d), s);
-}
-
-void delay_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_copy(dst, src, bytes, s);
-}
-void delay_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_fill(dst, value, bytes, s);
-}
-void delay_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_prefetch(p, bytes, device, s);
-}
-void delay_adaptor::do_launch(const launch_request& r, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_launch(r, s);
-}
-void delay_adaptor::do_host_function(std::function<void()> fn, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_host_function(std::move(fn), s);
-}
-void delay_adaptor::do_record(event_ref e, stream_ref s) {
-  maybe_delay(s);
-  executor_adaptor::do_record(e, s);
+  // the host and the other streams run on. Straight to the upstream: the hold is no call to delay.
+  upstream().launch(detail::hold_request(d), s);
 }
 
 // ---- counting_adaptor
@@ -315,15 +265,15 @@ void counting_adaptor::reset() noexcept {
   counts_ = counts{};
 }
 
-void counting_adaptor::count(op_kind k) {
+void counting_adaptor::before(op_kind k, std::optional<stream_ref> /*stream*/) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++counts_.calls[kind_index(k)];
 }
 
 void* counting_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int device) {
-  count(allocation_op(kind));
+  // The attempt counts as a call (before()); only allocations that succeeded count as
+  // allocations.
   void* p = executor_adaptor::do_allocate(kind, bytes, device);
-  // Only allocations that succeeded count as allocations; the attempt counts as a call.
   std::lock_guard<std::mutex> lock(mutex_);
   const auto k = static_cast<std::size_t>(kind);
   ++counts_.allocations[k];
@@ -331,77 +281,13 @@ void* counting_adaptor::do_allocate(memory_kind kind, std::size_t bytes, int dev
   return p;
 }
 
-void* counting_adaptor::do_allocate_managed(std::size_t bytes, int device) {
-  count(op_kind::allocate_managed);
-  return executor_adaptor::do_allocate_managed(bytes, device);
-}
-
-void counting_adaptor::do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) {
-  count(op_kind::prefetch);
-  executor_adaptor::do_prefetch(p, bytes, device, s);
-}
-
 void counting_adaptor::do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) {
-  count(op_kind::copy);
   // Classified at call time: a pointer may be released or remapped by the time the copy runs.
   const pointer_kind from = upstream().classify(src).kind;
   const pointer_kind to = upstream().classify(dst).kind;
   executor_adaptor::do_copy(dst, src, bytes, s);
   std::lock_guard<std::mutex> lock(mutex_);
   counts_.copied_bytes[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)] += bytes;
-}
-
-void counting_adaptor::do_fill(void* dst, int value, std::size_t bytes, stream_ref s) {
-  count(op_kind::fill);
-  executor_adaptor::do_fill(dst, value, bytes, s);
-}
-void counting_adaptor::do_launch(const launch_request& r, stream_ref s) {
-  count(op_kind::launch);
-  executor_adaptor::do_launch(r, s);
-}
-void counting_adaptor::do_host_function(std::function<void()> fn, stream_ref s) {
-  count(op_kind::host_function);
-  executor_adaptor::do_host_function(std::move(fn), s);
-}
-void counting_adaptor::do_record(event_ref e, stream_ref s) {
-  count(op_kind::record);
-  executor_adaptor::do_record(e, s);
-}
-void counting_adaptor::do_wait(event_ref e, stream_ref s) {
-  count(op_kind::wait);
-  executor_adaptor::do_wait(e, s);
-}
-void* counting_adaptor::do_reserve(std::size_t bytes, int device) {
-  count(op_kind::reserve);
-  return executor_adaptor::do_reserve(bytes, device);
-}
-physical_handle counting_adaptor::do_create_physical(std::size_t bytes, int device) {
-  count(op_kind::create_physical);
-  return executor_adaptor::do_create_physical(bytes, device);
-}
-void counting_adaptor::do_map(void* va, std::size_t bytes, physical_handle h) {
-  count(op_kind::map);
-  executor_adaptor::do_map(va, bytes, h);
-}
-void counting_adaptor::do_unmap(void* va, std::size_t bytes) {
-  count(op_kind::unmap);
-  executor_adaptor::do_unmap(va, bytes);
-}
-void counting_adaptor::do_set_access(void* va, std::size_t bytes, int device) {
-  count(op_kind::set_access);
-  executor_adaptor::do_set_access(va, bytes, device);
-}
-void counting_adaptor::do_begin_capture(stream_ref s) {
-  count(op_kind::begin_capture);
-  executor_adaptor::do_begin_capture(s);
-}
-graph_ref counting_adaptor::do_end_capture(stream_ref s) {
-  count(op_kind::end_capture);
-  return executor_adaptor::do_end_capture(s);
-}
-void counting_adaptor::do_replay(graph_ref g, stream_ref s) {
-  count(op_kind::replay);
-  executor_adaptor::do_replay(g, s);
 }
 
 }  // namespace offloadkit

@@ -17,7 +17,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -25,17 +27,12 @@
 
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/executor.hpp"
+#include "offloadkit/host_executor.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/implementation.hpp"
 #include "testing.hpp"
 
 namespace offloadkit::testing {
-
-/// OFFLOADKIT_CASES sets the cases per property, fewer or more (0 or unset: each case's default).
-inline int cases_from_environment() {
-  const char* v = std::getenv("OFFLOADKIT_CASES");
-  return v == nullptr ? 0 : std::max(0, std::atoi(v));
-}
 
 /// Runs `c` on `ex` with the process's seed; the test fails with the counterexample and the
 /// command that replays it.
@@ -130,6 +127,56 @@ int register_battery_tests(const std::string& suite,
   for (const Implementation& impl : implementations)
     n += register_battery_tests(suite, battery(impl), impl.support);
   return n;
+}
+
+/// How a planted bug faces a whole battery (planted_verdict, failing_properties).
+struct planted_run {
+  /// Cases per property; 0 keeps each property's default. OFFLOADKIT_CASES, when set, wins over
+  /// both.
+  int cases = 0;
+  /// Properties that keep their default case count whatever `cases` says: caller_writes_late
+  /// holds the caller's stream 300 to 400 ms a case, and its one race needs no more cases than its
+  /// default (the hold is the window).
+  std::set<std::string> keep_default_cases = {"caller_writes_late"};
+  /// A fresh host executor per property, so that a leak cannot spill over into the next one; or
+  /// one host executor for the whole battery.
+  bool fresh_executor = true;
+  /// The executor each property runs on, instead of a host executor (a planted executor).
+  std::function<executor&(const check_case&)> executor_for = {};
+};
+
+/// Runs every property of `battery` as `run` says, with the process's seed and without shrinking
+/// (the verdict matters here, not the smallest counterexample), and returns what failed. A
+/// failure must come from a property's assertions, never from the harness breaking: a check that
+/// itself threw fails the test.
+inline battery_verdict planted_verdict(std::vector<check_case> battery,
+                                       const planted_run& run = {}) {
+  check_config cfg;
+  cfg.seed = seed();
+  cfg.shrink = false;
+  if (const int from_environment = cases_from_environment(); from_environment > 0) {
+    cfg.cases = from_environment;
+  } else if (run.cases > 0) {
+    for (check_case& c : battery) {
+      if (run.keep_default_cases.count(c.name) == 0) c.default_cases = run.cases;
+    }
+  }
+  std::unique_ptr<host_executor> ex;
+  battery_verdict v = run_battery(battery, cfg, [&](const check_case& c) -> executor& {
+    if (run.executor_for) return run.executor_for(c);
+    if (ex == nullptr || run.fresh_executor) ex = std::make_unique<host_executor>();
+    return *ex;
+  });
+  for (const auto& [name, message] : v.messages) {
+    EXPECT_EQ(message.find("the check itself threw"), std::string::npos) << name << ": " << message;
+  }
+  return v;
+}
+
+/// The properties of `battery` that fail as `run` says (planted_verdict).
+inline std::set<std::string> failing_properties(std::vector<check_case> battery,
+                                                const planted_run& run = {}) {
+  return planted_verdict(std::move(battery), run).failed;
 }
 
 }  // namespace offloadkit::testing

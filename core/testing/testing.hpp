@@ -28,4 +28,8 @@ struct cuda_backend {
 /// The seed of this test process (OFFLOADKIT_SEED or RC_PARAMS seed, else random), printed once.
 std::uint64_t seed();
 
+/// OFFLOADKIT_CASES: the cases per property, fewer or more than each property's default (0 or
+/// unset: the defaults).
+int cases_from_environment();
+
 }  // namespace offloadkit::testing

@@ -10,6 +10,7 @@
 //    "[  SKIPPED ]" lines appear beside failures too, which ctest would then hide as skips).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -130,6 +131,11 @@ class skip_summary final : public ::testing::EmptyTestEventListener {
 };
 
 }  // namespace
+
+int cases_from_environment() {
+  const char* v = std::getenv("OFFLOADKIT_CASES");
+  return v == nullptr ? 0 : std::max(0, std::atoi(v));
+}
 
 std::uint64_t seed() {
   static const std::uint64_t value = [] {

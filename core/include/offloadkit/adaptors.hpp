@@ -9,19 +9,27 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "offloadkit/executor.hpp"
 
 namespace offloadkit {
 
-/// Forwards every call to its upstream. Adaptors derive from it and override what they change.
+/// Forwards every call to its upstream. Adaptors derive from it and override what they change:
+/// an adaptor that only acts before a kind of call (fails it, counts it, holds its stream back)
+/// overrides before() alone; one that must see a call's arguments or result overrides that call.
 class executor_adaptor : public executor {
  public:
   explicit executor_adaptor(executor& upstream) : upstream_(&upstream) {}
   [[nodiscard]] executor& upstream() const noexcept { return *upstream_; }
 
  protected:
+  /// Called before every call that has an op_kind is forwarded (an allocation as the op_kind of
+  /// its memory kind), with the stream the call is issued on, if it takes one. It may throw: the
+  /// call is then not forwarded. The default does nothing.
+  virtual void before(op_kind kind, std::optional<stream_ref> stream);
+
   [[nodiscard]] backend do_kind() const noexcept override;
   [[nodiscard]] std::string do_name() const override;
   [[nodiscard]] int do_device_count() const override;
@@ -78,24 +86,7 @@ class fault_injection_adaptor final : public executor_adaptor {
   [[nodiscard]] std::size_t armed_calls() const noexcept;
 
  private:
-  void maybe_fail(op_kind k);
-  void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
-  void* do_allocate_managed(std::size_t bytes, int device) override;
-  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
-  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
-  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
-  void do_launch(const launch_request& r, stream_ref s) override;
-  void do_host_function(std::function<void()> fn, stream_ref s) override;
-  void do_record(event_ref e, stream_ref s) override;
-  void do_wait(event_ref e, stream_ref s) override;
-  void* do_reserve(std::size_t bytes, int device) override;
-  physical_handle do_create_physical(std::size_t bytes, int device) override;
-  void do_map(void* va, std::size_t bytes, physical_handle h) override;
-  void do_unmap(void* va, std::size_t bytes) override;
-  void do_set_access(void* va, std::size_t bytes, int device) override;
-  void do_begin_capture(stream_ref s) override;
-  graph_ref do_end_capture(stream_ref s) override;
-  void do_replay(graph_ref g, stream_ref s) override;
+  void before(op_kind kind, std::optional<stream_ref> stream) override;
 
   mutable std::mutex mutex_;
   std::array<bool, static_cast<std::size_t>(op_kind::count_)> armed_{};
@@ -122,13 +113,8 @@ class delay_adaptor final : public executor_adaptor {
   void clear() noexcept;
 
  private:
-  void maybe_delay(stream_ref s);
-  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
-  void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
-  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
-  void do_launch(const launch_request& r, stream_ref s) override;
-  void do_host_function(std::function<void()> fn, stream_ref s) override;
-  void do_record(event_ref e, stream_ref s) override;
+  /// Holds `stream` before a prefetch, copy, fill, launch, host function or event record.
+  void before(op_kind kind, std::optional<stream_ref> stream) override;
 
   struct plan {
     std::chrono::microseconds fixed{0};
@@ -171,24 +157,12 @@ class counting_adaptor final : public executor_adaptor {
   void reset() noexcept;
 
  private:
-  void count(op_kind k);
+  /// Counts every call, attempted or not.
+  void before(op_kind kind, std::optional<stream_ref> stream) override;
+  /// Allocations that succeeded and their bytes.
   void* do_allocate(memory_kind kind, std::size_t bytes, int device) override;
-  void* do_allocate_managed(std::size_t bytes, int device) override;
-  void do_prefetch(const void* p, std::size_t bytes, int device, stream_ref s) override;
+  /// Bytes copied by the kinds of memory on either side.
   void do_copy(void* dst, const void* src, std::size_t bytes, stream_ref s) override;
-  void do_fill(void* dst, int value, std::size_t bytes, stream_ref s) override;
-  void do_launch(const launch_request& r, stream_ref s) override;
-  void do_host_function(std::function<void()> fn, stream_ref s) override;
-  void do_record(event_ref e, stream_ref s) override;
-  void do_wait(event_ref e, stream_ref s) override;
-  void* do_reserve(std::size_t bytes, int device) override;
-  physical_handle do_create_physical(std::size_t bytes, int device) override;
-  void do_map(void* va, std::size_t bytes, physical_handle h) override;
-  void do_unmap(void* va, std::size_t bytes) override;
-  void do_set_access(void* va, std::size_t bytes, int device) override;
-  void do_begin_capture(stream_ref s) override;
-  graph_ref do_end_capture(stream_ref s) override;
-  void do_replay(graph_ref g, stream_ref s) override;
 
   mutable std::mutex mutex_;
   counts counts_;

@@ -53,27 +53,15 @@ offloadkit::testing::activation_implementation planted() {
 /// or lowers it): enough for every property to meet its bug, few enough to stay fast.
 constexpr int planted_cases = 60;
 
-/// Runs every property of the battery on `impl` with the host executor (two simulated devices)
+/// Runs every property of the battery on `impl` with one host executor (two simulated devices)
 /// and returns the names of those that failed, printing each failure.
 std::set<std::string> failing_properties(
     const offloadkit::testing::activation_implementation& impl) {
-  host_executor ex;
-  check_config cfg;
-  cfg.seed = offloadkit::testing::seed();
-  cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::vector<check_case> battery = offloadkit::testing::activation_battery(impl);
-  if (const int from_environment = offloadkit::testing::cases_from_environment();
-      from_environment > 0) {
-    cfg.cases = from_environment;
-  } else {
-    // caller_writes_late holds the caller's stream 300 to 400 ms a case: it keeps its own count,
-    // which its one race needs no more than (the hold is the window).
-    for (check_case& c : battery) {
-      if (c.name != "caller_writes_late") c.default_cases = planted_cases;
-    }
-  }
-  return offloadkit::run_battery(battery, cfg, [&ex](const check_case&) -> executor& { return ex; })
-      .failed;
+  offloadkit::testing::planted_run run;
+  run.cases = planted_cases;
+  run.fresh_executor = false;
+  return offloadkit::testing::failing_properties(offloadkit::testing::activation_battery(impl),
+                                                 run);
 }
 
 /// The same for planted_offloader<B>.

@@ -3,6 +3,8 @@
 // and Cuda/ArenaBattery). The optimized offloader runs a second time as "optimized_lanes", with
 // two copies per stream: the battery's sets then spread their copies over side streams, a path
 // that the default options take only for sets of more than 512 runs.
+#include "offloadkit/testing/arena_battery.hpp"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,7 +15,6 @@
 
 #include "battery_tests.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
-#include "offloadkit/testing/arena_checks.hpp"
 
 namespace {
 

@@ -19,6 +19,7 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/testing/arena_battery.hpp"
+#include "offloadkit/testing/arena_battery_support.hpp"
 #include "offloadkit/testing/check.hpp"
 
 namespace {
@@ -228,29 +229,15 @@ offloadkit::testing::arena_implementation planted_descriptor() {
 /// or lowers it): enough for the race properties to see their window, few enough to stay fast.
 constexpr int planted_cases = 25;
 
-/// The property whose every case holds the caller's stream for 300 to 400 ms: it keeps its own
-/// case count, which its one race needs no more than (the hold is the window).
-constexpr const char* held_stream_property = "caller_writes_late";
-
-/// Runs every property of the battery on planted<B> with the host executor and returns the names
+/// Runs every property of the battery on planted<B> with one host executor and returns the names
 /// of those that failed, printing each failure's first lines.
 template <bug B>
 std::set<std::string> failing_properties() {
-  host_executor ex;
-  check_config cfg;
-  cfg.seed = offloadkit::testing::seed();
-  cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::vector<check_case> battery = offloadkit::testing::arena_battery(planted_descriptor<B>());
-  if (const int from_environment = offloadkit::testing::cases_from_environment();
-      from_environment > 0) {
-    cfg.cases = from_environment;
-  } else {
-    for (check_case& c : battery) {
-      if (c.name != held_stream_property) c.default_cases = planted_cases;
-    }
-  }
-  return offloadkit::run_battery(battery, cfg, [&ex](const check_case&) -> executor& { return ex; })
-      .failed;
+  offloadkit::testing::planted_run run;
+  run.cases = planted_cases;
+  run.fresh_executor = false;
+  return offloadkit::testing::failing_properties(
+      offloadkit::testing::arena_battery(planted_descriptor<B>()), run);
 }
 
 #define OFFLOADKIT_EXPECT_CAUGHT_ONLY_BY(bug_, property_)                                \

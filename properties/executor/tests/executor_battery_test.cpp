@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "battery_tests.hpp"
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "testing.hpp"
@@ -33,40 +34,10 @@ using offloadkit::executor;
 using offloadkit::executor_adaptor;
 using offloadkit::stream_ref;
 
-/// OFFLOADKIT_CASES sets every property's case count, fewer or more (0 or unset: the defaults).
-int cases_from_environment() {
-  const char* v = std::getenv("OFFLOADKIT_CASES");
-  return v == nullptr ? 0 : std::max(0, std::atoi(v));
-}
-
 const check_case* find_case(const std::vector<check_case>& cases, const std::string& name) {
   auto it = std::find_if(cases.begin(), cases.end(),
                          [&name](const check_case& c) { return c.name == name; });
   return it == cases.end() ? nullptr : &*it;
-}
-
-std::string describe(const check_outcome& o) {
-  return "seed " + std::to_string(o.seed) + ", " + std::to_string(o.cases_run) + " of " +
-         std::to_string(o.cases_planned) + " cases\n" + o.message +
-         "\nreproduce: " + offloadkit::reproduce_command(o) +
-         "\n       or: OFFLOADKIT_SEED=" + std::to_string(o.seed) + " <this test> --gtest_filter=" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "." +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
-template <class Backend>
-void expect_holds(const std::string& property) {
-  const auto battery = offloadkit::executor_battery(Backend::name);
-  const check_case* c = find_case(battery, property);
-  ASSERT_NE(c, nullptr) << "the executor battery has no property named " << property;
-  auto ex = Backend::make();
-  check_config cfg;
-  cfg.seed = offloadkit::testing::seed();
-  cfg.cases = cases_from_environment();
-  const check_outcome o = offloadkit::run_check(*c, *ex, cfg);
-  if (o.skipped) GTEST_SKIP() << o.message;
-  EXPECT_TRUE(o.passed) << property << " failed on the " << Backend::name
-                        << " executor: " << describe(o);
 }
 
 /// Cases per property when a planted executor faces the whole battery (OFFLOADKIT_CASES raises or
@@ -78,7 +49,7 @@ constexpr int planted_cases = 40;
 /// not some unrelated error, and no other property sees the bug.
 template <class Planted, class Backend>
 void expect_caught_only_by(const std::string& property, const std::string& symptom) {
-  const auto battery = offloadkit::executor_battery(Backend::name);
+  const auto battery = offloadkit::testing::executor_battery(Backend::name);
   ASSERT_NE(find_case(battery, property), nullptr)
       << "the executor battery has no property named " << property;
   auto base = Backend::make();
@@ -89,13 +60,11 @@ void expect_caught_only_by(const std::string& property, const std::string& sympt
   offloadkit::battery_verdict verdict;
   {
     Planted planted(*base);
-    check_config cfg;
-    cfg.seed = offloadkit::testing::seed();
-    const int from_environment = cases_from_environment();
-    cfg.cases = from_environment > 0 ? from_environment : planted_cases;
-    cfg.shrink = false;  // the verdict is what matters here, not the smallest counterexample
-    verdict = offloadkit::run_battery(
-        battery, cfg, [&planted](const check_case&) -> executor& { return planted; });
+    offloadkit::testing::planted_run run;
+    run.cases = planted_cases;
+    run.keep_default_cases = {};
+    run.executor_for = [&planted](const check_case&) -> executor& { return planted; };
+    verdict = offloadkit::testing::planted_verdict(battery, run);
   }
   const std::set<std::string>& failed = verdict.failed;
   const std::string message = verdict.messages[property];
@@ -470,41 +439,20 @@ class device_zero_allocations final : public executor_adaptor {
 // ---- every property holds
 // ---------------------------------------------------------------------------
 
-// The fixtures' names are the test suites' names in gtest's output and filters.
-template <class Backend>
-// NOLINTNEXTLINE(readability-identifier-naming)
-class ExecutorBattery : public ::testing::Test {};
-TYPED_TEST_SUITE_P(ExecutorBattery);
-
-TYPED_TEST_P(ExecutorBattery, CopyRoundTrip) { expect_holds<TypeParam>("copy_round_trip"); }
-TYPED_TEST_P(ExecutorBattery, Fill) { expect_holds<TypeParam>("fill"); }
-TYPED_TEST_P(ExecutorBattery, LaunchCount) { expect_holds<TypeParam>("launch_count"); }
-TYPED_TEST_P(ExecutorBattery, StreamOrder) { expect_holds<TypeParam>("stream_order"); }
-TYPED_TEST_P(ExecutorBattery, EventOrdering) { expect_holds<TypeParam>("event_ordering"); }
-TYPED_TEST_P(ExecutorBattery, MissingWaitIsObservable) {
-  expect_holds<TypeParam>("missing_wait_is_observable");
+/// One test per property of the battery on each back end, generated from the battery's list
+/// (suites Host/ExecutorBattery, Cuda/ExecutorBattery, and CudaMultiGpu/ExecutorBattery for what
+/// needs two devices), so that no property can be left without a test.
+int register_executor_battery() {
+  offloadkit::testing::executor_support host_only;
+  host_only.cuda = false;
+  offloadkit::testing::executor_support cuda_only;
+  cuda_only.host = false;
+  return offloadkit::testing::register_battery_tests(
+             "ExecutorBattery", offloadkit::testing::executor_battery("host"), host_only) +
+         offloadkit::testing::register_battery_tests(
+             "ExecutorBattery", offloadkit::testing::executor_battery("cuda"), cuda_only);
 }
-TYPED_TEST_P(ExecutorBattery, VmmRemap) { expect_holds<TypeParam>("vmm_remap"); }
-TYPED_TEST_P(ExecutorBattery, GraphReplayAfterRemap) {
-  expect_holds<TypeParam>("graph_replay_after_remap");
-}
-TYPED_TEST_P(ExecutorBattery, FaultInjectionLeavesExecutorUsable) {
-  expect_holds<TypeParam>("fault_injection_leaves_executor_usable");
-}
-TYPED_TEST_P(ExecutorBattery, CountingAdaptorCounts) {
-  expect_holds<TypeParam>("counting_adaptor_counts");
-}
-TYPED_TEST_P(ExecutorBattery, ExtentOfNamesTheAllocation) {
-  expect_holds<TypeParam>("extent_of_names_the_allocation");
-}
-TYPED_TEST_P(ExecutorBattery, ManagedRoundTrip) { expect_holds<TypeParam>("managed_round_trip"); }
-
-REGISTER_TYPED_TEST_SUITE_P(ExecutorBattery, CopyRoundTrip, Fill, LaunchCount, StreamOrder,
-                            EventOrdering, MissingWaitIsObservable, VmmRemap, GraphReplayAfterRemap,
-                            FaultInjectionLeavesExecutorUsable, CountingAdaptorCounts,
-                            ExtentOfNamesTheAllocation, ManagedRoundTrip);
-INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorBattery, offloadkit::testing::host_backend);
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ExecutorBattery, offloadkit::testing::cuda_backend);
+const int registered = register_executor_battery();
 
 // ---- the battery catches planted bugs
 // -----------------------------------------------------------------
@@ -574,16 +522,12 @@ template <class Backend>
 class ExecutorMultiDeviceBattery : public ::testing::Test {};
 TYPED_TEST_SUITE_P(ExecutorMultiDeviceBattery);
 
-TYPED_TEST_P(ExecutorMultiDeviceBattery, DevicePlacement) {
-  expect_holds<TypeParam>("device_placement");
-}
 TYPED_TEST_P(ExecutorMultiDeviceBattery, CatchesDeviceZeroAllocations) {
   expect_caught_only_by<device_zero_allocations, TypeParam>("device_placement",
                                                             "a device allocation");
 }
 
-REGISTER_TYPED_TEST_SUITE_P(ExecutorMultiDeviceBattery, DevicePlacement,
-                            CatchesDeviceZeroAllocations);
+REGISTER_TYPED_TEST_SUITE_P(ExecutorMultiDeviceBattery, CatchesDeviceZeroAllocations);
 INSTANTIATE_TYPED_TEST_SUITE_P(Host, ExecutorMultiDeviceBattery, offloadkit::testing::host_backend);
 INSTANTIATE_TYPED_TEST_SUITE_P(CudaMultiGpu, ExecutorMultiDeviceBattery,
                                offloadkit::testing::cuda_backend);
@@ -591,31 +535,17 @@ INSTANTIATE_TYPED_TEST_SUITE_P(CudaMultiGpu, ExecutorMultiDeviceBattery,
 // ---- the suites above cover the whole battery
 // -----------------------------------------------------------
 
-/// A property added to the battery without a typed test above would go unchecked by ctest; this
-/// keeps the two lists equal.
-TEST(ExecutorBatteryRegistry, EveryPropertyHasATypedTest) {
-  const std::set<std::string> tested = {"copy_round_trip",
-                                        "fill",
-                                        "launch_count",
-                                        "stream_order",
-                                        "event_ordering",
-                                        "missing_wait_is_observable",
-                                        "vmm_remap",
-                                        "graph_replay_after_remap",
-                                        "fault_injection_leaves_executor_usable",
-                                        "counting_adaptor_counts",
-                                        "extent_of_names_the_allocation",
-                                        "managed_round_trip",
-                                        "device_placement"};
+/// The list the tests above are generated from: every property once, named for the executor.
+TEST(ExecutorBatteryList, RegistersEveryListedProperty) {
   std::set<std::string> in_battery;
-  for (const auto& c : offloadkit::executor_battery("host")) {
+  for (const auto& c : offloadkit::testing::executor_battery("host")) {
     EXPECT_TRUE(in_battery.insert(c.name).second) << "duplicate property name " << c.name;
     EXPECT_EQ(c.feature, "executor");
     EXPECT_EQ(c.implementation, "host");
     EXPECT_TRUE(static_cast<bool>(c.property)) << c.name;
     EXPECT_GT(c.default_cases, 0) << c.name;
   }
-  EXPECT_EQ(in_battery, tested);
+  EXPECT_EQ(static_cast<std::size_t>(registered), 2 * in_battery.size());
 }
 
 }  // namespace

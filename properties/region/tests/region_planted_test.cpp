@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "battery_tests.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/testing/check.hpp"
@@ -581,19 +582,7 @@ TEST(RegionPlantedBugs, CorrectRegionPassesTheSameProperties) {
 /// The properties of the whole battery for `impl` that fail on the host executor (a fresh one
 /// each), with each property's default case count (the whole battery runs in seconds).
 std::set<std::string> failing_properties(const offloadkit::testing::region_implementation& impl) {
-  check_config cfg;
-  cfg.seed = offloadkit::testing::seed();
-  cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::unique_ptr<host_executor> ex;
-  const offloadkit::battery_verdict v = offloadkit::run_battery(
-      offloadkit::testing::region_battery(impl), cfg, [&ex](const check_case&) -> executor& {
-        ex = std::make_unique<host_executor>();
-        return *ex;
-      });
-  for (const auto& [name, message] : v.messages) {
-    EXPECT_EQ(message.find("the check itself threw"), std::string::npos) << name << message;
-  }
-  return v.failed;
+  return offloadkit::testing::failing_properties(offloadkit::testing::region_battery(impl));
 }
 
 using names = std::set<std::string>;

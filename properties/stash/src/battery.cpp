@@ -9,6 +9,7 @@
 #include "offloadkit/stash/paged_stash.hpp"
 #include "offloadkit/testing/battery_list.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
+#include "stash_properties.hpp"
 
 namespace offloadkit::testing {
 

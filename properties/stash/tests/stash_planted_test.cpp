@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "battery_tests.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/eager_stash.hpp"
@@ -319,24 +320,10 @@ offloadkit::testing::stash_implementation polling_reference() {
   return impl;
 }
 
+using offloadkit::testing::failing_properties;
+
 /// The properties of the whole battery that fail on the host executor (a fresh one each, each
 /// property's default case count).
-std::set<std::string> failing_properties(const std::vector<check_case>& battery) {
-  offloadkit::check_config cfg;
-  cfg.seed = offloadkit::testing::seed();
-  cfg.shrink = false;  // the verdict matters here, not the smallest counterexample
-  std::unique_ptr<host_executor> ex;
-  const offloadkit::battery_verdict v =
-      offloadkit::run_battery(battery, cfg, [&ex](const check_case&) -> offloadkit::executor& {
-        ex = std::make_unique<host_executor>();
-        return *ex;
-      });
-  for (const auto& [name, message] : v.messages) {
-    EXPECT_EQ(message.find("the check itself threw"), std::string::npos) << name << message;
-  }
-  return v.failed;
-}
-
 std::set<std::string> failing_properties(const offloadkit::testing::stash_implementation& impl) {
   return failing_properties(offloadkit::testing::stash_battery(impl));
 }

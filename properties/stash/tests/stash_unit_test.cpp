@@ -14,6 +14,7 @@
 #include "offloadkit/stash/schedule.hpp"
 #include "offloadkit/testing/check.hpp"
 #include "offloadkit/testing/stash_battery.hpp"
+#include "offloadkit/testing/stash_battery_support.hpp"
 #include "testing.hpp"
 
 namespace {

@@ -2,8 +2,10 @@
 // operation sequence with the Nth instrumented executor call failing, for N = 0, 1, 2, ... until
 // a run in which no call failed, each run on a fresh implementation behind a fault adaptor over a
 // resource ledger, and after each run check that nothing it held leaked and nothing was released
-// twice. The sequence itself checks what its feature promises after a failure (a retry works,
-// nothing is lost); the countdown adds the part every feature shares.
+// twice (run_fault_countdown). The sequence itself checks what its feature promises after a
+// failure (a retry works, nothing is lost); the countdown adds the part every feature shares.
+// A property that keeps one implementation and one adaptor across its runs arms each run through
+// run_armed, which catches the injected failure and says whether it fired.
 #pragma once
 
 #include <rapidcheck.h>
@@ -12,6 +14,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offloadkit/adaptors.hpp"
@@ -54,6 +57,42 @@ inline std::string expect_injected(const std::exception& e, const std::string& c
             e.what());
   }
   return e.what();
+}
+
+/// What one armed run of a countdown saw.
+struct armed_outcome {
+  /// The operation threw an injected failure: injected_fault, or out_of_memory (any
+  /// std::bad_alloc) for an allocation.
+  bool threw = false;
+  /// The adaptor failed a call.
+  bool fired = false;
+  /// Calls of the armed kinds the operation made (counted on after the fault fired).
+  std::size_t calls = 0;
+  /// The failure's message, where one was thrown.
+  std::string what;
+};
+
+/// One run of a countdown on an adaptor that the property keeps across runs: arms `kinds` so that
+/// call `n` fails, runs `op`, catches the injected failure it lets through, and disarms. Whether
+/// the operation threw exactly when the fault fired is the caller's to check (with its own words).
+template <class Op>
+armed_outcome run_armed(fault_injection_adaptor& faults, const std::vector<op_kind>& kinds,
+                        std::size_t n, Op&& op) {
+  armed_outcome o;
+  faults.arm(kinds, n);
+  try {
+    std::forward<Op>(op)();
+  } catch (const injected_fault& e) {
+    o.threw = true;
+    o.what = e.what();
+  } catch (const std::bad_alloc& e) {
+    o.threw = true;
+    o.what = e.what();
+  }
+  o.fired = faults.fired();
+  o.calls = faults.armed_calls();
+  faults.disarm();
+  return o;
 }
 
 /// Runs `sequence(run)` for N = 0, 1, 2, ... (at most `limit` runs) with the Nth call of `kinds`

@@ -3,7 +3,8 @@
 // VMM remap at a fixed address, graph replay after a remap, recovery from injected faults, the
 // counting adaptor's accounting, and, with two devices or more, every device's resources placed on
 // it). The properties are the same for every back end; the executor to check is handed to
-// run_check at run time.
+// run_check at run time. The property bodies are in properties/executor/src/, compiled once into
+// offloadkit_executor_battery.
 #pragma once
 
 #include <string>
@@ -11,9 +12,9 @@
 
 #include "offloadkit/testing/check.hpp"
 
-namespace offloadkit {
+namespace offloadkit::testing {
 
 /// The battery's check_cases, with feature "executor" and `executor_name` as their implementation.
 std::vector<check_case> executor_battery(const std::string& executor_name);
 
-}  // namespace offloadkit
+}  // namespace offloadkit::testing

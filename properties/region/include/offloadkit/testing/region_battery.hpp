@@ -5,7 +5,8 @@
 // countdowns only when the region's allocations go through the executor, address checks only for
 // a stable address, and the managed-memory release behaviour only for a managed region; pauses,
 // streams and graphs as its profile declares them. Run by the generated GoogleTest suites and by
-// `offloadkit check`.
+// `offloadkit check`. The property bodies are in properties/region/src/, compiled once into
+// offloadkit_region_battery.
 #pragma once
 
 #include <vector>
@@ -15,11 +16,8 @@
 
 namespace offloadkit::testing {
 
-/// The cases for one implementation, in this order (those its profile rules out as not
-/// applicable): model_based, release_is_real, graph_replay_after_resume, swap_keeps_both,
-/// fault_countdown_pause, fault_countdown_resume, fault_countdown_swap, many_cycles,
-/// state_errors, multi_device, cross_stream_order, adjacent_allocations,
-/// unified_release_behaviour.
+/// The cases for one implementation, every property of the battery in the order
+/// properties/region/src/battery.cpp lists them (those its profile rules out as not applicable).
 std::vector<check_case> region_battery(const region_implementation& impl);
 
 /// The library's regions as descriptors, with their true capabilities: the reference region

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "arena_properties.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/testing/arena_battery.hpp"
