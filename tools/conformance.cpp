@@ -43,10 +43,14 @@ class object_reader {
                 std::initializer_list<const char*> known)
       : j_(j), path_(std::move(path)), pointer_(std::move(pointer)) {
     if (!j_.is_object()) fail("", "must be an object");
-    for (const auto& [key, value] : j_.items()) {
-      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
+    for (const auto& item : j_.items()) {
+      const std::string& key = item.key();
+      if (std::none_of(known.begin(), known.end(), [&key](const char* k) { return key == k; })) {
         std::string valid;
-        for (const char* k : known) valid += std::string(valid.empty() ? "" : ", ") + k;
+        for (const char* k : known) {
+          if (!valid.empty()) valid += ", ";
+          valid += k;
+        }
         fail("/" + key, "is not a known key: valid keys are " + valid);
       }
     }
@@ -62,7 +66,7 @@ class object_reader {
     }
     const json& v = j_.at(key);
     if (!v.is_string()) fail(std::string("/") + key, "must be a string");
-    const std::string s = v.get<std::string>();
+    std::string s = v.get<std::string>();
     if (required && s.empty()) fail(std::string("/") + key, "must not be empty");
     return s;
   }
@@ -166,8 +170,14 @@ void read_report(const std::string& path, const std::string& library, library_ce
       c.verdict = bad == 0 ? "holds" : "fails";
       std::string what = std::to_string(total) + " cases";
       if (bad != 0) {
-        what = std::to_string(bad) + " of " + what + " not clean:";
-        for (const auto& [cls, n] : classes) what += " " + cls + " " + std::to_string(n);
+        what.insert(0, std::to_string(bad) + " of ");
+        what += " not clean:";
+        for (const auto& [cls, n] : classes) {
+          what += " ";
+          what += cls;
+          what += " ";
+          what += std::to_string(n);
+        }
       } else {
         what += ", every one clean";
       }
@@ -192,8 +202,11 @@ std::string joined(const std::set<std::string>& values) {
 
 /// An anchor for a failure's section: letters, digits and '-'.
 std::string anchor(const std::string& library, const std::string& property) {
+  std::string text = library;
+  text += "-";
+  text += property;
   std::string a;
-  for (const char ch : library + "-" + property) {
+  for (const char ch : text) {
     const auto u = static_cast<unsigned char>(ch);
     a += std::isalnum(u) != 0 ? static_cast<char>(std::tolower(u)) : '-';
   }
@@ -392,7 +405,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
         const auto* cls = classification_of(d.libraries[i], property);
         std::string t = md_cell(cell_text(c, cls));
         if (c != nullptr && c->verdict == "fails") {
-          t = "**[" + t + "](#" + anchor(d.libraries[i].name, property) + ")**";
+          t.insert(0, "**[");
+          t += "](#";
+          t += anchor(d.libraries[i].name, property);
+          t += ")**";
         }
         row.push_back(t);
       }

@@ -546,6 +546,49 @@ class driver_stream {
   CUstream stream_ = nullptr;
 };
 
+/// What the own-stream black boxes below share: a pinned staging buffer from the driver (allocated
+/// at its first use, of a fixed size) and a stream of the driver's on which its contents are
+/// uploaded. The destructor waits for the stream before the buffer goes.
+class driver_upload {
+ public:
+  driver_upload() : stream_(std::make_unique<driver_stream>()) {}
+  ~driver_upload() {
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw: the table's close reports what is recorded here.
+      ok::record_teardown_error(e.what());
+    }
+    if (staging_ != nullptr) (void)driver().free_host(staging_);
+  }
+  driver_upload(const driver_upload&) = delete;
+  driver_upload& operator=(const driver_upload&) = delete;
+
+  /// The staging buffer, `bytes` long (at least 1) on its first use.
+  void* staging(std::size_t bytes) {
+    if (staging_ == nullptr) {
+      use_driver_context();
+      driver_check(driver().alloc_host(&staging_, std::max<std::size_t>(bytes, 1)),
+                   "cuMemAllocHost");
+    }
+    return staging_;
+  }
+  /// Waits until the last upload has read the staging buffer and written its destination.
+  void wait() { stream_->synchronize(); }
+  /// Uploads the first `bytes` of the staging buffer to `dst` on the driver's stream and returns
+  /// at once: nothing else waits for it.
+  void upload(void* dst, std::size_t bytes) {
+    use_driver_context();
+    driver_check(driver().copy_to_device_async(reinterpret_cast<CUdeviceptr>(dst), staging_, bytes,
+                                               stream_->get()),
+                 "cuMemcpyHtoDAsync");
+  }
+
+ private:
+  std::unique_ptr<driver_stream> stream_;
+  void* staging_ = nullptr;
+};
+
 /// The reference region (which frees its device memory when paused), with the contents of a
 /// preserving pause kept in a pinned buffer it allocates from the driver once, and the planted
 /// bug: resume() uploads them with cuMemcpyHtoDAsync on a stream of its own and returns without
@@ -555,34 +598,18 @@ class driver_stream {
 class own_stream_resume_region final : public reference_region_wrapper {
  public:
   own_stream_resume_region(ok::executor& ex, const ok::region::region_config& c)
-      : reference_region_wrapper(ex, c), stream_(std::make_unique<driver_stream>()) {}
-  ~own_stream_resume_region() override {
-    try {
-      stream_->synchronize();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw: the table's close reports what is recorded here.
-      ok::record_teardown_error(e.what());
-    }
-    if (staging_ != nullptr) (void)driver().free_host(staging_);
-  }
-  own_stream_resume_region(const own_stream_resume_region&) = delete;
-  own_stream_resume_region& operator=(const own_stream_resume_region&) = delete;
+      : reference_region_wrapper(ex, c) {}
 
  private:
   void do_pause(ok::region::pause_mode m, ok::stream_ref s) override {
-    stream_->synchronize();  // its own upload lands before anything is copied out or given back
+    upload_.wait();  // its own upload lands before anything is copied out or given back
     preserved_ = false;
     if (m != ok::region::pause_mode::preserve ||
         inner_.state() != ok::region::region_state::active) {
       inner_.pause(m, s);
       return;
     }
-    if (staging_ == nullptr) {
-      use_driver_context();
-      driver_check(driver().alloc_host(&staging_, std::max<std::size_t>(inner_.size(), 1)),
-                   "cuMemAllocHost");
-    }
-    ex_->copy(staging_, inner_.data(), inner_.size(), s);
+    ex_->copy(upload_.staging(inner_.size()), inner_.data(), inner_.size(), s);
     ex_->synchronize(s);
     inner_.pause(ok::region::pause_mode::discard, s);
     preserved_ = true;
@@ -591,15 +618,11 @@ class own_stream_resume_region final : public reference_region_wrapper {
     inner_.resume(s);
     if (!preserved_ || inner_.size() == 0) return;
     ex_->synchronize(s);  // the region's memory is mapped again before the upload writes it
-    use_driver_context();
-    driver_check(driver().copy_to_device_async(reinterpret_cast<CUdeviceptr>(inner_.data()),
-                                               staging_, inner_.size(), stream_->get()),
-                 "cuMemcpyHtoDAsync");
+    upload_.upload(inner_.data(), inner_.size());
     preserved_ = false;  // the planted bug: the caller's stream does not wait for the upload
   }
 
-  std::unique_ptr<driver_stream> stream_;
-  void* staging_ = nullptr;  ///< the contents while paused by a preserving pause
+  driver_upload upload_;  ///< the contents while paused by a preserving pause, and their way back
   bool preserved_ = false;
 };
 
@@ -611,21 +634,7 @@ class own_stream_resume_region final : public reference_region_wrapper {
 class own_stream_restore_stash final : public ok::stash::stash_interface {
  public:
   own_stream_restore_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
-      : ex_(&ex),
-        inner_(ex, c, s),
-        count_(ex, ok::memory_kind::pinned, sizeof(std::uint64_t)),
-        stream_(std::make_unique<driver_stream>()) {}
-  ~own_stream_restore_stash() override {
-    try {
-      stream_->synchronize();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw: the table's close reports what is recorded here.
-      ok::record_teardown_error(e.what());
-    }
-    if (staging_ != nullptr) (void)driver().free_host(staging_);
-  }
-  own_stream_restore_stash(const own_stream_restore_stash&) = delete;
-  own_stream_restore_stash& operator=(const own_stream_restore_stash&) = delete;
+      : ex_(&ex), inner_(ex, c, s), count_(ex, ok::memory_kind::pinned, sizeof(std::uint64_t)) {}
 
  private:
   [[nodiscard]] std::string do_name() const override { return "planted-own-stream-restore"; }
@@ -639,29 +648,20 @@ class own_stream_restore_stash final : public ok::stash::stash_interface {
   }
   void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
                   ok::stream_ref s) override {
-    stream_->synchronize();  // its own last upload has read the staging buffer
+    upload_.wait();  // its own last upload has read the staging buffer
     const ok::stash::stash_config& c = inner_.config();
-    if (staging_ == nullptr) {
-      use_driver_context();
-      driver_check(
-          driver().alloc_host(&staging_, std::max<std::size_t>(c.max_rows * c.row_bytes, 1)),
-          "cuMemAllocHost");
-    }
+    void* staging = upload_.staging(c.max_rows * c.row_bytes);
     auto* count = count_.as<std::uint64_t>();
     *count = 0;
-    inner_.restore(k, staging_, count, s);  // synchronous: the rows are in staging_ now
+    inner_.restore(k, staging, count, s);  // synchronous: the rows are in the staging buffer now
     if (rows_out != nullptr) ex_->copy(rows_out, count, sizeof(std::uint64_t), s);
     ex_->synchronize(s);
     const std::size_t bytes = static_cast<std::size_t>(*count) * c.row_bytes;
     if (bytes == 0) return;
-    use_driver_context();
-    driver_check(driver().copy_to_device_async(reinterpret_cast<CUdeviceptr>(dst), staging_, bytes,
-                                               stream_->get()),
-                 "cuMemcpyHtoDAsync");
-    // The planted bug: the caller's stream does not wait for the upload.
+    upload_.upload(dst, bytes);  // the planted bug: the caller's stream does not wait for it
   }
   void do_reset(ok::stream_ref s) override {
-    stream_->synchronize();
+    upload_.wait();
     inner_.reset(s);
   }
   void do_clear_status(ok::stream_ref s) override { inner_.clear_status(s); }
@@ -669,9 +669,8 @@ class own_stream_restore_stash final : public ok::stash::stash_interface {
 
   ok::executor* ex_;
   ok::stash::eager_stash inner_;
-  ok::buffer count_;  ///< the restored row count, read on the host
-  std::unique_ptr<driver_stream> stream_;
-  void* staging_ = nullptr;  ///< the restored rows on their way to the caller's buffer
+  ok::buffer count_;      ///< the restored row count, read on the host
+  driver_upload upload_;  ///< the restored rows on their way to the caller's buffer
 };
 
 /// An activation offloader that keeps packed tensors in pinned memory (copied synchronously in
