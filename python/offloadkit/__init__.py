@@ -27,6 +27,10 @@ from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOpt
 
 __version__ = "0.1.0"
 
+# `pytest -p offloadkit` loads the pytest plugin (offloadkit.pytest) through this, also with
+# PYTEST_DISABLE_PLUGIN_AUTOLOAD set; pytest itself is imported only by that module.
+pytest_plugins = ["offloadkit.pytest"]
+
 __all__ = [
     "Activation", "ActivationStats", "Arena", "ArenaInfo", "BOTH_EXECUTORS", "Buffer",
     "CODEC_KEY_LIMITS", "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",

@@ -4,7 +4,8 @@
 #    of passed, failed and skipped items, the failing items exactly the planted arena's (by name),
 #    each failure with its seed, counterexample and reproduce command;
 # 2. --offloadkit MODULE:FACTORY with no test file: the same planted arena fails the same items;
-# 3. where no GPU is usable, every cuda item is skipped with the reason, none passed.
+# 3. where no GPU is usable, every cuda item is skipped with the reason, none passed;
+# 4. `pytest -p offloadkit` with plugin autoloading off loads the plugin by the package's name.
 #   cmake -DPYTHON=<venv python> -DWORK=<folder> -DEXAMPLES=<python/examples> -P <this file>
 # The items the planted arena (numpy_planted.py: reload() leaves the last tensor out) fails under
 # seed 7; its steady_state passes (it never compares bytes) and multi_device is not applicable.
@@ -99,3 +100,17 @@ if(version MATCHES "cuda back end: unavailable")
   endif()
   message(STATUS "cuda items: all skipped")
 endif()
+
+# 4. -p offloadkit, the entry point not loaded
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+                        ${PYTHON} -m pytest -p offloadkit -p no:cacheprovider -rfs
+                        --offloadkit-seed 7 --offloadkit-cases 20 ${WORK}/empty
+                        --offloadkit ${EXAMPLES}/numpy_planted.py:arena --offloadkit-executor host
+  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(out "${out}\n${err}")
+if(NOT rc EQUAL 1 OR NOT out MATCHES "\n=+ ${n} failed, [0-9]+ passed")
+  message(FATAL_ERROR "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 pytest -p offloadkit --offloadkit "
+                      "numpy_planted.py:arena: expected exit status 1 and ${n} failed, got ${rc}:\n${out}")
+endif()
+expect_failures("${out}" "pytest -p offloadkit")
+message(STATUS "pytest -p offloadkit: the plugin loads by the package's name")
