@@ -13,6 +13,7 @@
 #include "cli_common.hpp"
 #include "conformance.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "plugin_subjects.hpp"
 #include "schedule_commands.hpp"
 #include "timeline_cli.hpp"
 

@@ -18,8 +18,7 @@
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
-#include "offloadkit/plugin/checks.hpp"
-#include "offloadkit/plugin/host.hpp"
+#include "plugin_subjects.hpp"
 
 #ifndef OFFLOADKIT_VERSION
 #define OFFLOADKIT_VERSION "unknown"
@@ -42,32 +41,6 @@ std::string module_path() {
   return info.dli_fname;
 }
 
-/// The properties of the plugin at `path` (this module, for --python) on the executor named
-/// `executor_name`; `notes` gets a line per feature that yields none (as the offloadkit command's
-/// --plugin).
-std::vector<offloadkit::check_case> plugin_cases(const std::string& path,
-                                                 const std::string& executor_name,
-                                                 std::vector<std::string>& notes) {
-  const auto lib = offloadkit::plugin::library::open(path);
-  offloadkit::plugin::plugin_checks checks = offloadkit::plugin::plugin_check_cases(
-      lib, executor_name == "cuda" ? offloadkit::backend::cuda : offloadkit::backend::host);
-  notes = std::move(checks.not_run);
-  return std::move(checks.cases);
-}
-
-/// The implementations of the plugin at `path`, by feature, for --driver-faults.
-offloadkit::interpose::fault_subjects fault_subjects(const std::string& path) {
-  namespace plugin = offloadkit::plugin;
-  const auto lib = plugin::library::open(path);
-  offloadkit::interpose::fault_subjects s;
-  s.stash = plugin::stash_of(lib);
-  s.region = plugin::region_of(lib);
-  s.arena = plugin::arena_of(lib);
-  s.activation = plugin::activation_of(lib);
-  s.release_cached_memory = [lib] { return lib->release_cached_memory(); };
-  return s;
-}
-
 /// `offloadkit check` with `args` (the options after `check`), its children started as
 /// `executable <command...> --run-one ...`, its reproduce lines starting with `program_name`.
 /// Returns the exit status.
@@ -81,8 +54,8 @@ int check_main(const std::vector<std::string>& args, const std::string& program_
     program.python_bridge = module_path();
     // Only --python is offered from Python: the built-in batteries are the offloadkit command's.
     program.cases = [](const std::string&) { return std::vector<offloadkit::check_case>{}; };
-    program.plugin_cases = plugin_cases;
-    program.fault_subjects = fault_subjects;
+    program.plugin_cases = tools::plugin_check_cases;
+    program.fault_subjects = tools::plugin_fault_subjects;
     return tools::check_main(args, program);
   });
 }
@@ -99,7 +72,7 @@ py::tuple list_cases(const std::string& factory, const std::string& executor_nam
   {
     py::gil_scoped_release nogil;
     ::setenv("OFFLOADKIT_PYTHON_FACTORY", factory.c_str(), 1);
-    cases = plugin_cases(module_path(), executor_name, notes);
+    cases = tools::plugin_check_cases(module_path(), executor_name, notes);
   }
   py::list out;
   for (const auto& c : cases) {
