@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <utility>
 
 #include "cli_common.hpp"
@@ -24,6 +25,10 @@ constexpr const char* description_format = "offloadkit.conformance";
 constexpr int description_version = 1;
 
 json read_json(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw input_error(path + ": is a directory, not " + what + " (a JSON file)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error(path + ": cannot open " + what + ": " + std::strerror(errno));
   std::ostringstream text;
