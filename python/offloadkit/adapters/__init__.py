@@ -1,0 +1,116 @@
+"""Adapters that put the ecosystem's offload libraries under offloadkit's batteries.
+
+Each module imports the *installed* library's public API (nothing of the library is shipped with
+offloadkit), maps offloadkit's protocol (``offloadkit.protocol``) onto it, declares the library's
+real profile, and has a ``make`` factory::
+
+    python -m offloadkit check offloadkit.adapters.torch_memory_saver:make --executor cuda
+
+=======================================  =========  =============================================
+module                                   feature    library API
+=======================================  =========  =============================================
+``offloadkit.adapters.torch_memory_saver``  region  ``torch_memory_saver.region`` / ``pause`` /
+                                                    ``resume``
+``offloadkit.adapters.vllm``             region     ``vllm.device_allocator.cumem.CuMemAllocator``
+                                                    (sleep mode)
+``offloadkit.adapters.torchtune``        activation ``torchtune.training.OffloadActivations``
+``offloadkit.adapters.trl``              activation ``trl.models.activation_offloading.
+                                                    OffloadActivations``
+=======================================  =========  =============================================
+
+Each module's docstring names the library commit it was written against, the profile it declares
+and why, and what the adapter adds that the library does not do itself.
+
+A library error reaches the batteries as offloadkit's typed error (``library_call``), its message
+kept and prefixed with the library call that raised it.
+"""
+
+import contextlib
+import importlib
+from typing import Any, Iterator
+
+from ..errors import (CudaError, Error, LogicError, OutOfMemory, OutOfRange, PlatformError,
+                      StateError)
+
+
+class Unsupported(Error, NotImplementedError):
+    """The library does not provide this operation (or this mode of it). The batteries read it as
+    an unsupported operation (``NotImplementedError``), which a profile can mark as not
+    applicable."""
+
+
+class LibraryMissing(LogicError):
+    """The library an adapter wraps cannot be imported in this interpreter."""
+
+
+def import_library(module: str, adapter: str) -> Any:
+    """Imports ``module`` (the installed library); LibraryMissing names the module, the adapter
+    and Python's reason when it cannot be imported."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise LibraryMissing(f"{adapter}: the library module {module!r} cannot be imported here "
+                             f"({e}); install it, or put its source on PYTHONPATH") from e
+
+
+def library_version(module: Any, distribution: str) -> str:
+    """The library's ``__version__``, else the installed distribution's version, else
+    "unknown"."""
+    version = getattr(module, "__version__", None)
+    if version is None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+    return str(version)
+
+
+def translate(error: BaseException, call: str) -> Error:
+    """offloadkit's typed error for ``error`` raised by the library call ``call``, with the
+    library's exception type and message kept in the text.
+
+    ======================================================  ================
+    library exception                                       offloadkit
+    ======================================================  ================
+    ``MemoryError``, ``*OutOfMemoryError``, "out of memory"  ``OutOfMemory``
+    ``NotImplementedError``                                 ``Unsupported``
+    ``KeyError``, ``IndexError``                            ``OutOfRange``
+    ``AssertionError`` (the libraries' state checks)         ``StateError``
+    ``ValueError``, ``TypeError``                           ``LogicError``
+    ``RuntimeError`` naming a CUDA error                    ``CudaError``
+    anything else                                           ``PlatformError``
+    ======================================================  ================
+    """
+    if isinstance(error, Error):
+        return error
+    text = f"{call}: {type(error).__name__}: {error}"
+    names = {cls.__name__ for cls in type(error).__mro__}
+    lowered = str(error).lower()
+    if isinstance(error, MemoryError) or "OutOfMemoryError" in names or "out of memory" in lowered:
+        return OutOfMemory(text)
+    if isinstance(error, NotImplementedError):
+        return Unsupported(text)
+    if isinstance(error, (KeyError, IndexError)):
+        return OutOfRange(text)
+    if isinstance(error, AssertionError):
+        return StateError(text)
+    if isinstance(error, (ValueError, TypeError)):
+        return LogicError(text)
+    if "cuda error" in lowered or "cudaerror" in lowered or "curesult" in lowered:
+        return CudaError(text)
+    return PlatformError(text)
+
+
+@contextlib.contextmanager
+def library_call(call: str) -> Iterator[None]:
+    """Runs the body as the library call ``call``: an exception it raises (other than one of
+    offloadkit's own, and other than KeyboardInterrupt / SystemExit) leaves as offloadkit's typed
+    error (``translate``), chained to the original."""
+    try:
+        yield
+    except Error:
+        raise
+    except Exception as e:
+        raise translate(e, call) from e
