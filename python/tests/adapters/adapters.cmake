@@ -1,0 +1,55 @@
+# Tests of offloadkit.adapters against the library stand-ins of python/tests/adapters/standins
+# (labels cpu, python, adapters), included by plugin/python/tests/CMakeLists.txt inside its
+# python_module block (venv, venv_python, module_work, python_check_timeout, module_tests):
+# - python_adapters.unit: each adapter's mapping, declared profile and error translation;
+# - python_module.adapter_<name>: `python -m offloadkit check` of each region adapter over its
+#   stand-in on the host executor, with exactly the FAILED rows the profile explains, and its
+#   planted stand-in defect caught with a seed whose reproduce line fails again;
+# - python_module.adapter_pytest: the same batteries through the pytest plugin.
+set(adapters_dir ${CMAKE_CURRENT_LIST_DIR})
+set(standins ${adapters_dir}/standin_factories.py)
+
+add_test(NAME python_adapters.unit
+  COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python
+          ${Python3_EXECUTABLE} -m unittest discover -v -s ${adapters_dir} -p "test_*.py")
+set_tests_properties(python_adapters.unit PROPERTIES LABELS "cpu;python;adapters" TIMEOUT 120)
+
+# name|arguments|expected exit status|expected FAILED rows (','-separated)|regexes|planted defect
+set(tms region/torch_memory_saver)
+set(vllm region/vllm-cumem)
+set(adapter_checks
+  # The library's defaults: a pinned backup allocated at every preserving pause.
+  "torch_memory_saver|${standins}:torch_memory_saver --executor host|1|${tms} many_cycles|FAILED .case 1 of 1|"
+  "torch_memory_saver_retain|${standins}:torch_memory_saver_retain --executor host|0||10 passed, 0 failed, 4 not applicable|"
+  "torch_memory_saver_planted|${standins}:torch_memory_saver_retain --executor host --seed 7 --cases 40|1|${tms} model_based,${tms} release_is_real,${tms} graph_replay_after_resume,${tms} swap_keeps_both,${tms} state_errors,${tms} multi_device,${tms} cross_stream_order,${tms} caller_writes_late,${tms} adjacent_allocations||pause_ignores_cpu_backup"
+  # One live region per process: the properties that hold two regions get the adapter's refusal.
+  "vllm|${standins}:vllm --executor host|1|${vllm} swap_keeps_both,${vllm} multi_device,${vllm} adjacent_allocations|a second region while 'offloadkit-region-[0-9]+' is live,7 passed, 3 failed, 4 not applicable|"
+  "vllm_planted|${standins}:vllm --executor host --seed 7 --cases 40|1|${vllm} model_based,${vllm} release_is_real,${vllm} graph_replay_after_resume,${vllm} swap_keeps_both,${vllm} state_errors,${vllm} multi_device,${vllm} cross_stream_order,${vllm} caller_writes_late,${vllm} adjacent_allocations||wake_up_drops_backup")
+foreach(entry IN LISTS adapter_checks)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 arguments)
+  list(GET parts 2 status)
+  list(GET parts 3 failed)
+  list(GET parts 4 expect)
+  list(GET parts 5 defect)
+  string(REPLACE "," ";" failed "${failed}")
+  string(REPLACE "," ";" expect "${expect}")
+  set(failed_arg "-DFAILED=${failed}")
+  add_test(NAME python_module.adapter_${name}
+    COMMAND ${CMAKE_COMMAND} -DPYTHON=${venv_python} -DWORK=${module_work} "-DARGS=${arguments}"
+            -DEXPECT_RC=${status} "-DEXPECT=${expect}" "${failed_arg}"
+            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_python_check.cmake)
+  set_tests_properties(python_module.adapter_${name} PROPERTIES
+    LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+    ENVIRONMENT "OFFLOADKIT_STANDIN_DEFECT=${defect}")
+  list(APPEND module_tests python_module.adapter_${name})
+endforeach()
+
+add_test(NAME python_module.adapter_pytest
+  COMMAND ${venv_python} -m pytest -p no:cacheprovider -q
+          ${adapters_dir}/pytest_adapter_batteries.py)
+set_tests_properties(python_module.adapter_pytest PROPERTIES
+  LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+  PASS_REGULAR_EXPRESSION "[0-9]+ passed" FAIL_REGULAR_EXPRESSION "[0-9]+ failed")
+list(APPEND module_tests python_module.adapter_pytest)
