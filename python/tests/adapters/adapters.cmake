@@ -21,10 +21,10 @@ set(adapter_checks
   # The library's defaults: a pinned backup allocated at every preserving pause.
   "torch_memory_saver|${standins}:torch_memory_saver --executor host|1|${tms} many_cycles|FAILED .case 1 of 1|"
   "torch_memory_saver_retain|${standins}:torch_memory_saver_retain --executor host|0||10 passed, 0 failed, 4 not applicable|"
-  "torch_memory_saver_planted|${standins}:torch_memory_saver_retain --executor host --seed 7 --cases 40|1|${tms} model_based,${tms} release_is_real,${tms} graph_replay_after_resume,${tms} swap_keeps_both,${tms} state_errors,${tms} multi_device,${tms} cross_stream_order,${tms} caller_writes_late,${tms} adjacent_allocations||pause_ignores_cpu_backup"
+  "torch_memory_saver_planted|${standins}:torch_memory_saver_retain --executor host --seed 7|1|${tms} model_based,${tms} release_is_real,${tms} graph_replay_after_resume,${tms} swap_keeps_both,${tms} state_errors,${tms} multi_device,${tms} cross_stream_order,${tms} caller_writes_late,${tms} adjacent_allocations||pause_ignores_cpu_backup"
   # One live region per process: the properties that hold two regions get the adapter's refusal.
   "vllm|${standins}:vllm --executor host|1|${vllm} swap_keeps_both,${vllm} multi_device,${vllm} adjacent_allocations|a second region while 'offloadkit-region-[0-9]+' is live,7 passed, 3 failed, 4 not applicable|"
-  "vllm_planted|${standins}:vllm --executor host --seed 7 --cases 40|1|${vllm} model_based,${vllm} release_is_real,${vllm} graph_replay_after_resume,${vllm} swap_keeps_both,${vllm} state_errors,${vllm} multi_device,${vllm} cross_stream_order,${vllm} caller_writes_late,${vllm} adjacent_allocations||wake_up_drops_backup")
+  "vllm_planted|${standins}:vllm --executor host --seed 7|1|${vllm} model_based,${vllm} release_is_real,${vllm} graph_replay_after_resume,${vllm} swap_keeps_both,${vllm} state_errors,${vllm} multi_device,${vllm} cross_stream_order,${vllm} caller_writes_late,${vllm} adjacent_allocations||wake_up_drops_backup")
 foreach(entry IN LISTS adapter_checks)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
