@@ -8,8 +8,8 @@ address range is reserved and kept for the allocation's life, physical memory is
 ``pause`` of a tag copies the allocations made with ``enable_cpu_backup`` to pinned host memory
 (a blocking copy) and unmaps and releases the physical memory of every allocation of the tag;
 ``resume`` maps new physical memory at the same address and copies the backup back, then frees
-the backup unless ``retain_cpu_backup`` is set (then the next pause copies into the same one). Neither waits
-for work queued on any stream. As in the library, pausing an allocation that is not active or
+the backup unless ``retain_cpu_backup`` is set (then the next pause copies into the same one).
+Neither waits for work queued on any stream. As in the library, pausing an allocation that is not active or
 resuming one that is not paused, and a driver failure during either, end the process (exit 1).
 
 Device memory is the bound executor's (``torch._standin_bind``), through its virtual-memory calls.

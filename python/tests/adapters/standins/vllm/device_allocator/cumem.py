@@ -12,8 +12,9 @@ releases the physical memory of *every* allocation, whatever its tag (the rest i
 mapped and is raised again. The driver calls fail as the allocator's C extension reports them:
 ``RuntimeError("CUDA Error: ...")`` (unmapping memory that is not mapped, mapping memory that is).
 A backup's pinned block is kept for the allocation's next sleep, as PyTorch's caching host
-allocator keeps it. A block freed inside a pool stays cached in the pool; the pool gives it back when the
-``use_memory_pool`` context ends (blocks already free then) or when the pool itself is destroyed.
+allocator keeps it. A block freed inside a pool stays cached in the pool; the pool gives it back
+when the ``use_memory_pool`` context ends (blocks already free then) or when the pool itself is
+destroyed.
 
 Device memory is the bound executor's (``torch._standin_bind``), through its virtual-memory calls.
 
