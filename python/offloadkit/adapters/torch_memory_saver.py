@@ -42,6 +42,9 @@ What the adapter adds
   what the battery checks.
 - The refusal of the other pause mode (the library has no mode argument to refuse).
 - A tag per region (the library pauses by tag; the default tag would pause every region).
+- The hook mode: the library's default ("preload") needs its binary in ``LD_PRELOAD`` before
+  the process starts; where it is not there, ``make`` chooses the library's in-process "torch"
+  mode (PyTorch's pluggable allocator). Pause and resume are the same in both.
 
 Factories: ``make`` (the library's defaults) and ``make_retain_cpu_backup`` (its
 ``retain_cpu_backup`` switched on). With the defaults every preserving pause allocates a pinned
@@ -61,8 +64,10 @@ What the library does not let the adapter do
 """
 
 import itertools
-from typing import Any, Optional
+import os
+from typing import Any, Mapping, Optional
 
+from ..errors import OutOfRange, StateError
 from ..protocol import CUDA_EXECUTOR, Plugin, Region
 from ..types import RegionInfo
 from . import Unsupported, import_library, library_call, library_version
@@ -82,8 +87,6 @@ class TorchMemorySaverRegion(Region):
                               "fixed_pause_mode", "synchronous", "no_graphs"})
 
     def __init__(self, executor: Any, config: Any):
-        from ..errors import OutOfRange
-
         if config.bytes < 1:
             raise OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
         if not 0 <= config.device < executor.device_count:
@@ -142,11 +145,35 @@ class TorchMemorySaverRegion(Region):
         self.tensor = None
 
 
-def make() -> Plugin:
+HOOK_MODES = ("preload", "torch")
+
+
+def hook_mode_for(environ: Mapping[str, str] = os.environ) -> str:
+    """The library's hook mode for this process: "preload" where ``LD_PRELOAD`` names the
+    library's preload binary (the library's default, which needs it), "torch" (PyTorch's
+    pluggable allocator, in process) otherwise."""
+    preload = environ.get("LD_PRELOAD", "")
+    return "preload" if "torch_memory_saver" in preload else "torch"
+
+
+def _set_hook_mode(saver: Any, mode: str) -> None:
+    if mode not in HOOK_MODES:
+        raise OutOfRange(f"hook_mode = {mode!r} is not one of {', '.join(HOOK_MODES)}")
+    try:
+        saver.hook_mode = mode
+    except (AttributeError, AssertionError) as e:
+        raise StateError(f"torch_memory_saver.hook_mode = {mode!r}: the library was initialized "
+                         f"before the adapter could choose its hook mode ({type(e).__name__}: "
+                         f"{e})") from e
+
+
+def make(hook_mode: Optional[str] = None) -> Plugin:
     """The factory: ``python -m offloadkit check offloadkit.adapters.torch_memory_saver:make``.
     The library as it is configured by default: a preserving pause allocates its pinned backup
-    and the resume frees it (``retain_cpu_backup`` off)."""
+    and the resume frees it (``retain_cpu_backup`` off). ``hook_mode`` ("preload" or "torch";
+    default ``hook_mode_for()``) is set before the library initializes."""
     library = import_library(LIBRARY, "offloadkit.adapters.torch_memory_saver")
+    _set_hook_mode(library.torch_memory_saver, hook_mode or hook_mode_for())
     return Plugin(name="torch_memory_saver",
                   version=library_version(library, "torch_memory_saver"),
                   region=TorchMemorySaverRegion)

@@ -295,6 +295,28 @@ class TorchMemorySaverTest(unittest.TestCase):
         self.assertIn("cpu_backup_backend requires enable_cpu_backup=True",
                       str(caught.exception))
 
+    def test_make_chooses_the_hook_mode_from_ld_preload(self):
+        saver = tms_library.torch_memory_saver
+        self.assertEqual(tms_adapter.hook_mode_for({}), "torch")
+        self.assertEqual(tms_adapter.hook_mode_for(
+            {"LD_PRELOAD": "/x/torch_memory_saver_hook_mode_preload.abi3.so:/y/lib.so"}),
+            "preload")
+        tms_adapter.make()
+        self.assertEqual(saver._hook_mode, tms_adapter.hook_mode_for())
+        tms_adapter.make(hook_mode="preload")
+        self.assertEqual(saver._hook_mode, "preload")
+        with self.assertRaises(ok.OutOfRange) as caught:
+            tms_adapter.make(hook_mode="ld")
+        self.assertIn("hook_mode = 'ld'", str(caught.exception))
+
+    def test_a_hook_mode_after_initialization_is_a_state_error(self):
+        with mock.patch.object(type(tms_library.torch_memory_saver), "hook_mode",
+                               property(None, mock.Mock(side_effect=AssertionError(
+                                   "Cannot configure after initialization")))):
+            with self.assertRaises(ok.StateError) as caught:
+                tms_adapter.make(hook_mode="torch")
+        self.assertIn("Cannot configure after initialization", str(caught.exception))
+
     def test_retain_factory_switches_the_library_setting(self):
         saver = tms_library.torch_memory_saver
         self.addCleanup(setattr, saver, "retain_cpu_backup", saver.retain_cpu_backup)

@@ -64,6 +64,17 @@ class TorchMemorySaver:
     def __init__(self) -> None:
         self._allocations: Dict[int, _Allocation] = {}
         self._retain_cpu_backup = False
+        self._hook_mode = "preload"
+
+    @property
+    def hook_mode(self) -> str:
+        raise AttributeError
+
+    @hook_mode.setter
+    def hook_mode(self, hook_mode: str) -> None:
+        """"preload" (LD_PRELOAD) or "torch" (PyTorch's pluggable allocator); the stand-in
+        allocates the same way in both."""
+        self._hook_mode = hook_mode
 
     @property
     def retain_cpu_backup(self) -> bool:
