@@ -23,6 +23,22 @@ and why, and what the adapter adds that the library does not do itself.
 
 A library error reaches the batteries as offloadkit's typed error (``library_call``), its message
 kept and prefixed with the library call that raised it.
+
+Running against the real libraries (a GPU machine with PyTorch for CUDA; each library installed
+from its own source or package, never from offloadkit)::
+
+    python -m offloadkit check offloadkit.adapters.torch_memory_saver:make --executor cuda \\
+        --report tms.json
+    python -m offloadkit check offloadkit.adapters.torch_memory_saver:make_retain_cpu_backup \\
+        --executor cuda --report tms-retain.json
+    python -m offloadkit check offloadkit.adapters.vllm:make --executor cuda --report vllm.json
+    python -m offloadkit check offloadkit.adapters.torchtune:make_single_stream \\
+        --executor cuda --report torchtune.json
+    python -m offloadkit check offloadkit.adapters.trl:make_single_stream --executor cuda \\
+        --report trl.json
+
+and the same with ``--driver-faults`` for the driver-fault table of each. CI runs the adapters
+against stand-ins of the libraries' public APIs (``python/tests/adapters``).
 """
 
 import contextlib
