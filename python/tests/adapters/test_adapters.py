@@ -476,7 +476,7 @@ class OffloadActivationsTest(unittest.TestCase):
                 self.assertEqual(len(library.instances), 2)
                 tensor = types.SimpleNamespace(nbytes=2048)
                 handle = second.pack_hook(tensor)
-                self.assertEqual(library.instances[1].calls, [("pack", tensor)])
+                self.assertEqual(library.instances[1].calls, [("pack", id(tensor))])
                 self.assertEqual(library.instances[0].calls, [])
                 self.assertEqual(second.unpack_hook(handle), ("host copy", 2048))
 
@@ -491,6 +491,30 @@ class OffloadActivationsTest(unittest.TestCase):
                     activation.pack_hook(types.SimpleNamespace(nbytes=4096))
                 self.assertIn("cleared tracker of all tensors", str(caught.exception))
                 self.assertIn(".pack_hook", str(caught.exception))
+
+    def test_each_pack_reports_the_library_decision(self):
+        # PyTorch's part of the saved-tensor adapter (the zero-copy tensor over the source) is
+        # replaced by an object that keeps the source's view alive as long as the library
+        # references it, as a torch tensor over it does.
+        def as_torch(tensor):
+            return types.SimpleNamespace(nbytes=tensor.nbytes, view=tensor.data)
+
+        for name, adapter, *_ in self.cases:
+            with self.subTest(library=name), mock.patch("offloadkit.hooks.as_torch", as_torch):
+                _, activation = self.build(adapter, min_offload_size=1024)
+                released = []
+
+                def tensor(nbytes, tag):
+                    data = ok.Buffer(0x10000 * (len(released) + 1), nbytes, "device", 0, "host")
+                    return ok.Tensor(data, nbytes, 0, "u8", (nbytes,),
+                                     release=lambda: released.append(tag))
+
+                activation.pack(tensor(2048, "large"), ok.Stream(1))
+                activation.pack(tensor(512, "small"), ok.Stream(1))
+                stats = activation.stats()
+                self.assertEqual((stats.packed, stats.kept, stats.offloaded_bytes), (2, 1, 2048))
+                # The offloaded source went back at once; the kept one stays with the library.
+                self.assertEqual(released, ["large"])
 
     def test_an_unknown_id_is_a_state_error(self):
         for name, adapter, *_ in self.cases:
