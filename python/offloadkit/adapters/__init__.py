@@ -21,6 +21,16 @@ module                                   feature    library API
 Each module's docstring names the library commit it was written against, the profile it declares
 and why, and what the adapter adds that the library does not do itself.
 
+No adapter for Megatron-LM's paged stash (``megatron/core/transformer/moe/paged_stash.py`` at
+commit d98e8a64ddf34856e74b24714e3bedb2f5a39553): its per-key objects (``PagedStashBuffer``,
+``PagedTensor.offload_to_stash`` / ``reload_from_stash``) are reachable, but a restore into the
+caller's buffer needs the private ``PagedTensor._tensor`` set beforehand, the stash protocol's
+snapshot (free pages per tier, live entries) exists only as the buffer's device-side free-list
+indices, and importing the module imports Megatron's full-CUDA-graph wrapper, distributed
+optimizer and MoE token dispatcher. Its public entry points (``PagedStashManager``,
+``paged_stash_group_start`` / ``_commit``) run inside Megatron's pipeline schedule and autograd
+functions, not as a stash of keys.
+
 A library error reaches the batteries as offloadkit's typed error (``library_call``), its message
 kept and prefixed with the library call that raised it.
 
