@@ -6,17 +6,14 @@ real profile, and has a ``make`` factory::
 
     python -m offloadkit check offloadkit.adapters.torch_memory_saver:make --executor cuda
 
-=======================================  =========  =============================================
-module                                   feature    library API
-=======================================  =========  =============================================
-``offloadkit.adapters.torch_memory_saver``  region  ``torch_memory_saver.region`` / ``pause`` /
-                                                    ``resume``
-``offloadkit.adapters.vllm``             region     ``vllm.device_allocator.cumem.CuMemAllocator``
-                                                    (sleep mode)
-``offloadkit.adapters.torchtune``        activation ``torchtune.training.OffloadActivations``
-``offloadkit.adapters.trl``              activation ``trl.models.activation_offloading.
-                                                    OffloadActivations``
-=======================================  =========  =============================================
+- ``offloadkit.adapters.torch_memory_saver`` (region): ``torch_memory_saver.region`` /
+  ``pause`` / ``resume``; factories ``make``, ``make_retain_cpu_backup``.
+- ``offloadkit.adapters.vllm`` (region): ``vllm.device_allocator.cumem.CuMemAllocator``'s sleep
+  mode; factory ``make``.
+- ``offloadkit.adapters.torchtune`` (activation): ``torchtune.training.OffloadActivations``;
+  factories ``make`` (refused, see the module) and ``make_single_stream``.
+- ``offloadkit.adapters.trl`` (activation): ``trl.models.activation_offloading.
+  OffloadActivations``; factories ``make`` (refused) and ``make_single_stream``.
 
 Each module's docstring names the library commit it was written against, the profile it declares
 and why, and what the adapter adds that the library does not do itself.
