@@ -62,3 +62,23 @@ set_tests_properties(python_module.adapter_pytest PROPERTIES
   LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
   PASS_REGULAR_EXPRESSION "[0-9]+ passed" FAIL_REGULAR_EXPRESSION "[0-9]+ failed")
 list(APPEND module_tests python_module.adapter_pytest)
+
+# Through the command line: the libraries' default OffloadActivations(use_streams=True) is refused
+# with what the protocol lacks (exit status 4).
+set(refusals
+  "torchtune_streams|offloadkit.adapters.torchtune:make|use_streams=True. cannot be driven through offloadkit's activation protocol|${adapters_dir}/standins"
+  "trl_streams|offloadkit.adapters.trl:make|_current_graph_task_id|${adapters_dir}/standins")
+foreach(entry IN LISTS refusals)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 factory)
+  list(GET parts 2 expect)
+  list(GET parts 3 path)
+  add_test(NAME python_module.adapter_refused_${name}
+    COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+            "-DARGS=-m offloadkit check ${factory} --executor host" -DEXIT=4 "-DEXPECT=${expect}"
+            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_exit.cmake)
+  set_tests_properties(python_module.adapter_refused_${name} PROPERTIES
+    LABELS "cpu;python;adapters" TIMEOUT 60 ENVIRONMENT "PYTHONPATH=${path}")
+  list(APPEND module_tests python_module.adapter_refused_${name})
+endforeach()
