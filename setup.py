@@ -110,7 +110,7 @@ class cmake_build_ext(build_ext):
 
 setup(
     version=project_version(),
-    packages=["offloadkit"],
+    packages=["offloadkit", "offloadkit.adapters"],
     package_dir={"": "python"},
     package_data={"offloadkit": ["py.typed"]},
     ext_modules=[Extension("offloadkit._native", sources=[])],

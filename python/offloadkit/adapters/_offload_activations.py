@@ -1,0 +1,74 @@
+"""What the adapters of torchtune's and TRL's ``OffloadActivations`` share: the library's
+saved-tensor hooks driven through ``offloadkit.saved_tensor_hooks``'s adapter, one library object
+per battery case, the library's errors translated, and each pack's decision (offloaded or kept)
+reported in ``stats()``."""
+
+from typing import Any, Callable, Dict, FrozenSet
+
+from ..hooks import _HooksActivation
+from . import Unsupported, library_call
+
+#: Why ``use_streams=True`` cannot be driven through offloadkit's activation protocol.
+STREAMS_NEED_AUTOGRAD = (
+    "OffloadActivations(use_streams=True) cannot be driven through offloadkit's activation "
+    "protocol: its unpack hook reads torch._C._current_graph_task_id() and "
+    "torch._C._current_autograd_node(), registers a hook on that node (node.register_hook) and "
+    "an end-of-backward callback (Variable._execution_engine.queue_callback); all of them exist "
+    "only while autograd's engine runs a backward pass, and the protocol calls pack and unpack "
+    "directly, with no autograd graph and no forward/backward phase (offloadkit issue 31, item "
+    "4). Check use_streams=False (make_single_stream) instead.")
+
+
+def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, call: str,
+                  implementation: str, capabilities: FrozenSet[str], threshold: int) -> type:
+    """An Activation class that builds ``library_class(**kwargs)`` per case and runs its
+    ``pack_hook`` / ``unpack_hook``. ``call`` names the library call in translated errors;
+    ``threshold`` is the keep threshold the battery reads (the library's ``min_offload_size``)."""
+    if kwargs.get("use_streams", False):
+        raise Unsupported(STREAMS_NEED_AUTOGRAD)
+
+    class OffloadActivationsHooks(_HooksActivation):
+        def __init__(self, executor: Any, options: Any):
+            super().__init__(executor, options)
+            self.keep_threshold = threshold
+            with library_call(f"{call}({_arguments(kwargs)})"):
+                self.library = library_class(**kwargs)
+            self._freed_in_call = False
+            self._packing: Any = None
+
+        def pack_hook(self, tensor: Any) -> Any:
+            with library_call(f"{call}.pack_hook"):
+                return self.library.pack_hook(tensor)
+
+        def unpack_hook(self, packed: Any) -> Any:
+            with library_call(f"{call}.unpack_hook"):
+                return self.library.unpack_hook(packed)
+
+        def _source_freed(self, nbytes: int, release: Callable[[], None]) -> None:
+            if release == self._packing:
+                self._freed_in_call = True
+            super()._source_freed(nbytes, release)
+
+        def pack(self, tensor: Any, stream: Any) -> int:
+            # A pack whose source the library still references when its hook returns kept the
+            # tensor on the device (too small, a storage it tracks already, a parameter): that is
+            # the library's decision, reported as kept.
+            self._freed_in_call = False
+            self._packing = tensor.release
+            try:
+                handle = super().pack(tensor, stream)
+            finally:
+                self._packing = None
+            if not self._freed_in_call:
+                self._stats.offloaded_bytes -= tensor.nbytes
+                self._stats.kept += 1
+            return handle
+
+    OffloadActivationsHooks.__name__ = OffloadActivationsHooks.__qualname__ = implementation
+    OffloadActivationsHooks.implementation = implementation
+    OffloadActivationsHooks.capabilities = capabilities
+    return OffloadActivationsHooks
+
+
+def _arguments(kwargs: Dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items()))

@@ -1,0 +1,84 @@
+# Tests of offloadkit.adapters against the library stand-ins of python/tests/adapters/standins
+# (labels cpu, python, adapters), included by plugin/python/tests/CMakeLists.txt inside its
+# python_module block (venv, venv_python, module_work, python_check_timeout, module_tests):
+# - python_adapters.unit: each adapter's mapping, declared profile and error translation;
+# - python_module.adapter_<name>: `python -m offloadkit check` of each region adapter over its
+#   stand-in on the host executor, with exactly the FAILED rows the profile explains, and its
+#   planted stand-in defect caught with a seed whose reproduce line fails again;
+# - python_module.adapter_pytest: the same batteries through the pytest plugin.
+set(adapters_dir ${CMAKE_CURRENT_LIST_DIR})
+set(standins ${adapters_dir}/standin_factories.py)
+
+add_test(NAME python_adapters.unit
+  COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python
+          ${Python3_EXECUTABLE} -m unittest discover -v -s ${adapters_dir} -p "test_*.py")
+set_tests_properties(python_adapters.unit PROPERTIES LABELS "cpu;python;adapters" TIMEOUT 120)
+
+# name|arguments|expected exit status|regexes (','-separated)|planted defect. The counts line
+# pins how many rows fail, the "<property> ... FAILED" regexes which ones (the FAILED option of
+# expect_python_check.cmake reads only the first row of several: its list of matches does not
+# split on the "]" each one starts with).
+set(tms "region/torch_memory_saver")
+set(vllm "region/vllm-cumem")
+set(all_fail model_based release_is_real graph_replay_after_resume swap_keeps_both state_errors
+  multi_device cross_stream_order caller_writes_late adjacent_allocations)
+set(tms_planted "1 passed, 9 failed, 4 not applicable")
+set(vllm_planted "1 passed, 9 failed, 4 not applicable")
+foreach(p IN LISTS all_fail)
+  string(APPEND tms_planted ",${tms} ${p} [.][.][.] FAILED")
+  string(APPEND vllm_planted ",${vllm} ${p} [.][.][.] FAILED")
+endforeach()
+set(adapter_checks
+  # The library's defaults: a pinned backup allocated at every preserving pause.
+  "torch_memory_saver|${standins}:torch_memory_saver --executor host|1|9 passed, 1 failed, 4 not applicable,${tms} many_cycles [.][.][.] FAILED .case 1 of 1|"
+  "torch_memory_saver_retain|${standins}:torch_memory_saver_retain --executor host|0|10 passed, 0 failed, 4 not applicable|"
+  "torch_memory_saver_planted|${standins}:torch_memory_saver_retain --executor host --seed 7|1|${tms_planted}|pause_ignores_cpu_backup"
+  # One live region per process: the properties that hold two regions get the adapter's refusal.
+  "vllm|${standins}:vllm --executor host|1|7 passed, 3 failed, 4 not applicable,${vllm} swap_keeps_both [.][.][.] FAILED,${vllm} multi_device [.][.][.] FAILED,${vllm} adjacent_allocations [.][.][.] FAILED,a second region while 'offloadkit-region-[0-9]+' is live|"
+  "vllm_planted|${standins}:vllm --executor host --seed 7|1|${vllm_planted}|wake_up_drops_backup")
+foreach(entry IN LISTS adapter_checks)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 arguments)
+  list(GET parts 2 status)
+  list(GET parts 3 expect)
+  list(GET parts 4 defect)
+  string(REPLACE "," ";" expect "${expect}")
+  add_test(NAME python_module.adapter_${name}
+    COMMAND ${CMAKE_COMMAND} -DPYTHON=${venv_python} -DWORK=${module_work} "-DARGS=${arguments}"
+            -DEXPECT_RC=${status} "-DEXPECT=${expect}"
+            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_python_check.cmake)
+  set_tests_properties(python_module.adapter_${name} PROPERTIES
+    LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+    ENVIRONMENT "OFFLOADKIT_STANDIN_DEFECT=${defect}")
+  list(APPEND module_tests python_module.adapter_${name})
+endforeach()
+
+# (through cmake -E env: the interpreter does not exist before python_module.pip_install runs)
+add_test(NAME python_module.adapter_pytest
+  COMMAND ${CMAKE_COMMAND} -E env ${venv_python} -m pytest -p no:cacheprovider -q
+          ${adapters_dir}/pytest_adapter_batteries.py)
+set_tests_properties(python_module.adapter_pytest PROPERTIES
+  LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+  PASS_REGULAR_EXPRESSION "[0-9]+ passed" FAIL_REGULAR_EXPRESSION "[0-9]+ failed")
+list(APPEND module_tests python_module.adapter_pytest)
+
+# Through the command line: the libraries' default OffloadActivations(use_streams=True) is refused
+# with what the protocol lacks (exit status 4).
+set(refusals
+  "torchtune_streams|offloadkit.adapters.torchtune:make|use_streams=True. cannot be driven through offloadkit's activation protocol|${adapters_dir}/standins"
+  "trl_streams|offloadkit.adapters.trl:make|_current_graph_task_id|${adapters_dir}/standins")
+foreach(entry IN LISTS refusals)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 factory)
+  list(GET parts 2 expect)
+  list(GET parts 3 path)
+  add_test(NAME python_module.adapter_refused_${name}
+    COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+            "-DARGS=-m offloadkit check ${factory} --executor host" -DEXIT=4 "-DEXPECT=${expect}"
+            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_exit.cmake)
+  set_tests_properties(python_module.adapter_refused_${name} PROPERTIES
+    LABELS "cpu;python;adapters" TIMEOUT 60 ENVIRONMENT "PYTHONPATH=${path}")
+  list(APPEND module_tests python_module.adapter_refused_${name})
+endforeach()

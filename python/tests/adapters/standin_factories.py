@@ -1,0 +1,63 @@
+"""Factories that run offloadkit's adapters over the library stand-ins on the host executor
+(tests only).
+
+Importing this module puts ``standins/`` first on ``sys.path``, so that the adapters import the
+stand-ins of ``torch``, ``torch_memory_saver`` and ``vllm``. Each factory is the adapter's own
+``make()`` with one change: its feature class also declares ``host_executor`` and binds the
+stand-in torch's device to the executor it is given. The profile the batteries check is the
+adapter's, unchanged.
+
+    python -m offloadkit check python/tests/adapters/standin_factories.py:torch_memory_saver \\
+        --executor host
+"""
+
+import os
+import sys
+
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
+if STANDINS not in sys.path:
+    sys.path.insert(0, STANDINS)
+
+import torch  # noqa: E402 (the stand-in, from STANDINS)
+
+from offloadkit.errors import LogicError  # noqa: E402
+from offloadkit.protocol import HOST_EXECUTOR, Plugin  # noqa: E402
+
+if not getattr(torch, "__version__", "").endswith("offloadkit.standin"):
+    raise LogicError(f"torch was imported from {getattr(torch, '__file__', '?')} before the "
+                     f"stand-ins of {STANDINS}: run the stand-in factories in a fresh process")
+
+
+def _on_host(feature):
+    class OnHost(feature):
+        capabilities = frozenset(feature.capabilities) | {HOST_EXECUTOR}
+
+        def __init__(self, executor, config):
+            torch._standin_bind(executor)
+            super().__init__(executor, config)
+
+    OnHost.__name__ = OnHost.__qualname__ = feature.__name__
+    return OnHost
+
+
+def _region_on_host(plugin: Plugin) -> Plugin:
+    plugin.region = _on_host(plugin.region)
+    return plugin
+
+
+def torch_memory_saver() -> Plugin:
+    from offloadkit.adapters import torch_memory_saver as adapter
+
+    return _region_on_host(adapter.make())
+
+
+def vllm() -> Plugin:
+    from offloadkit.adapters import vllm as adapter
+
+    return _region_on_host(adapter.make())
+
+
+def torch_memory_saver_retain() -> Plugin:
+    from offloadkit.adapters import torch_memory_saver as adapter
+
+    return _region_on_host(adapter.make_retain_cpu_backup())

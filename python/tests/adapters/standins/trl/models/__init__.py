@@ -1,0 +1,1 @@
+"""Stand-in of ``trl.models`` (tests only)."""

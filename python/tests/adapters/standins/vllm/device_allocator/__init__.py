@@ -1,0 +1,1 @@
+"""Stand-in of ``vllm.device_allocator`` (tests only)."""
