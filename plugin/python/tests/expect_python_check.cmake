@@ -1,8 +1,9 @@
 # Runs `python -m offloadkit check` (the installed package, from a folder outside the checkout) and
 # checks what a user sees: the exit status EXPECT_RC; every regex of EXPECT (';'-separated) in the
-# output; with FAILED set, exactly those properties (feature/implementation property, ';'-separated)
-# have FAILED rows, no more and no fewer; with EXPECT_RC 1, a printed reproduce line that names
-# this interpreter and `-m offloadkit check`, which, run as printed, fails again.
+# output; with FAILED set, exactly those properties (feature/implementation property, ','-separated,
+# so that add_test passes them as one argument) have FAILED rows, no more and no fewer; with
+# EXPECT_RC 1, a printed reproduce line that names this interpreter and `-m offloadkit check`,
+# which, run as printed, fails again.
 #   cmake -DPYTHON=<venv python> -DWORK=<folder> "-DARGS=<check arguments>" -DEXPECT_RC=<n>
 #         ["-DEXPECT=<regexes>"] ["-DFAILED=<rows>"] -P <this file>
 file(MAKE_DIRECTORY ${WORK})
@@ -22,13 +23,15 @@ endforeach()
 if(DEFINED FAILED)
   # "[ 3/12] arena/numpy-pinned-arena round_trip ... FAILED (...)"
   string(REGEX MATCHALL "\\] [^ \n]+ [^ \n]+ \\.\\.\\. FAILED" rows "${out}")
+  # Without its bracket, so that each row is one list element.
+  string(REPLACE "] " "" rows "${rows}")
   set(failed "")
   foreach(row IN LISTS rows)
-    string(REGEX REPLACE "^\\] ([^ ]+ [^ ]+) .*" "\\1" name "${row}")
+    string(REGEX REPLACE "^([^ ]+ [^ ]+) .*" "\\1" name "${row}")
     list(APPEND failed "${name}")
   endforeach()
   list(SORT failed)
-  set(expected ${FAILED})
+  string(REPLACE "," ";" expected "${FAILED}")
   list(SORT expected)
   if(NOT failed STREQUAL expected)
     message(FATAL_ERROR "${what}: the FAILED rows are '${failed}', expected '${expected}':\n${all}")
