@@ -29,6 +29,12 @@
 // a stream of its own and returns without ordering the caller's stream after the upload, and
 // `stash_own_stream_restore` the stash's: restore() lands the rows in a pinned buffer of its own,
 // then uploads them to the caller's buffer the same way.
+//
+// `stash_one_tier` is not planted: the reference stash declaring one tier (device pages only) and
+// config validation at first use, which it makes with the SDK's check_stash_config at its first
+// call; it passes every property, through the ABI's profile bits. `stash_one_tier_lenient`
+// declares the same and checks only what check_config checks, using the pinned pages a config
+// gives the tier it lacks: config_limits alone fails it.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -73,12 +79,60 @@ namespace ok = offloadkit;
 #define OKIT_PLANTED_arena_pinned_per_offload 12
 #define OKIT_PLANTED_region_own_stream_resume 13
 #define OKIT_PLANTED_stash_own_stream_restore 14
+#define OKIT_PLANTED_stash_one_tier 15
+#define OKIT_PLANTED_stash_one_tier_lenient 16
 #define OKIT_PLANTED_PASTE(x) OKIT_PLANTED_##x
 #define OKIT_PLANTED_OF(x) OKIT_PLANTED_PASTE(x)
 #define PLANTED OKIT_PLANTED_OF(OFFLOADKIT_PLANTED)
 
 constexpr std::uint64_t common =
     OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR | OKIT_CAP_EXECUTOR_ALLOCATIONS;
+
+/// The profile of one_tier_stash: one tier (device pages), the config validated at first use.
+constexpr std::uint64_t one_tier_profile =
+    common | OKIT_STASH_CAP_DEVICE_TIER_ONLY | OKIT_STASH_CAP_CONFIG_AT_FIRST_USE;
+
+/// The reference stash with device pages only, made at the first call, once the config passes the
+/// SDK's checks of one_tier_profile; until then every call is refused (out_of_range naming the
+/// field) and writes nothing. With no pinned pages the reference stash places a key whole on the
+/// device or overflows it, as a single-tier stash does. The planted bug (stash_one_tier_lenient):
+/// only check_config's rules are checked, so pinned pages are taken and used.
+class one_tier_stash final : public ok::stash::stash_interface {
+ public:
+  one_tier_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref /*s*/)
+      : ex_(&ex), cfg_(c) {}
+
+ private:
+  ok::stash::stash_interface& inner(ok::stream_ref s) {
+    if (!inner_) {
+      if (PLANTED == OKIT_PLANTED_stash_one_tier_lenient) {
+        ok::stash::check_config(cfg_, ex_->device_count());  // the planted bug
+      } else {
+        offloadkit::plugin::check_stash_config(cfg_, ex_->device_count(), one_tier_profile);
+      }
+      inner_ = std::make_unique<ok::stash::eager_stash>(*ex_, cfg_, s);
+    }
+    return *inner_;
+  }
+  [[nodiscard]] std::string do_name() const override { return "one-tier"; }
+  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override { return cfg_; }
+  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
+  void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
+                ok::stream_ref s) override {
+    inner(s).stash(k, src, rows, s);
+  }
+  void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
+                  ok::stream_ref s) override {
+    inner(s).restore(k, dst, rows_out, s);
+  }
+  void do_reset(ok::stream_ref s) override { inner(s).reset(s); }
+  void do_clear_status(ok::stream_ref s) override { inner(s).clear_status(s); }
+  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner(s).snapshot(s); }
+
+  ok::executor* ex_;
+  ok::stash::stash_config cfg_;
+  std::unique_ptr<ok::stash::eager_stash> inner_;  ///< made at the first call
+};
 
 /// The reference stash, with restore() writing a zero over the first restored byte (stash) or with
 /// clear_status() dying of SIGSEGV (crash).
@@ -1069,6 +1123,9 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
   static const okit_stash_vtable stash =
       op::stash_vtable<&op::make_stash_as<own_stream_restore_stash>>(
           "planted-own-stream-restore", OKIT_CAP_CUDA_EXECUTOR | OKIT_CAP_HOST_EXECUTOR);
+#elif PLANTED == OKIT_PLANTED_stash_one_tier || PLANTED == OKIT_PLANTED_stash_one_tier_lenient
+  static const okit_stash_vtable stash =
+      op::stash_vtable<&op::make_stash_as<one_tier_stash>>("one-tier", one_tier_profile);
 #else
   static const okit_stash_vtable stash =
       op::stash_vtable<&op::make_stash_as<planted_stash>>("planted", common);
@@ -1134,7 +1191,9 @@ extern "C" OKIT_PLUGIN_EXPORT const okit_plugin* okit_plugin_entry(uint32_t host
                          OKIT_ACTIVATION_CAP_PREFETCH_BOUND | OKIT_ACTIVATION_CAP_PENDING_BOUND);
 #endif
   const bool stash_like = PLANTED == OKIT_PLANTED_stash || PLANTED == OKIT_PLANTED_crash ||
-                          PLANTED == OKIT_PLANTED_stash_own_stream_restore;
+                          PLANTED == OKIT_PLANTED_stash_own_stream_restore ||
+                          PLANTED == OKIT_PLANTED_stash_one_tier ||
+                          PLANTED == OKIT_PLANTED_stash_one_tier_lenient;
   static const okit_plugin plugin{
       OKIT_ABI_VERSION, sizeof(okit_plugin), "planted-" OKIT_PLANTED_NAME, OFFLOADKIT_VERSION,
       stash_like ? &stash : nullptr,

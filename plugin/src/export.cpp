@@ -461,3 +461,20 @@ okit_activation_vtable activation_vtable(const char* implementation, std::uint64
 }
 
 }  // namespace offloadkit::plugin::detail
+
+namespace offloadkit::plugin {
+
+void check_stash_config(const stash::stash_config& c, int device_count,
+                        std::uint64_t capabilities) {
+  stash::check_config(c, device_count);
+  const bool device_only = (capabilities & OKIT_STASH_CAP_DEVICE_TIER_ONLY) != 0;
+  const bool pinned_only = (capabilities & OKIT_STASH_CAP_PINNED_TIER_ONLY) != 0;
+  OFFLOADKIT_EXPECTS(!device_only || c.pinned_pages == 0, out_of_range,
+                     "stash_config.pinned_pages = ", c.pinned_pages,
+                     " is outside [0, 0] (the stash has device pages only)");
+  OFFLOADKIT_EXPECTS(!pinned_only || c.device_pages == 0, out_of_range,
+                     "stash_config.device_pages = ", c.device_pages,
+                     " is outside [0, 0] (the stash has pinned pages only)");
+}
+
+}  // namespace offloadkit::plugin

@@ -194,12 +194,19 @@ testing::stash_capabilities stash_capabilities_of(std::uint64_t bits) noexcept {
                : has(bits, OKIT_STASH_CAP_OVERFLOW_EXCEPTION)
                    ? testing::stash_overflow_report::exception
                    : testing::stash_overflow_report::status_word;
-  c.placement = has(bits, OKIT_STASH_CAP_WHOLE_KEY_PER_TIER)
+  const bool device_only = has(bits, OKIT_STASH_CAP_DEVICE_TIER_ONLY);
+  const bool pinned_only = has(bits, OKIT_STASH_CAP_PINNED_TIER_ONLY);
+  c.placement = device_only || pinned_only ? testing::stash_placement::single_tier
+                : has(bits, OKIT_STASH_CAP_WHOLE_KEY_PER_TIER)
                     ? testing::stash_placement::whole_key_per_tier
                     : testing::stash_placement::split_within_key;
+  c.tier = pinned_only && !device_only ? testing::stash_tier::pinned : testing::stash_tier::device;
   c.unknown_restore = has(bits, OKIT_STASH_CAP_UNKNOWN_RESTORE_ERROR)
                           ? testing::stash_unknown_restore::error
                           : testing::stash_unknown_restore::status_word;
+  c.validation = has(bits, OKIT_STASH_CAP_CONFIG_AT_FIRST_USE)
+                     ? testing::stash_config_validation::first_use
+                     : testing::stash_config_validation::construction;
   return c;
 }
 
@@ -210,6 +217,13 @@ testing::stash_capabilities stash_capabilities_of(const okit_stash_vtable& t) {
           !has(t.capabilities, OKIT_STASH_CAP_OVERFLOW_EXCEPTION),
       out_of_range, "stash table '", t.implementation != nullptr ? t.implementation : "",
       "' declares two overflow reports (sticky_flag and overflow_exception); declare one or none");
+  const int placements = static_cast<int>(has(t.capabilities, OKIT_STASH_CAP_WHOLE_KEY_PER_TIER)) +
+                         static_cast<int>(has(t.capabilities, OKIT_STASH_CAP_DEVICE_TIER_ONLY)) +
+                         static_cast<int>(has(t.capabilities, OKIT_STASH_CAP_PINNED_TIER_ONLY));
+  OFFLOADKIT_EXPECTS(placements <= 1, out_of_range, "stash table '",
+                     t.implementation != nullptr ? t.implementation : "", "' declares ", placements,
+                     " placements (of whole_key_per_tier, device_tier_only, pinned_tier_only); "
+                     "declare one or none");
   if (!OKIT_STASH_HAS_KEY_LIMITS(&t)) return c;
   const std::pair<const char*, std::uint32_t*> fields[] = {
       {"vp_limit", &c.vp_limit},

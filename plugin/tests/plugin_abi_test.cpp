@@ -18,6 +18,7 @@
 #include "offloadkit/launch.hpp"
 #include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/plugin/capabilities.hpp"
+#include "offloadkit/plugin/export.hpp"
 #include "offloadkit/plugin/host.hpp"
 #include "offloadkit/region/unified_region.hpp"
 #include "offloadkit/resources.hpp"
@@ -544,7 +545,8 @@ std::string decoded(const std::string& feature, std::uint64_t bits) {
     const auto c = op::stash_capabilities_of(bits);
     out += std::to_string(c.capturable) + std::to_string(c.page_ids) +
            ok::testing::to_string(c.overflow) + ok::testing::to_string(c.placement) +
-           ok::testing::to_string(c.unknown_restore);
+           ok::testing::to_string(c.tier) + ok::testing::to_string(c.unknown_restore) +
+           ok::testing::to_string(c.validation);
   } else if (feature == "region") {
     const auto c = op::region_capabilities_of(bits);
     out += std::to_string(c.address_stable) + std::to_string(c.releases_memory) +
@@ -609,14 +611,17 @@ TEST(CapabilityTable, NoBitOutsideTheTableIsDecoded) {
 TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
   // Every value of every stash, region and activation policy of the descriptor is what some word
   // decodes to: a value added to a descriptor without its bit fails here.
-  std::set<std::string> overflow, placement, unknown_restore, pause_modes, streams, graphs;
+  std::set<std::string> overflow, placement, tier, unknown_restore, validation, pause_modes,
+      streams, graphs;
   std::set<std::string> return_device, decision, dedup;
-  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 8); ++bits) {
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 9); ++bits) {
     const std::uint64_t word = bits << 8;  // feature bits start at 8
     const auto st = op::stash_capabilities_of(word);
     overflow.insert(ok::testing::to_string(st.overflow));
     placement.insert(ok::testing::to_string(st.placement));
+    if (st.single_tier()) tier.insert(ok::testing::to_string(st.tier));
     unknown_restore.insert(ok::testing::to_string(st.unknown_restore));
+    validation.insert(ok::testing::to_string(st.validation));
     const auto rg = op::region_capabilities_of(word);
     pause_modes.insert(ok::testing::to_string(rg.pause_modes));
     streams.insert(ok::testing::to_string(rg.streams));
@@ -632,10 +637,15 @@ TEST(CapabilityTable, EveryDeclaredPolicyIsReachableFromTheBits) {
                                              to_string(t::stash_overflow_report::sticky_flag),
                                              to_string(t::stash_overflow_report::exception)}));
   EXPECT_EQ(placement, (std::set<std::string>{to_string(t::stash_placement::split_within_key),
-                                              to_string(t::stash_placement::whole_key_per_tier)}));
+                                              to_string(t::stash_placement::whole_key_per_tier),
+                                              to_string(t::stash_placement::single_tier)}));
+  EXPECT_EQ(tier, (std::set<std::string>{to_string(t::stash_tier::device),
+                                         to_string(t::stash_tier::pinned)}));
   EXPECT_EQ(unknown_restore,
             (std::set<std::string>{to_string(t::stash_unknown_restore::status_word),
                                    to_string(t::stash_unknown_restore::error)}));
+  EXPECT_EQ(validation, (std::set<std::string>{to_string(t::stash_config_validation::construction),
+                                               to_string(t::stash_config_validation::first_use)}));
   EXPECT_EQ(pause_modes,
             (std::set<std::string>{to_string(t::region_pause_modes::both),
                                    to_string(t::region_pause_modes::fixed_per_allocation)}));
@@ -707,6 +717,76 @@ TEST(CapabilityTable, StashKeyLimitsTravelInTheTable) {
   t.layer_limit = 0;
   t.capabilities |= OKIT_STASH_CAP_STICKY_FLAG;
   EXPECT_THROW((void)op::stash_capabilities_of(t), ok::out_of_range);
+}
+
+TEST(CapabilityTable, StashSingleTierAndFirstUseValidationDecodeFromTheirBits) {
+  namespace t = ok::testing;
+  auto c = op::stash_capabilities_of(0);
+  EXPECT_EQ(c.placement, t::stash_placement::split_within_key);
+  EXPECT_EQ(c.validation, t::stash_config_validation::construction);
+  EXPECT_TRUE(c.has_tier(t::stash_tier::device) && c.has_tier(t::stash_tier::pinned));
+  c = op::stash_capabilities_of(OKIT_STASH_CAP_DEVICE_TIER_ONLY);
+  EXPECT_EQ(c.placement, t::stash_placement::single_tier);
+  EXPECT_EQ(c.tier, t::stash_tier::device);
+  EXPECT_FALSE(c.has_tier(t::stash_tier::pinned));
+  EXPECT_TRUE(c.default_overflow_policy());  // a status word, keys fitting in the one tier
+  c = op::stash_capabilities_of(OKIT_STASH_CAP_PINNED_TIER_ONLY | OKIT_STASH_CAP_STICKY_FLAG);
+  EXPECT_EQ(c.placement, t::stash_placement::single_tier);
+  EXPECT_EQ(c.tier, t::stash_tier::pinned);
+  EXPECT_FALSE(c.has_tier(t::stash_tier::device));
+  EXPECT_FALSE(c.default_overflow_policy());
+  c = op::stash_capabilities_of(OKIT_STASH_CAP_CONFIG_AT_FIRST_USE);
+  EXPECT_EQ(c.validation, t::stash_config_validation::first_use);
+  EXPECT_EQ(c.placement, t::stash_placement::split_within_key);
+  // The bits of ABI 1.4 keep their values.
+  EXPECT_EQ(OKIT_STASH_CAP_OVERFLOW_EXCEPTION, 1ull << 13);
+  // Two placements in one table are refused, naming them.
+  okit_stash_vtable table{};
+  table.struct_size = sizeof table;
+  table.implementation = "two_placements";
+  for (const std::uint64_t two :
+       {OKIT_STASH_CAP_DEVICE_TIER_ONLY | OKIT_STASH_CAP_PINNED_TIER_ONLY,
+        OKIT_STASH_CAP_WHOLE_KEY_PER_TIER | OKIT_STASH_CAP_PINNED_TIER_ONLY}) {
+    table.capabilities = two;
+    try {
+      (void)op::stash_capabilities_of(table);
+      ADD_FAILURE() << "two placements were accepted: " << two;
+    } catch (const ok::out_of_range& e) {
+      EXPECT_NE(std::string(e.what()).find("2 placements"), std::string::npos) << e.what();
+    }
+  }
+  table.capabilities = OKIT_STASH_CAP_PINNED_TIER_ONLY | OKIT_STASH_CAP_CONFIG_AT_FIRST_USE;
+  c = op::stash_capabilities_of(table);
+  EXPECT_EQ(c.tier, t::stash_tier::pinned);
+  EXPECT_EQ(c.validation, t::stash_config_validation::first_use);
+}
+
+TEST(CapabilityTable, SdkConfigCheckRefusesPagesInTheMissingTier) {
+  ok::stash::stash_config cfg;
+  cfg.row_bytes = 4;
+  cfg.rows_per_page = 2;
+  cfg.max_rows = 4;
+  cfg.device_pages = 3;
+  cfg.pinned_pages = 0;
+  op::check_stash_config(cfg, 1, 0);
+  op::check_stash_config(cfg, 1, OKIT_STASH_CAP_DEVICE_TIER_ONLY);
+  const auto refusal = [&](std::uint64_t caps) -> std::string {
+    try {
+      op::check_stash_config(cfg, 1, caps);
+    } catch (const ok::out_of_range& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(refusal(OKIT_STASH_CAP_PINNED_TIER_ONLY).find("device_pages = 3 is outside [0, 0]"),
+            std::string::npos)
+      << refusal(OKIT_STASH_CAP_PINNED_TIER_ONLY);
+  cfg.pinned_pages = 1;
+  EXPECT_NE(refusal(OKIT_STASH_CAP_DEVICE_TIER_ONLY).find("pinned_pages = 1 is outside [0, 0]"),
+            std::string::npos)
+      << refusal(OKIT_STASH_CAP_DEVICE_TIER_ONLY);
+  cfg.rows_per_page = 0;  // check_config's rules first, whatever the tier
+  EXPECT_NE(refusal(OKIT_STASH_CAP_CONFIG_AT_FIRST_USE).find("rows_per_page"), std::string::npos);
 }
 
 TEST(CapabilityTable, PythonProtocolNamesAreTheTables) {

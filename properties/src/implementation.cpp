@@ -21,6 +21,28 @@ const char* to_string(stash_placement p) noexcept {
       return "split within a key (device first)";
     case stash_placement::whole_key_per_tier:
       return "whole key per tier";
+    case stash_placement::single_tier:
+      return "single tier, whole key";
+  }
+  return "unknown";
+}
+
+const char* to_string(stash_tier t) noexcept {
+  switch (t) {
+    case stash_tier::device:
+      return "device pages only";
+    case stash_tier::pinned:
+      return "pinned pages only";
+  }
+  return "unknown";
+}
+
+const char* to_string(stash_config_validation v) noexcept {
+  switch (v) {
+    case stash_config_validation::construction:
+      return "at construction";
+    case stash_config_validation::first_use:
+      return "at first use";
   }
   return "unknown";
 }

@@ -170,6 +170,66 @@ class NumpyStash(ok.Stash):
                 setattr(self, name, None)
 
 
+class NumpyOneTierStash(NumpyStash):
+    """NumpyStash as a library that keeps activations only in pinned host buffers and checks its
+    config when it is first used declares itself: one tier, pinned pages (``pinned_tier_only``: a
+    config that gives device pages is a bad config), and the config checked by the first
+    ``stash`` or ``restore`` (``config_at_first_use``), which, like every later call while the
+    config is bad, raises OutOfRange naming the field and writes nothing."""
+
+    implementation = "numpy-one-tier-stash"
+    capabilities = NumpyStash.capabilities | {"pinned_tier_only", "config_at_first_use"}
+
+    def __init__(self, executor, config, stream):
+        # NumpyStash.__init__ (its pools) runs at the first call, once the config is checked.
+        self.ex = executor
+        self.cfg = config
+        self.device_pool = self.pinned_pool = self.staging = None
+        self.ready = False
+
+    def _check_config(self):
+        cfg = self.cfg
+        for name in ("row_bytes", "rows_per_page", "max_keys"):
+            if getattr(cfg, name) < 1:
+                raise ok.OutOfRange(f"stash_config.{name} = {getattr(cfg, name)} is outside "
+                                    "[1, inf)")
+        if cfg.device_pages != 0:
+            raise ok.OutOfRange(f"stash_config.device_pages = {cfg.device_pages} is outside "
+                                "[0, 0] (this stash has pinned pages only)")
+        if cfg.pinned_pages >= 1 << 31:
+            raise ok.OutOfRange(f"stash_config.pinned_pages = {cfg.pinned_pages} is outside "
+                                f"[0, {1 << 31})")
+        if not 0 <= cfg.device < self.ex.device_count:
+            raise ok.OutOfRange(f"stash_config.device = {cfg.device} is outside "
+                                f"[0, {self.ex.device_count})")
+
+    def _first_use(self, stream):
+        if not self.ready:
+            self._check_config()
+            NumpyStash.__init__(self, self.ex, self.cfg, stream)
+            self.ready = True
+
+    def stash(self, key, src, rows, stream):
+        self._first_use(stream)
+        super().stash(key, src, rows, stream)
+
+    def restore(self, key, dst, rows_out, stream):
+        self._first_use(stream)
+        super().restore(key, dst, rows_out, stream)
+
+    def reset(self, stream):
+        self._first_use(stream)
+        super().reset(stream)
+
+    def clear_status(self, stream):
+        self._first_use(stream)
+        super().clear_status(stream)
+
+    def snapshot(self, stream):
+        self._first_use(stream)
+        return super().snapshot(stream)
+
+
 # ---- graph-stable region --------------------------------------------------------------------
 
 
@@ -563,6 +623,10 @@ def make_stash():
 
 def make_decimal_stash():
     return ok.Plugin(name="numpy-offload", stash=NumpyDecimalStash)
+
+
+def make_one_tier_stash():
+    return ok.Plugin(name="numpy-offload", stash=NumpyOneTierStash)
 
 
 def make_region():

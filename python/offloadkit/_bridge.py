@@ -96,6 +96,8 @@ def describe(spec):
         if not set(caps) & {"cuda_executor", "host_executor"}:
             raise errors.LogicError(f"{spec}: feature {feature} declares neither cuda_executor "
                                     "nor host_executor; at least one is required")
+        if feature == "stash":
+            _check_stash_profile(spec, caps)
         implementation = getattr(value, "implementation", None) or getattr(
             make, "__name__", feature)
         features[feature] = (make, caps, str(implementation),
@@ -104,6 +106,22 @@ def describe(spec):
         raise errors.LogicError(f"{spec}: the factory returned {plugin!r}, which provides no "
                                 f"feature (set one of {', '.join(FEATURES)})")
     return str(name), version, features
+
+
+#: Stash policies of which a profile declares at most one (each list is one policy's choices).
+_STASH_EXCLUSIVE = (("sticky_flag", "overflow_exception"),
+                    ("whole_key_per_tier", "device_tier_only", "pinned_tier_only"))
+
+
+def _check_stash_profile(spec, caps):
+    """Refuses a stash that declares two choices of one policy (two overflow reports, two
+    placements), naming them."""
+    for choices in _STASH_EXCLUSIVE:
+        declared = [c for c in choices if c in caps]
+        if len(declared) > 1:
+            raise errors.OutOfRange(
+                f"{spec}: the stash declares {', '.join(declared)}; these are choices of one "
+                f"policy ({', '.join(choices)}): declare one or none")
 
 
 def _key_limits(spec, feature, value):

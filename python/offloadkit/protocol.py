@@ -25,7 +25,10 @@ feature        built as                          feature capabilities (besides t
 ``stash``      ``make(executor, config, stream)``  ``capturable``, ``page_ids``; profile:
                                                    ``sticky_flag``, ``overflow_exception``,
                                                    ``whole_key_per_tier``,
-                                                   ``unknown_restore_error``; ``key_limits``
+                                                   ``device_tier_only``,
+                                                   ``pinned_tier_only``,
+                                                   ``unknown_restore_error``,
+                                                   ``config_at_first_use``; ``key_limits``
 ``region``     ``make(executor, config)``          ``address_stable``, ``releases_memory``,
                                                    ``multi_device``, ``managed_memory``;
                                                    profile: ``fixed_pause_mode``,
@@ -119,7 +122,8 @@ BOTH_EXECUTORS = frozenset({CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS})
 COMMON_CAPABILITIES = (CUDA_EXECUTOR, HOST_EXECUTOR, EXECUTOR_ALLOCATIONS)
 FEATURE_CAPABILITIES = {
     "stash": ("capturable", "page_ids", "sticky_flag", "whole_key_per_tier",
-              "unknown_restore_error", "overflow_exception"),
+              "unknown_restore_error", "overflow_exception", "device_tier_only",
+              "pinned_tier_only", "config_at_first_use"),
     "region": ("address_stable", "releases_memory", "multi_device", "managed_memory",
                "fixed_pause_mode", "synchronous", "no_graphs"),
     "arena": ("asynchronous", "pinned_steady_state", "single_host_buffer"),
@@ -186,7 +190,16 @@ class Stash:
     changes nothing; ``overflow_exception`` (not with ``sticky_flag``): ``stash`` of a key that
     does not fit raises OutOfMemory (naming the key, the pages it needs and the free pages),
     stores nothing and leaves the status word as it was, and later calls go on; the other
-    failures (``rows_too_large``, ``double_stash``) still go to the status word.
+    failures (``rows_too_large``, ``double_stash``) still go to the status word;
+    ``device_tier_only`` or ``pinned_tier_only`` (at most one placement of these and
+    ``whole_key_per_tier``): the stash has that one tier, a key goes whole into it or overflows,
+    and a config that gives the other tier pages is a bad config (OutOfRange naming
+    ``pinned_pages`` or ``device_pages`` and the valid range [0, 0]); ``config_at_first_use``:
+    the constructor accepts any config, and a bad one (any field ``check_config`` refuses, or
+    pages in a missing tier) makes the first ``stash`` or ``restore``, and every later one, raise
+    OutOfRange naming the field and its valid range, writing nothing (not ``dst``, not
+    ``rows_out``); the object can still be closed. Without it the constructor raises OutOfRange
+    for a bad config.
 
     Key space (``key_limits``, a class attribute): ``(vp, layer, microbatch)``, each field of a
     key below its limit, each limit in [1, ``CODEC_KEY_LIMITS``]; a key past a limit raises

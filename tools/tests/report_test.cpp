@@ -107,6 +107,7 @@ TEST(ReportProfile, BatteryListCarriesTheDescriptorsFlags) {
                                   {"overflow", "per-key status word"},
                                   {"placement", "split within a key (device first)"},
                                   {"unknown_restore", "recorded as restore_empty"},
+                                  {"config_validation", "at construction"},
                                   {"key_space", "vp < 256, layer < 4096, microbatch < 4096"},
                                   {"cuda", "yes"},
                                   {"host", "no"},

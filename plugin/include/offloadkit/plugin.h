@@ -3,7 +3,9 @@
  * limits and its overflow-exception policy, and the plugin's optional release_cached_memory, for
  * plugins that run on a framework with caching allocators; 1.4: an activation offloader's offload
  * decision and storage dedup policies, OKIT_ACTIVATION_CAP_OPAQUE_PREDICATE and
- * OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE).
+ * OKIT_ACTIVATION_CAP_DEDUP_BY_STORAGE; 1.5: a stash's single-tier placement and first-use config
+ * validation, OKIT_STASH_CAP_DEVICE_TIER_ONLY, OKIT_STASH_CAP_PINNED_TIER_ONLY and
+ * OKIT_STASH_CAP_CONFIG_AT_FIRST_USE).
  *
  * A plugin is a shared library that implements one or more offload features (paged stash,
  * graph-stable region, coalesced arena, activation offload) behind plain C function tables, so
@@ -264,6 +266,19 @@ typedef struct okit_executor {
  * stashed twice, rows past max_rows) go to the status word. Not together with
  * OKIT_STASH_CAP_STICKY_FLAG (offloadkit refuses a table with both). */
 #define OKIT_STASH_CAP_OVERFLOW_EXCEPTION (1ull << 13)
+/* Read by offloadkit 1.5 and later. The placement of a stash with one tier: every key goes whole
+ * into it, and the other tier does not exist. A config that gives the other tier pages is a bad
+ * config: OKIT_ERR_OUT_OF_RANGE naming the field and its valid range [0, 0], from create or, with
+ * OKIT_STASH_CAP_CONFIG_AT_FIRST_USE, from the first stash or restore. At most one of
+ * OKIT_STASH_CAP_WHOLE_KEY_PER_TIER, OKIT_STASH_CAP_DEVICE_TIER_ONLY and
+ * OKIT_STASH_CAP_PINNED_TIER_ONLY (offloadkit refuses a table with two). */
+#define OKIT_STASH_CAP_DEVICE_TIER_ONLY (1ull << 14) /* device pages only (pinned_pages 0) */
+#define OKIT_STASH_CAP_PINNED_TIER_ONLY (1ull << 15) /* pinned pages only (device_pages 0) */
+/* Read by offloadkit 1.5 and later. create accepts any config; a bad one is reported by the first
+ * stash or restore (batched or not) and every later one, as OKIT_ERR_OUT_OF_RANGE naming the field
+ * and its valid range. Such a call writes nothing (not the destination, not the row count), and
+ * destroy or close still tears the object down. Not set: create refuses a bad config. */
+#define OKIT_STASH_CAP_CONFIG_AT_FIRST_USE (1ull << 16)
 
 /* Region. */
 #define OKIT_REGION_CAP_ADDRESS_STABLE (1ull << 8) /* data() never changes */

@@ -394,6 +394,21 @@ class DescribeTest(unittest.TestCase):
             with self.assertRaisesRegex(ok.OutOfRange, r"key_limits = .*\[1, 256\], \[1, 4096\]"):
                 _bridge.describe(spec)
 
+    def test_a_stash_declares_one_choice_of_each_policy(self):
+        class OneTier(ok.Stash):
+            capabilities = ok.BOTH_EXECUTORS | {"pinned_tier_only", "config_at_first_use"}
+
+        spec = self.factory(stash=OneTier)
+        _, _, features = _bridge.describe(spec)
+        self.assertIn("pinned_tier_only", features["stash"][1])
+        self.assertIn("config_at_first_use", features["stash"][1])
+        for two in [{"device_tier_only", "pinned_tier_only"},
+                    {"whole_key_per_tier", "device_tier_only"},
+                    {"sticky_flag", "overflow_exception"}]:
+            OneTier.capabilities = ok.BOTH_EXECUTORS | two
+            with self.assertRaisesRegex(ok.OutOfRange, r"choices of one policy"):
+                _bridge.describe(spec)
+
     def test_only_a_stash_has_key_limits(self):
         f = ok.Feature(lambda ex: None, ok.BOTH_EXECUTORS, "f", key_limits=(1, 1, 1))
         with self.assertRaisesRegex(ok.LogicError, "only a stash has a key space"):

@@ -100,10 +100,11 @@ void prop_multi_device(executor& ex, const stash_implementation& impl) {
     pages += pages_for(rows, cfg.rows_per_page);
   }
   // Room for every key at once, mostly in device pages (which are what this property is about).
-  cfg.device_pages = *rc::gen::weightedOneOf<std::uint64_t>(
-      {{2, rc::gen::just(pages)}, {1, rc::gen::inRange<std::uint64_t>(0, pages + 1)}});
-  cfg.pinned_pages =
-      pinned_for_peak(impl, pages, cfg.device_pages, *rc::gen::inRange<std::uint64_t>(0, 2));
+  std::tie(cfg.device_pages, cfg.pinned_pages) = pool_for_peak(
+      impl, pages,
+      *rc::gen::weightedOneOf<std::uint64_t>(
+          {{2, rc::gen::just(pages)}, {1, rc::gen::inRange<std::uint64_t>(0, pages + 1)}}),
+      *rc::gen::inRange<std::uint64_t>(0, 2));
   cfg.max_keys = keys.size();
   stash_config on_d = cfg, on_0 = cfg;
   on_d.device = d;

@@ -11,8 +11,9 @@ void prop_injected_faults(executor& ex, const stash_implementation& impl) {
   const random_workload r = gen_workload(true);
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
-  const std::uint64_t dev = *rc::gen::inRange<std::uint64_t>(0, plan.peak_pages + 1);
-  const stash_config cfg = config_for(r, dev, pinned_for_peak(impl, plan.peak_pages, dev));
+  const auto [dev, pin] = pool_for_peak(impl, plan.peak_pages,
+                                        *rc::gen::inRange<std::uint64_t>(0, plan.peak_pages + 1));
+  const stash_config cfg = config_for(r, dev, pin);
   fault_injection_adaptor faulty(ex);
   stream s(ex);
   device_io io(ex, s, r.w.max_rows * r.w.row_bytes);

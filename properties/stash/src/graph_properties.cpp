@@ -13,8 +13,9 @@ void prop_graph_replay(executor& ex, const stash_implementation& impl) {
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 6);
   cfg.max_rows = *rc::gen::inRange<std::size_t>(1, 30);
   const std::uint64_t per_key = pages_for(cfg.max_rows, cfg.rows_per_page);
-  cfg.device_pages = *rc::gen::inRange<std::uint64_t>(0, 2 * per_key + 1);
-  cfg.pinned_pages = *rc::gen::inRange<std::uint64_t>(0, 2 * per_key + 1);
+  std::tie(cfg.device_pages, cfg.pinned_pages) =
+      tiers_for(impl.caps, *rc::gen::inRange<std::uint64_t>(0, 2 * per_key + 1),
+                *rc::gen::inRange<std::uint64_t>(0, 2 * per_key + 1));
   cfg.max_keys = 2;
   stream s(ex);
   auto st = impl.make(ex, cfg, s);

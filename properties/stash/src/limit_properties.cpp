@@ -97,8 +97,7 @@ void prop_key_limits(executor& ex, const stash_implementation& impl) {
   cfg.row_bytes = 3;
   cfg.rows_per_page = 2;
   cfg.max_rows = 5;
-  cfg.device_pages = 3;
-  cfg.pinned_pages = 1;
+  std::tie(cfg.device_pages, cfg.pinned_pages) = tiers_for(impl.caps, 3, 1);
   cfg.max_keys = 2;
   stream s(ex);
   auto st = impl.make(ex, cfg, s);
@@ -149,39 +148,125 @@ struct config_edge {
   bool valid;          ///< whether the config is usable
 };
 
+/// What a call refused for a bad config must leave: an out_of_range naming the field, and
+/// nothing written to the destination or the row count. Fails the property otherwise.
+void expect_refused(const std::string& what, const std::string& field, std::int64_t value,
+                    const std::function<void()>& call) {
+  std::string msg;
+  bool threw = false;
+  try {
+    call();
+  } catch (const out_of_range& x) {
+    threw = true;
+    msg = x.what();
+  }
+  if (!threw || msg.find(field) == std::string::npos) {
+    RC_FAIL(detail::concat("profile says a bad config is reported at first use, but ", what,
+                           " with stash_config.", field, " = ", value,
+                           threw ? " threw an out_of_range not naming the field ('" + msg + "')"
+                                 : " was not refused with an out_of_range"));
+  }
+}
+
+/// A bad config under first-use validation: creation accepts it; the first stash() or restore()
+/// (drawn) and every later one are refused with out_of_range naming the field and write nothing
+/// (the destination keeps its sentinel, the row count its marker); the object is destroyed.
+void check_refused_at_first_use(executor& ex, const stash_implementation& impl,
+                                const stash_config& cfg, const std::string& field,
+                                std::int64_t value, stream_ref s) {
+  std::unique_ptr<stash_interface> st;
+  try {
+    st = impl.make(ex, cfg, s);
+  } catch (const std::exception& x) {
+    RC_FAIL(
+        detail::concat("profile says config is validated at first use, but creating a stash "
+                       "with stash_config.",
+                       field, " = ", value, " threw: ", x.what()));
+  }
+  // Buffers of a usable size whatever the config says, on a device the executor has.
+  const std::size_t bytes = 64;
+  device_io io(ex, s, bytes);
+  io.write_source(io.src.data(), pattern_code(stash_key{0, 0, 0}), 5);
+  io.write_u64(io.rows.data(), 1);
+  const std::uint64_t marker = 0xDEADBEEFull;
+  auto stash_call = [&](const char* which) {
+    expect_refused(detail::concat(which, " stash()"), field, value, [&] {
+      st->stash(stash_key{0, 0, 0}, io.src.data(), io.rows.as<std::uint64_t>(), s);
+    });
+  };
+  auto restore_call = [&](const char* which) {
+    io.clear(io.dst.data());
+    io.write_u64(io.rows_out.data(), marker);
+    expect_refused(detail::concat(which, " restore()"), field, value, [&] {
+      st->restore(stash_key{0, 0, 0}, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+    });
+    const long long at = first_mismatch(io.read(io.dst.data()), 0, 0, 0);
+    const std::uint64_t rows_out = io.read_u64(io.rows_out.data());
+    if (at >= 0 || rows_out != marker) {
+      RC_FAIL(detail::concat(which, " restore(), refused for stash_config.", field, " = ", value,
+                             ", wrote ",
+                             at >= 0 ? detail::concat("destination byte ", at)
+                                     : detail::concat("the row count ", rows_out)));
+    }
+  };
+  if (*rc::gen::arbitrary<bool>()) {
+    stash_call("the first");
+    restore_call("a later");
+  } else {
+    restore_call("the first");
+    stash_call("a later");
+  }
+  stash_call("a later");
+  restore_call("a later");
+  ex.synchronize(s);
+  st.reset();  // a stash refused for its config is destroyed like any other
+}
+
 }  // namespace
 
 /// Every config field at its last valid and first invalid value: row_bytes, rows_per_page and
 /// max_keys at 1 and 0, max_rows and both tiers at 0, the two tiers together at 2^31 pages (page
-/// ids are 32-bit on the device), device at -1 and at the executor's device count. The fixed
-/// cases come first in every run; random ones after.
+/// ids are 32-bit on the device), device at -1 and at the executor's device count; for a
+/// single-tier stash, the tier it lacks at 1 page. A bad config is refused when the profile says:
+/// by creation, or by the first stash() or restore() and every later one, which write nothing.
+/// The fixed cases come first in every run; random ones after.
 void prop_config_limits(executor& ex, const stash_implementation& impl) {
   const std::int64_t too_many_pages = std::int64_t{1} << 31;
-  const std::vector<config_edge> edges{{"row_bytes", 1, true},
-                                       {"row_bytes", 0, false},
-                                       {"rows_per_page", 1, true},
-                                       {"rows_per_page", 0, false},
-                                       {"max_keys", 1, true},
-                                       {"max_keys", 0, false},
-                                       {"max_rows", 0, true},
-                                       {"device_pages", 0, true},
-                                       {"pinned_pages", 0, true},
-                                       {"device_pages", too_many_pages, false},
-                                       {"pinned_pages", too_many_pages, false},
-                                       {"device", -1, false},
-                                       {"device", ex.device_count(), false}};
-  std::vector<int> indices(edges.size());
-  for (std::size_t i = 0; i < edges.size(); ++i) indices[i] = static_cast<int>(i);
-  const int which = *offloadkit::testing::fixed_then_random(
-      "stash.config_limits.edge", indices, rc::gen::inRange(0, static_cast<int>(edges.size())));
+  std::vector<config_edge> edges{{"row_bytes", 1, true},
+                                 {"row_bytes", 0, false},
+                                 {"rows_per_page", 1, true},
+                                 {"rows_per_page", 0, false},
+                                 {"max_keys", 1, true},
+                                 {"max_keys", 0, false},
+                                 {"max_rows", 0, true},
+                                 {"device_pages", 0, true},
+                                 {"pinned_pages", 0, true},
+                                 {"device_pages", too_many_pages, false},
+                                 {"pinned_pages", too_many_pages, false},
+                                 {"device", -1, false},
+                                 {"device", ex.device_count(), false}};
+  if (impl.caps.single_tier()) {
+    // The tier it lacks: one page there is a bad config.
+    edges.push_back({impl.caps.has_tier(offloadkit::testing::stash_tier::device) ? "pinned_pages"
+                                                                                 : "device_pages",
+                     1, false});
+  }
+  // Each edge, with a key of max_rows rows (the one most likely to overflow a tier at its edge),
+  // then random edges and row counts.
+  std::vector<std::pair<int, bool>> fixed(edges.size());
+  for (std::size_t i = 0; i < edges.size(); ++i) fixed[i] = {static_cast<int>(i), true};
+  const auto [which, full_key] = *offloadkit::testing::fixed_then_random(
+      "stash.config_limits.edge", fixed,
+      rc::gen::pair(rc::gen::inRange(0, static_cast<int>(edges.size())),
+                    rc::gen::arbitrary<bool>()));
   const config_edge& e = edges[static_cast<std::size_t>(which)];
   RC_TAG(e.field, e.value);
   stash_config cfg;
   cfg.row_bytes = *rc::gen::inRange<std::size_t>(1, 9);
   cfg.rows_per_page = *rc::gen::inRange<std::size_t>(1, 5);
   cfg.max_rows = *rc::gen::inRange<std::size_t>(1, 9);
-  cfg.device_pages = *rc::gen::inRange<std::size_t>(0, 4);
-  cfg.pinned_pages = *rc::gen::inRange<std::size_t>(0, 4);
+  std::tie(cfg.device_pages, cfg.pinned_pages) = tiers_for(
+      impl.caps, *rc::gen::inRange<std::size_t>(0, 4), *rc::gen::inRange<std::size_t>(0, 4));
   cfg.max_keys = 4;
   const std::string field = e.field;
   const auto n = static_cast<std::size_t>(e.value);
@@ -193,6 +278,10 @@ void prop_config_limits(executor& ex, const stash_implementation& impl) {
   if (field == "pinned_pages") cfg.pinned_pages = n;
   if (field == "device") cfg.device = static_cast<int>(e.value);
   stream s(ex);
+  if (!e.valid && impl.caps.validation == offloadkit::testing::stash_config_validation::first_use) {
+    check_refused_at_first_use(ex, impl, cfg, field, e.value, s);
+    return;
+  }
   if (!e.valid) {
     std::string msg;
     try {
@@ -211,9 +300,10 @@ void prop_config_limits(executor& ex, const stash_implementation& impl) {
   auto st = impl.make(ex, cfg, s);
   device_io io(ex, s, cfg.max_rows * cfg.row_bytes);
   const stash_key k{0, 0, 0};
-  const std::uint64_t rows = *rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1);
-  const bool fits = key_fits(impl.caps.placement, pages_for(rows, cfg.rows_per_page),
-                             cfg.device_pages, cfg.pinned_pages);
+  const std::uint64_t rows =
+      full_key ? cfg.max_rows : *rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1);
+  const bool fits =
+      key_fits(impl.caps, pages_for(rows, cfg.rows_per_page), cfg.device_pages, cfg.pinned_pages);
   workload w;
   w.sched.vp_stages = 1;
   w.sched.layers = 1;

@@ -110,18 +110,17 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
   [[nodiscard]] bool throws(const model_state& m) const {
     const std::uint64_t need = (rows + m.rows_per_page - 1) / m.rows_per_page;
     return m.overflow_throws() && !m.stopped() && rows <= m.max_rows && m.rows.count(key) == 0 &&
-           !key_fits(m.caps.placement, need, m.free_dev, m.free_pin);
+           !key_fits(m.caps, need, m.free_dev, m.free_pin);
   }
   void apply(model_state& m) const override {
     if (m.stopped() || throws(m)) return;
     const std::uint64_t need = (rows + m.rows_per_page - 1) / m.rows_per_page;
     if (rows > m.max_rows) return m.fail(status_code::rows_too_large, key, rows, 0);
     if (m.rows.count(key) != 0) return m.fail(status_code::double_stash, key, rows, need);
-    if (!key_fits(m.caps.placement, need, m.free_dev, m.free_pin)) {
+    if (!key_fits(m.caps, need, m.free_dev, m.free_pin)) {
       return m.fail(status_code::overflow, key, rows, need);
     }
-    const bool whole = m.caps.placement == offloadkit::testing::stash_placement::whole_key_per_tier;
-    const std::uint64_t d = whole ? (need <= m.free_dev ? need : 0) : std::min(need, m.free_dev);
+    const std::uint64_t d = device_share(m.caps, need, m.free_dev);
     m.free_dev -= d;
     m.free_pin -= need - d;
     m.rows[key] = rows;
@@ -290,8 +289,8 @@ void prop_caller_writes_late(executor& ex, const stash_implementation& impl) {
   // The key fits whole in one tier, whatever the placement policy.
   const std::size_t pages = (cfg.max_rows + cfg.rows_per_page - 1) / cfg.rows_per_page;
   const bool on_device = *rc::gen::arbitrary<bool>();
-  cfg.device_pages = on_device ? pages : 0;
-  cfg.pinned_pages = on_device ? 0 : pages;
+  std::tie(cfg.device_pages, cfg.pinned_pages) =
+      tiers_for(impl.caps, on_device ? pages : 0, on_device ? 0 : pages);
   const std::uint64_t late_rows = *rc::gen::inRange<std::uint64_t>(1, cfg.max_rows + 1);
   const std::uint64_t early_rows =
       *rc::gen::distinctFrom(rc::gen::inRange<std::uint64_t>(0, cfg.max_rows + 1), late_rows);
@@ -340,6 +339,8 @@ void prop_model(executor& ex, const stash_implementation& impl) {
   const model_config mc = *gen_model_config();
   stash_config cfg;
   std::tie(cfg.row_bytes, cfg.rows_per_page, cfg.max_rows, cfg.device_pages, cfg.pinned_pages) = mc;
+  std::tie(cfg.device_pages, cfg.pinned_pages) =
+      tiers_for(impl.caps, cfg.device_pages, cfg.pinned_pages);
   cfg.max_keys = 8;  // every key gen_small_key() can draw: the limit is reached, never passed
   // The stash's own CUDA work (a black box's streams) is held back too, where interposed.
   const offloadkit::testing::driver_delays own_work_delays;

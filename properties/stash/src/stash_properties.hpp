@@ -111,24 +111,65 @@ inline stash_config config_for(const random_workload& r, std::uint64_t device_pa
   return c;
 }
 
-/// Whether a key needing `need` pages gets them from free_dev + free_pin under `placement`.
-inline bool key_fits(offloadkit::testing::stash_placement placement, std::uint64_t need,
+/// Whether a key needing `need` pages gets them from free_dev + free_pin under the declared
+/// placement.
+inline bool key_fits(const offloadkit::testing::stash_capabilities& caps, std::uint64_t need,
                      std::uint64_t free_dev, std::uint64_t free_pin) {
-  if (placement == offloadkit::testing::stash_placement::whole_key_per_tier) {
-    return need <= free_dev || need <= free_pin;
+  using offloadkit::testing::stash_placement;
+  switch (caps.placement) {
+    case stash_placement::whole_key_per_tier:
+      return need <= free_dev || need <= free_pin;
+    case stash_placement::single_tier:
+      return need <= (caps.tier == offloadkit::testing::stash_tier::device ? free_dev : free_pin);
+    case stash_placement::split_within_key:
+      break;
   }
   return need <= free_dev + free_pin;
 }
 
-/// The pinned pages that, with `dev` device pages, hold a workload whose peak is `peak` pages
-/// with nothing to spare (`extra` more): the rest of the peak where a key may be split, the whole
-/// peak where a key goes whole into one tier.
-inline std::uint64_t pinned_for_peak(const stash_implementation& impl, std::uint64_t peak,
-                                     std::uint64_t dev, std::uint64_t extra = 0) {
-  if (impl.caps.placement == offloadkit::testing::stash_placement::whole_key_per_tier) {
-    return peak + extra;
+/// The device pages a key needing `need` pages takes when it fits, under the declared placement.
+inline std::uint64_t device_share(const offloadkit::testing::stash_capabilities& caps,
+                                  std::uint64_t need, std::uint64_t free_dev) {
+  using offloadkit::testing::stash_placement;
+  switch (caps.placement) {
+    case stash_placement::whole_key_per_tier:
+      return need <= free_dev ? need : 0;
+    case stash_placement::single_tier:
+      return caps.tier == offloadkit::testing::stash_tier::device ? need : 0;
+    case stash_placement::split_within_key:
+      break;
   }
-  return peak - dev + extra;
+  return std::min(need, free_dev);
+}
+
+/// The two tiers' pages (device, pinned) a property draws, as the profile may be given them: a
+/// single-tier stash gets all of them in the tier it has and none in the other (a config that
+/// gave the other tier pages would be refused), so the pool keeps its size; other placements get
+/// them as drawn.
+inline std::pair<std::uint64_t, std::uint64_t> tiers_for(
+    const offloadkit::testing::stash_capabilities& caps, std::uint64_t dev, std::uint64_t pin) {
+  if (!caps.single_tier()) return {dev, pin};
+  if (caps.tier == offloadkit::testing::stash_tier::device) return {dev + pin, 0};
+  return {0, dev + pin};
+}
+
+/// The tiers (device, pinned) that, with `dev` device pages where the placement lets the
+/// property choose them, hold a workload whose peak is `peak` pages with nothing to spare
+/// (`extra` more): the rest of the peak pinned where a key may be split, the whole peak pinned
+/// where a key goes whole into one tier, the whole peak in the one tier of a single-tier stash.
+inline std::pair<std::uint64_t, std::uint64_t> pool_for_peak(const stash_implementation& impl,
+                                                             std::uint64_t peak, std::uint64_t dev,
+                                                             std::uint64_t extra = 0) {
+  using offloadkit::testing::stash_placement;
+  switch (impl.caps.placement) {
+    case stash_placement::whole_key_per_tier:
+      return {dev, peak + extra};
+    case stash_placement::single_tier:
+      return tiers_for(impl.caps, peak + extra, 0);
+    case stash_placement::split_within_key:
+      break;
+  }
+  return {dev, peak - dev + extra};
 }
 
 /// Runs a workload through a stash, checking every restore against the model (the key's pattern)

@@ -13,9 +13,9 @@ void prop_round_trip(executor& ex, const stash_implementation& impl) {
   const random_workload r = gen_workload();
   RC_TAG(r.shape);
   const capacity_plan plan = plan_capacity(r.w, r.rows_per_page);
-  const std::uint64_t dev = *rc::gen::inRange<std::uint64_t>(0, plan.peak_pages + 1);
-  const std::uint64_t pin =
-      pinned_for_peak(impl, plan.peak_pages, dev, *rc::gen::inRange<std::uint64_t>(0, 3));
+  const auto [dev, pin] =
+      pool_for_peak(impl, plan.peak_pages, *rc::gen::inRange<std::uint64_t>(0, plan.peak_pages + 1),
+                    *rc::gen::inRange<std::uint64_t>(0, 3));
   const stash_config cfg = config_for(r, dev, pin);
   stream s(ex);
   auto st = impl.make(ex, cfg, s);
@@ -41,7 +41,10 @@ void prop_capacity_sweep(executor& ex, const stash_implementation& impl) {
   stream s(ex);
   device_io io(ex, s, r.w.max_rows * r.w.row_bytes);
   for (std::uint64_t cap = 0; cap <= plan.peak_pages; ++cap) {
-    const std::uint64_t dev = cap * split_percent / 100, pin = cap - dev;
+    // A single-tier stash has the whole capacity in its tier: the prediction is the split one
+    // with the other tier empty.
+    const auto [dev, pin] =
+        tiers_for(impl.caps, cap * split_percent / 100, cap - cap * split_percent / 100);
     const stash_config cfg = config_for(r, dev, pin);
     auto st = impl.make(ex, cfg, s);
     std::vector<stash_key> dropped;
@@ -131,8 +134,9 @@ void prop_batch_matches_per_key(executor& ex, const stash_implementation& impl) 
   cfg.max_rows = *rc::gen::inRange<std::size_t>(0, 40);
   const std::size_t n_keys = *rc::gen::inRange<std::size_t>(1, 13);
   const std::uint64_t per_key = pages_for(cfg.max_rows, cfg.rows_per_page);
-  cfg.device_pages = *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2);
-  cfg.pinned_pages = *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2);
+  std::tie(cfg.device_pages, cfg.pinned_pages) =
+      tiers_for(impl.caps, *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2),
+                *rc::gen::inRange<std::uint64_t>(0, n_keys * per_key / 2 + 2));
   cfg.max_keys = n_keys;
   stream s(ex);
   auto per = impl.make(ex, cfg, s);

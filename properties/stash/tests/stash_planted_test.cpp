@@ -364,6 +364,58 @@ TEST(StashProfiles, StoppingAfterAThrownOverflowOnlyByTheModel) {
             names{"model_based"});
 }
 
+// One tier of pages: the double passes its profile with either tier; a stash that keeps an
+// overflowing key in the tier it does not have is caught by every property that overflows it, and
+// one that accepts pages in that tier only by config_limits.
+TEST(StashProfiles, SingleTierStashPassesItsProfileOnEitherTier) {
+  using offloadkit::testing::stash_tier;
+  for (const stash_tier tier : {stash_tier::device, stash_tier::pinned}) {
+    const auto impl = doubles::single_tier_stash_implementation(tier);
+    EXPECT_EQ(failing_properties(impl), names{}) << to_string(tier);
+    // A per-key status word with one tier: the first-overflow prediction applies, sized to it.
+    for (const check_case& c : offloadkit::testing::stash_battery(impl)) {
+      if (c.name == "capacity_sweep_first_overflow") {
+        EXPECT_EQ(c.not_applicable, "");
+      }
+    }
+  }
+}
+TEST(StashProfiles, SpillingToTheMissingTierIsCaughtByEveryOverflowingProperty) {
+  EXPECT_EQ(failing_properties(doubles::single_tier_stash_implementation(
+                offloadkit::testing::stash_tier::device,
+                doubles::sticky_planted::spills_to_the_missing_tier)),
+            (names{"capacity_sweep_first_overflow", "config_limits", "model_based",
+                   "batch_matches_per_key"}));
+}
+TEST(StashProfiles, AcceptingPagesOfTheMissingTierOnlyByConfigLimits) {
+  EXPECT_EQ(failing_properties(doubles::single_tier_stash_implementation(
+                offloadkit::testing::stash_tier::pinned,
+                doubles::sticky_planted::accepts_the_missing_tier)),
+            names{"config_limits"});
+}
+
+// Validation at first use: the double passes its profile; one that stashes after reporting the
+// bad config once, and one whose refused restore writes the row count, are caught by
+// config_limits alone. Declared with validation at construction, the same double fails it.
+TEST(StashProfiles, FirstUseValidationStashPassesItsProfile) {
+  EXPECT_EQ(failing_properties(doubles::first_use_stash_implementation()), names{});
+}
+TEST(StashProfiles, StashingAfterABadConfigOnlyByConfigLimits) {
+  EXPECT_EQ(failing_properties(doubles::first_use_stash_implementation(
+                doubles::sticky_planted::stashes_after_a_bad_config)),
+            names{"config_limits"});
+}
+TEST(StashProfiles, WritingBeforeRefusingABadConfigOnlyByConfigLimits) {
+  EXPECT_EQ(failing_properties(doubles::first_use_stash_implementation(
+                doubles::sticky_planted::writes_before_refusing)),
+            names{"config_limits"});
+}
+TEST(StashProfiles, FirstUseStashDeclaredAsValidatingAtConstructionOnlyByConfigLimits) {
+  auto impl = doubles::first_use_stash_implementation();
+  impl.caps.validation = offloadkit::testing::stash_config_validation::construction;
+  EXPECT_EQ(failing_properties(impl), names{"config_limits"});
+}
+
 TEST(StashCatchesExactlyOne, ForwardingWithoutABugPassesEverything) {
   EXPECT_EQ(failing_properties(planted<plain_stash>()), names{});
 }

@@ -6,9 +6,16 @@
 // was never stashed is an error. It passes the battery under the profile it declares
 // (sticky_flag_stash_implementation); the planted variants break one declared policy each. Made
 // to throw out_of_memory for a key that does not fit instead of raising the flag, it is the double
-// of the exception overflow policy (throwing_stash_implementation).
+// of the exception overflow policy (throwing_stash_implementation). With one tier of pages and a
+// per-key status word it is the double of the single-tier placement
+// (single_tier_stash_implementation: device pages only, or pinned pages only, as libraries that
+// keep activations only in device buffers or only in host buffers do), and, validating its config
+// at the first stash or restore instead of at creation, of first-use validation
+// (first_use_stash_implementation). Each reads the policies it follows from the descriptor it is
+// made by.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,28 +40,85 @@ enum class sticky_planted {
   /// Declared to throw on overflow, but after throwing raises a hidden flag that silently stops
   /// every later stash() until reset() or clear_status().
   stops_after_exception,
+  /// Declared single tier (device pages only), but a key that does not fit its tier is kept in
+  /// pinned memory of its own, the tier it does not have, and counted as pinned pages.
+  spills_to_the_missing_tier,
+  /// Declared single tier, but accepts a config that gives pages to the tier it lacks (and never
+  /// uses them).
+  accepts_the_missing_tier,
+  /// Declared to validate at first use: refuses a bad config at the first call only, then stashes
+  /// and restores as if it were good (one row per page where rows_per_page is 0).
+  stashes_after_a_bad_config,
+  /// Declared to validate at first use: restore() writes a row count of 0 before refusing a bad
+  /// config.
+  writes_before_refusing,
 };
 
+using offloadkit::testing::stash_capabilities;
+using offloadkit::testing::stash_config_validation;
 using offloadkit::testing::stash_overflow_report;
+using offloadkit::testing::stash_placement;
+using offloadkit::testing::stash_tier;
+using offloadkit::testing::stash_unknown_restore;
 
 class sticky_flag_stash final : public stash_interface {
  public:
   static constexpr std::uint32_t field_limit = 1000;
 
+  /// Follows the overflow report, placement (whole_key_per_tier or single_tier), tier, restore of
+  /// an empty key and validation policies of `profile`.
   sticky_flag_stash(executor& ex, const stash_config& c, sticky_planted planted,
-                    stash_overflow_report overflow = stash_overflow_report::sticky_flag)
-      : ex_(&ex), cfg_(c), planted_(planted), overflow_(overflow) {
-    check_config(c, ex.device_count());
+                    const stash_capabilities& profile)
+      : ex_(&ex),
+        cfg_(c),
+        planted_(planted),
+        profile_(profile),
+        overflow_(profile.overflow),
+        device_count_(ex.device_count()) {
+    if (profile.validation == stash_config_validation::construction) validate();
     free_ = {c.device_pages, c.pinned_pages};
     scalar_ = buffer(ex, memory_kind::pinned, sizeof(std::uint64_t));
   }
 
  private:
   struct held {
+    bool spilled = false;  ///< the planted spill: pages outside the pool
     std::uint64_t rows = 0;
     std::uint64_t device_pages = 0, pinned_pages = 0;
     buffer device_part, pinned_part;
   };
+
+  /// Throws out_of_range naming the field and its valid range for a config this stash cannot
+  /// take: check_config's rules, and no pages in the tier a single-tier stash lacks.
+  void validate() const {
+    check_config(cfg_, device_count_);
+    if (!profile_.single_tier() || planted_ == sticky_planted::accepts_the_missing_tier) return;
+    const bool device = profile_.tier == stash_tier::device;
+    const std::size_t other = device ? cfg_.pinned_pages : cfg_.device_pages;
+    OFFLOADKIT_EXPECTS(other == 0, out_of_range, "stash_config.",
+                       device ? "pinned_pages" : "device_pages", " = ", other,
+                       " is outside [0, 0] (this stash has ",
+                       device ? "device pages only)" : "pinned pages only)");
+  }
+  /// Under first-use validation, refuses every call while the config is bad.
+  void validate_at_first_use() {
+    if (validated_) return;
+    if (planted_ == sticky_planted::stashes_after_a_bad_config) validated_ = true;  // reported once
+    validate();
+    validated_ = true;
+  }
+  [[nodiscard]] std::uint64_t pages_for(std::uint64_t rows) const {
+    const std::uint64_t per = std::max<std::uint64_t>(cfg_.rows_per_page, 1);
+    return (rows + per - 1) / per;
+  }
+  /// The tier a key needing `need` pages goes into, whole: 0 device, 1 pinned, -1 none.
+  [[nodiscard]] int tier_for(std::uint64_t need) const {
+    if (profile_.single_tier()) {
+      const bool device = profile_.tier == stash_tier::device;
+      return need <= (device ? free_.device : free_.pinned) ? (device ? 0 : 1) : -1;
+    }
+    return need <= free_.device ? 0 : need <= free_.pinned ? 1 : -1;
+  }
 
   /// The decimal code of a key; out_of_range naming the field past 1000.
   static std::uint32_t decimal(const stash_key& k) {
@@ -93,6 +157,7 @@ class sticky_flag_stash final : public stash_interface {
 
   void do_stash(const stash_key& key, const void* src, const std::uint64_t* rows,
                 stream_ref s) override {
+    validate_at_first_use();
     const std::uint32_t code = decimal(key);
     note_key(code);
     if (stopped() && planted_ != sticky_planted::stashes_after_the_flag) return;
@@ -101,14 +166,18 @@ class sticky_flag_stash final : public stash_interface {
     ex_->synchronize(s);
     const std::uint64_t r = *scalar_.as<std::uint64_t>();
     if (r > cfg_.max_rows) return raise(status_code::rows_too_large, key, r, 0);
-    const std::uint64_t need = (r + cfg_.rows_per_page - 1) / cfg_.rows_per_page;
+    const std::uint64_t need = pages_for(r);
     if (entries_.count(code) != 0) return raise(status_code::double_stash, key, r, need);
     held h;
     h.rows = r;
-    if (need <= free_.device) {
+    const int tier = tier_for(need);
+    if (tier == 0) {
       h.device_pages = need;
-    } else if (need <= free_.pinned) {
+    } else if (tier == 1) {
       h.pinned_pages = need;
+    } else if (planted_ == sticky_planted::spills_to_the_missing_tier) {
+      h.pinned_pages = need;
+      h.spilled = true;
     } else if (planted_ == sticky_planted::splits_keys && need <= free_.device + free_.pinned) {
       h.device_pages = free_.device;
       h.pinned_pages = need - free_.device;
@@ -116,11 +185,13 @@ class sticky_flag_stash final : public stash_interface {
       thrown_stop_ = planted_ == sticky_planted::stops_after_exception;
       OFFLOADKIT_FAIL(out_of_memory, "sticky_flag_stash: ", to_string(key), " needs ", need,
                       " pages; free: ", free_.device, " device, ", free_.pinned,
-                      " pinned (a key goes whole into one tier)");
+                      profile_.single_tier() ? " pinned (a key goes whole into its one tier)"
+                                             : " pinned (a key goes whole into one tier)");
     } else {
       return raise(status_code::overflow, key, r, need);
     }
-    const std::uint64_t dev_rows = std::min<std::uint64_t>(r, h.device_pages * cfg_.rows_per_page);
+    const std::uint64_t dev_rows =
+        std::min<std::uint64_t>(r, h.device_pages * std::max<std::uint64_t>(cfg_.rows_per_page, 1));
     const std::size_t dev_bytes = dev_rows * cfg_.row_bytes;
     const std::size_t pin_bytes = (r - dev_rows) * cfg_.row_bytes;
     h.device_part = buffer(*ex_, memory_kind::device, dev_bytes, cfg_.device);
@@ -129,12 +200,19 @@ class sticky_flag_stash final : public stash_interface {
     if (dev_bytes > 0) ex_->copy(h.device_part.data(), from, dev_bytes, s);
     if (pin_bytes > 0) ex_->copy(h.pinned_part.data(), from + dev_bytes, pin_bytes, s);
     ex_->synchronize(s);
-    free_.device -= h.device_pages;
-    free_.pinned -= h.pinned_pages;
+    if (!h.spilled) {
+      free_.device -= h.device_pages;
+      free_.pinned -= h.pinned_pages;
+    }
     entries_.emplace(code, std::move(h));
   }
 
   void do_restore(const stash_key& key, void* dst, std::uint64_t* rows_out, stream_ref s) override {
+    if (planted_ == sticky_planted::writes_before_refusing && !validated_) {
+      write_rows(rows_out, 0, s);
+      ex_->synchronize(s);
+    }
+    validate_at_first_use();
     const std::uint32_t code = decimal(key);
     note_key(code);
     if (stopped()) {
@@ -144,6 +222,12 @@ class sticky_flag_stash final : public stash_interface {
       return;
     }
     auto it = entries_.find(code);
+    if (it == entries_.end() && profile_.unknown_restore == stash_unknown_restore::status_word) {
+      raise(status_code::restore_empty, key, 0, 0);
+      write_rows(rows_out, 0, s);
+      ex_->synchronize(s);
+      return;
+    }
     OFFLOADKIT_EXPECTS(it != entries_.end(), state_error, "sticky_flag_stash: restore of ",
                        to_string(key),
                        ", which holds nothing (never stashed, or restored already)");
@@ -155,8 +239,10 @@ class sticky_flag_stash final : public stash_interface {
     }
     write_rows(rows_out, h.rows, s);
     ex_->synchronize(s);
-    free_.device += h.device_pages;
-    free_.pinned += h.pinned_pages;
+    if (!h.spilled) {
+      free_.device += h.device_pages;
+      free_.pinned += h.pinned_pages;
+    }
     entries_.erase(it);
   }
 
@@ -196,51 +282,83 @@ class sticky_flag_stash final : public stash_interface {
   executor* ex_;
   stash_config cfg_;
   sticky_planted planted_;
+  stash_capabilities profile_;  ///< the policies it follows
   std::map<std::uint32_t, held> entries_;
   std::set<std::uint32_t> seen_;  ///< distinct keys so far, for max_keys
   stash_overflow_report overflow_;
+  int device_count_;
+  bool validated_ = false;  ///< the config passed validate() (first-use validation)
   free_pages free_;
   stash_status status_;       ///< the first failure since the last reset or clear
   bool thrown_stop_ = false;  ///< the planted variant's silent flag, which stops stash() only
   buffer scalar_;
 };
 
+/// The double's descriptor for a profile: its name, the decimal key space and the factory, which
+/// hands the double the profile it declares.
+inline offloadkit::testing::stash_implementation double_implementation(
+    const std::string& name, sticky_planted planted, const stash_capabilities& caps) {
+  offloadkit::testing::stash_implementation impl;
+  impl.name = planted == sticky_planted::none ? name : "planted_" + name;
+  impl.caps = caps;
+  impl.caps.vp_limit = sticky_flag_stash::field_limit;
+  impl.caps.layer_limit = sticky_flag_stash::field_limit;
+  impl.caps.microbatch_limit = sticky_flag_stash::field_limit;
+  const stash_capabilities profile = impl.caps;
+  impl.make = [planted, profile](executor& ex, const stash_config& c, stream_ref /*s*/) {
+    return std::unique_ptr<stash_interface>(
+        std::make_unique<sticky_flag_stash>(ex, c, planted, profile));
+  };
+  return impl;
+}
+
+/// The sticky double's profile: sticky flag, whole key per tier, an empty restore is an error.
+inline stash_capabilities sticky_profile() {
+  stash_capabilities caps;
+  caps.capturable = false;
+  caps.page_ids = false;
+  caps.overflow = stash_overflow_report::sticky_flag;
+  caps.placement = stash_placement::whole_key_per_tier;
+  caps.unknown_restore = stash_unknown_restore::error;
+  return caps;
+}
+
 /// The same double, declaring that stash() of a key that does not fit throws out_of_memory (and
 /// records nothing, later calls going on); other failures go to a per-key status word.
 inline offloadkit::testing::stash_implementation throwing_stash_implementation(
     sticky_planted planted = sticky_planted::none) {
-  offloadkit::testing::stash_implementation impl;
-  impl.name = planted == sticky_planted::none ? "throwing" : "planted_throwing";
-  impl.caps.overflow = stash_overflow_report::exception;
-  impl.caps.placement = offloadkit::testing::stash_placement::whole_key_per_tier;
-  impl.caps.unknown_restore = offloadkit::testing::stash_unknown_restore::error;
-  impl.caps.vp_limit = sticky_flag_stash::field_limit;
-  impl.caps.layer_limit = sticky_flag_stash::field_limit;
-  impl.caps.microbatch_limit = sticky_flag_stash::field_limit;
-  impl.make = [planted](executor& ex, const stash_config& c, stream_ref /*s*/) {
-    return std::unique_ptr<stash_interface>(
-        std::make_unique<sticky_flag_stash>(ex, c, planted, stash_overflow_report::exception));
-  };
-  return impl;
+  stash_capabilities caps = sticky_profile();
+  caps.overflow = stash_overflow_report::exception;
+  return double_implementation("throwing", planted, caps);
 }
 
 /// The double's descriptor: the profile it declares.
 inline offloadkit::testing::stash_implementation sticky_flag_stash_implementation(
     sticky_planted planted = sticky_planted::none) {
-  offloadkit::testing::stash_implementation impl;
-  impl.name = planted == sticky_planted::none ? "sticky_flag" : "planted_sticky_flag";
-  impl.caps.capturable = false;
-  impl.caps.page_ids = false;
-  impl.caps.overflow = offloadkit::testing::stash_overflow_report::sticky_flag;
-  impl.caps.placement = offloadkit::testing::stash_placement::whole_key_per_tier;
-  impl.caps.unknown_restore = offloadkit::testing::stash_unknown_restore::error;
-  impl.caps.vp_limit = sticky_flag_stash::field_limit;
-  impl.caps.layer_limit = sticky_flag_stash::field_limit;
-  impl.caps.microbatch_limit = sticky_flag_stash::field_limit;
-  impl.make = [planted](executor& ex, const stash_config& c, stream_ref /*s*/) {
-    return std::unique_ptr<stash_interface>(std::make_unique<sticky_flag_stash>(ex, c, planted));
-  };
-  return impl;
+  return double_implementation("sticky_flag", planted, sticky_profile());
+}
+
+/// The double with one tier of pages (`tier`): a key goes whole into it or overflows, recorded in
+/// a per-key status word, as is the restore of a key that holds nothing; a config that gives the
+/// other tier pages is refused at creation.
+inline offloadkit::testing::stash_implementation single_tier_stash_implementation(
+    stash_tier tier, sticky_planted planted = sticky_planted::none) {
+  stash_capabilities caps;
+  caps.overflow = stash_overflow_report::status_word;
+  caps.placement = stash_placement::single_tier;
+  caps.tier = tier;
+  caps.unknown_restore = stash_unknown_restore::status_word;
+  return double_implementation(tier == stash_tier::device ? "device_tier_only" : "pinned_tier_only",
+                               planted, caps);
+}
+
+/// The sticky double validating its config at the first stash() or restore() instead of at
+/// creation.
+inline offloadkit::testing::stash_implementation first_use_stash_implementation(
+    sticky_planted planted = sticky_planted::none) {
+  stash_capabilities caps = sticky_profile();
+  caps.validation = stash_config_validation::first_use;
+  return double_implementation("config_at_first_use", planted, caps);
 }
 
 }  // namespace offloadkit::stash::testing_doubles

@@ -52,6 +52,13 @@ std::unique_ptr<activation::offloader> make_activation_as(executor& ex,
   return std::make_unique<Impl>(ex, o);
 }
 
+/// The config checks of a stash that declares `capabilities`: stash::check_config's, and for a
+/// stash with one tier (OKIT_STASH_CAP_DEVICE_TIER_ONLY or OKIT_STASH_CAP_PINNED_TIER_ONLY) no
+/// pages in the tier it lacks. Throws out_of_range naming the field and its valid range. Call it
+/// when the stash is created, or, where it declares OKIT_STASH_CAP_CONFIG_AT_FIRST_USE, at the
+/// start of every stash and restore until it passes.
+void check_stash_config(const stash::stash_config& c, int device_count, std::uint64_t capabilities);
+
 namespace detail {
 okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities,
                                okit_status (*create)(okit_error*, const okit_executor*,

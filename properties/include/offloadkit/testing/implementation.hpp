@@ -56,6 +56,27 @@ enum class stash_placement {
   split_within_key,
   /// The whole key in one tier, the device if it has room, else the pinned tier.
   whole_key_per_tier,
+  /// The stash has one tier (stash_capabilities::tier) and every key goes whole into it: a key
+  /// fits when that tier has room. The other tier does not exist: a config that gives it pages is
+  /// a bad config (out_of_range naming the field, valid range [0, 0]), refused as the
+  /// validation policy says.
+  single_tier,
+};
+
+/// A stash's tier of pages.
+enum class stash_tier {
+  device,  ///< device memory (stash_config::device_pages)
+  pinned,  ///< pinned host memory (stash_config::pinned_pages)
+};
+
+/// When a stash validates its config.
+enum class stash_config_validation {
+  /// Creation throws out_of_range naming the field and its valid range for a bad config.
+  construction,
+  /// Creation accepts any config; a bad one is reported by the first stash() or restore() (and
+  /// every later one) as out_of_range naming the field and its valid range. Such a call writes
+  /// nothing (not the destination, not the row count), and the object can still be destroyed.
+  first_use,
 };
 
 /// What restore() of a key that holds nothing does.
@@ -67,6 +88,8 @@ enum class stash_unknown_restore {
 const char* to_string(stash_overflow_report r) noexcept;
 const char* to_string(stash_placement p) noexcept;
 const char* to_string(stash_unknown_restore u) noexcept;
+const char* to_string(stash_tier t) noexcept;
+const char* to_string(stash_config_validation v) noexcept;
 
 struct stash_capabilities {
   /// stash()/restore() issue no host synchronization: graph-capture properties apply.
@@ -76,6 +99,9 @@ struct stash_capabilities {
   stash_overflow_report overflow = stash_overflow_report::status_word;
   stash_placement placement = stash_placement::split_within_key;
   stash_unknown_restore unknown_restore = stash_unknown_restore::status_word;
+  /// The one tier of a single_tier stash (read only with that placement).
+  stash_tier tier = stash_tier::device;
+  stash_config_validation validation = stash_config_validation::construction;
   /// The key space: each field of a key is below its limit (stash() refuses others with
   /// out_of_range). The defaults are offloadkit's fixed-width codec's.
   std::uint32_t vp_limit = stash::key_limits::vp;
@@ -83,11 +109,18 @@ struct stash_capabilities {
   std::uint32_t microbatch_limit = stash::key_limits::microbatch;
 
   /// Whether the profile is the one the status word, first-overflow and graph properties are
-  /// written for (per-key status word, split placement).
+  /// written for (per-key status word, a key fitting when the pages it may use have room): split
+  /// placement, or a single tier, which those properties size as the only tier (a split stash
+  /// with no pages in its other tier places keys exactly as a single-tier stash does).
   [[nodiscard]] bool default_overflow_policy() const noexcept {
     return overflow == stash_overflow_report::status_word &&
-           placement == stash_placement::split_within_key;
+           placement != stash_placement::whole_key_per_tier;
   }
+  [[nodiscard]] bool single_tier() const noexcept {
+    return placement == stash_placement::single_tier;
+  }
+  /// Whether a config may give `t` pages: every tier, except the one a single-tier stash lacks.
+  [[nodiscard]] bool has_tier(stash_tier t) const noexcept { return !single_tier() || tier == t; }
 };
 
 using stash_factory = std::function<std::unique_ptr<stash::stash_interface>(
@@ -267,6 +300,8 @@ inline profile_flags profile_of(const stash_implementation& impl) {
     stash_overflow_report overflow;
     stash_placement placement;
     stash_unknown_restore unknown_restore;
+    stash_tier tier;
+    stash_config_validation validation;
     std::uint32_t vp, layer, microbatch;
   };
   static_assert(sizeof(stash_capabilities) == sizeof(mirror), "list every stash field here");
@@ -274,8 +309,11 @@ inline profile_flags profile_of(const stash_implementation& impl) {
   return with_support({{"capturable", flag_value(c.capturable)},
                        {"page_ids", flag_value(c.page_ids)},
                        {"overflow", to_string(c.overflow)},
-                       {"placement", to_string(c.placement)},
+                       {"placement", c.single_tier() ? std::string(to_string(c.placement)) + " (" +
+                                                           to_string(c.tier) + ")"
+                                                     : std::string(to_string(c.placement))},
                        {"unknown_restore", to_string(c.unknown_restore)},
+                       {"config_validation", to_string(c.validation)},
                        {"key_space", "vp < " + std::to_string(c.vp_limit) + ", layer < " +
                                          std::to_string(c.layer_limit) + ", microbatch < " +
                                          std::to_string(c.microbatch_limit)}},
