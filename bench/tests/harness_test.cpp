@@ -46,6 +46,7 @@ outcome run_command(std::vector<std::string> args, const std::function<int()>& b
       ->check(tools::integer_range(1, 10));
   args.insert(args.begin(), "bench_t");
   std::vector<const char*> argv;
+  argv.reserve(args.size());
   for (const std::string& a : args) argv.push_back(a.c_str());
   outcome o;
   testing::internal::CaptureStdout();
@@ -175,8 +176,8 @@ TEST(BenchHarness, GpuOnlyBenchmarksSkipOnHostAndWithoutGpu) {
 
 /// A fresh folder for one test's files.
 std::filesystem::path scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("bench_harness_test_" + name + "_" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("bench_harness_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
