@@ -50,7 +50,6 @@ class command_line {
   /// in `skipped` (the benchmark then says so with skip()). A GPU that is there but fails throws.
   std::unique_ptr<executor> make_executor(std::string& skipped) const;
 
-  const std::string& program() const { return program_; }
   /// "cuda" or "host".
   const std::string& executor_name() const { return executor_; }
   /// The file --json names; empty without --json.
