@@ -154,11 +154,10 @@ int parse_options(int argc, char** argv, options& o) {
                   "60)")
       ->type_name("S")
       ->check(tools::integer_range(1, 3600));
-  app->add_option("--executor", o.executor,
-                  "cuda (default): NCCL on GPUs 0 and 1; host: the host executor with a host "
-                  "stand-in for NCCL, a dry run of the scenario without GPUs")
-      ->type_name("cuda|host")
-      ->check(tools::one_of({"cuda", "host"}));
+  tools::add_executor_option(*app, o.executor)
+      ->description(
+          "cuda (default): NCCL on GPUs 0 and 1; host: the host executor with a host stand-in "
+          "for NCCL, a dry run of the scenario without GPUs");
   app->add_option("--host-fault", o.fault_name,
                   "with --executor host, plant a fault at the first replay after a resume: none, "
                   "hang, wrong, crash, error (shows how each is reported)")

@@ -15,23 +15,14 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "bench_stats.hpp"
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/error.hpp"
-#include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/workloads/training_step.hpp"
 
@@ -42,64 +33,11 @@ using bench::median;
 using namespace offloadkit::activation;
 
 struct args {
-  std::string executor = "cuda";
   bool quick = false;
   int layers = 8;
   double mib_per_layer = 0;  // 0: 128 on cuda, 2 on host
   double ratio = 0;          // 0: the sweep
-  std::string json;
 };
-
-/// Fills `a` from the command line and returns -1, or returns the exit status when the program
-/// should stop: 0 after --help, 2 (the message on stderr) after a bad option.
-int parse(int argc, char** argv, args& a) {
-  auto app = tools::make_app(
-      "",
-      "Training-step time with the optimized activation offloader against no offload, over "
-      "compute/copy ratios, and each phase against its copy floor measured in the same run.",
-      "Exit status: 0 ok (or no GPU: skipped), 1 a restored tensor was wrong or the run failed "
-      "(or --json could not be written), 2 bad usage.",
-      "bench_activation");
-  tools::add_executor_option(*app, a.executor);
-  app->add_flag("--quick", a.quick, "a small stack and a short sweep (a smoke run)");
-  app->add_option("--layers", a.layers, "layers of the stack, 1..64 (default 8)")
-      ->type_name("N")
-      ->check(tools::integer_range(1, 64));
-  app->add_option("--mib-per-layer", a.mib_per_layer,
-                  "MiB saved per layer (default 128 on cuda, 2 on host)")
-      ->type_name("MIB")
-      ->check(tools::real_range(0, 65536, true, "MiB"));
-  app->add_option("--ratio", a.ratio, "one compute/copy ratio instead of the sweep from 0.5 to 4")
-      ->type_name("R")
-      ->check(tools::real_range(0.1, 16));
-  tools::add_json_option(*app, a.json);
-  return tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-/// Pinned bandwidth in bytes/s for one direction: best of `reps` copies of `bytes`.
-double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host, int reps) {
-  buffer dev(ex, memory_kind::device, bytes);
-  buffer host(ex, memory_kind::pinned, bytes);
-  stream s(ex);
-  ex.fill(dev.data(), 1, bytes, s);
-  s.synchronize();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (to_host) {
-      ex.copy(host.data(), dev.data(), bytes, s);
-    } else {
-      ex.copy(dev.data(), host.data(), bytes, s);
-    }
-    s.synchronize();
-    best = std::min(best, seconds_since(t0));
-  }
-  return static_cast<double>(bytes) / best;
-}
 
 struct row {
   double ratio = 0;
@@ -134,19 +72,13 @@ std::uint64_t wrong_of(const step_report& r) {
   return r.wrong_words + r.wrong_device + r.wrong_meta + r.bad_releases;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  args a;
-  if (const int status = parse(argc, argv, a); status >= 0) return status;
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, const args& a) {
   std::string skipped;
-  const std::unique_ptr<executor> ex = tools::benchmark_executor(a.executor, skipped);
-  if (!ex) {
-    std::printf("skipped: %s\n", skipped.c_str());
-    return 0;
-  }
+  const std::unique_ptr<executor> ex = cl.make_executor(skipped);
+  if (!ex) return bench::skip(skipped);
 
-  const bool gpu = a.executor == "cuda";
+  const bool gpu = cl.executor_name() == "cuda";
   const double mib = a.mib_per_layer > 0 ? a.mib_per_layer : (gpu ? 128.0 : 2.0);
   const std::size_t per_layer = static_cast<std::size_t>(mib * 1024 * 1024);
   const std::size_t threads = gpu ? 32768 : 64;
@@ -161,8 +93,8 @@ int main(int argc, char** argv) try {
   const std::size_t layer_bytes = static_cast<std::size_t>(rows) * 1024 * 2 * 4;
 
   const std::size_t probe = std::min<std::size_t>(layer_bytes, std::size_t{256} << 20);
-  const double bw_d2h = pinned_bandwidth(*ex, probe, true, reps + 2);
-  const double bw_h2d = pinned_bandwidth(*ex, probe, false, reps + 2);
+  const double bw_d2h = bench::pinned_copy_bandwidth(*ex, probe, true, reps + 2);
+  const double bw_h2d = bench::pinned_copy_bandwidth(*ex, probe, false, reps + 2);
   const double layer_d2h = static_cast<double>(layer_bytes) / bw_d2h;
   const double layer_h2d = static_cast<double>(layer_bytes) / bw_h2d;
 
@@ -273,31 +205,53 @@ int main(int argc, char** argv) try {
   }
   std::printf("# (times in ms)\n");
 
-  if (!a.json.empty()) {
-    std::ofstream js(a.json);
-    if (!js) {
-      std::fprintf(stderr, "bench_activation: cannot write %s\n", a.json.c_str());
-      return 1;
+  if (!cl.json_path().empty()) {
+    bench::json doc = {
+        {"benchmark", "activation"},   {"executor", ex->name()}, {"layers", a.layers},
+        {"layer_bytes", layer_bytes},  {"bw_d2h", bw_d2h},       {"bw_h2d", bw_h2d},
+        {"rows", bench::json::array()}};
+    for (const row& o : rows_out) {
+      doc["rows"].push_back(
+          {{"ratio", o.ratio},
+           {"d2h_bytes", o.d2h_mib * (1 << 20)},
+           {"h2d_bytes", o.h2d_mib * (1 << 20)},
+           {"none_s", o.t_none},
+           {"offload_s", o.t_opt},
+           {"overhead", (o.t_opt / o.t_none - 1)},
+           {"floor_s", o.floor},
+           {"ratio_to_floor", o.t_opt / o.floor},
+           {"ratio_to_limit", o.t_opt / std::max(o.t_none, o.floor)},
+           {"served_from_source", o.from_source},
+           {"forward", {{"none_s", o.fw_none}, {"offload_s", o.fw_opt}, {"floor_s", o.fw_floor}}},
+           {"backward", {{"none_s", o.bw_none}, {"offload_s", o.bw_opt}, {"floor_s", o.bw_floor}}},
+           {"wrong", o.wrong}});
     }
-    js << "{\"benchmark\":\"activation\",\"executor\":\"" << ex->name()
-       << "\",\"layers\":" << a.layers << ",\"layer_bytes\":" << layer_bytes
-       << ",\"bw_d2h\":" << bw_d2h << ",\"bw_h2d\":" << bw_h2d << ",\"rows\":[";
-    for (std::size_t i = 0; i < rows_out.size(); ++i) {
-      const row& o = rows_out[i];
-      js << (i ? "," : "") << "{\"ratio\":" << o.ratio << ",\"d2h_bytes\":" << o.d2h_mib * (1 << 20)
-         << ",\"h2d_bytes\":" << o.h2d_mib * (1 << 20) << ",\"none_s\":" << o.t_none
-         << ",\"offload_s\":" << o.t_opt << ",\"overhead\":" << (o.t_opt / o.t_none - 1)
-         << ",\"floor_s\":" << o.floor << ",\"ratio_to_floor\":" << o.t_opt / o.floor
-         << ",\"ratio_to_limit\":" << o.t_opt / std::max(o.t_none, o.floor)
-         << ",\"served_from_source\":" << o.from_source << ",\"forward\":{\"none_s\":" << o.fw_none
-         << ",\"offload_s\":" << o.fw_opt << ",\"floor_s\":" << o.fw_floor
-         << "},\"backward\":{\"none_s\":" << o.bw_none << ",\"offload_s\":" << o.bw_opt
-         << ",\"floor_s\":" << o.bw_floor << "},\"wrong\":" << o.wrong << "}";
-    }
-    js << "]}\n";
+    bench::write_json(cl.json_path(), doc);
   }
   return total_wrong == 0 ? 0 : 1;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "bench_activation: %s\n", e.what());
-  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a;
+  bench::command_line cl(
+      "bench_activation",
+      "Training-step time with the optimized activation offloader against no offload, over "
+      "compute/copy ratios, and each phase against its copy floor measured in the same run.",
+      "Exit status: 0 ok (or no GPU: skipped), 1 a restored tensor was wrong or the run failed "
+      "(or --json could not be written), 2 bad usage.");
+  CLI::App& app = cl.app();
+  app.add_flag("--quick", a.quick, "a small stack and a short sweep (a smoke run)");
+  app.add_option("--layers", a.layers, "layers of the stack, 1..64 (default 8)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 64));
+  app.add_option("--mib-per-layer", a.mib_per_layer,
+                 "MiB saved per layer (default 128 on cuda, 2 on host)")
+      ->type_name("MIB")
+      ->check(tools::real_range(0, 65536, true, "MiB"));
+  app.add_option("--ratio", a.ratio, "one compute/copy ratio instead of the sweep from 0.5 to 4")
+      ->type_name("R")
+      ->check(tools::real_range(0.1, 16));
+  return cl.run(argc, argv, [&] { return run(cl, a); });
 }

@@ -32,15 +32,13 @@
 #include <cstdlib>
 #include <cuda/atomic>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "bench_stats.hpp"
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/splitmix64.hpp"
@@ -410,26 +408,6 @@ class mlp {
   std::size_t live_ = 0, peak_live_ = 0;
 };
 
-double pinned_bandwidth(executor& ex, std::size_t bytes, bool to_host) {
-  buffer dev(ex, memory_kind::device, bytes);
-  buffer host(ex, memory_kind::pinned, bytes);
-  stream s(ex);
-  ex.fill(dev.data(), 1, bytes, s);
-  s.synchronize();
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    const double t0 = now_s();
-    if (to_host) {
-      ex.copy(host.data(), dev.data(), bytes, s);
-    } else {
-      ex.copy(dev.data(), host.data(), bytes, s);
-    }
-    s.synchronize();
-    best = std::min(best, now_s() - t0);
-  }
-  return static_cast<double>(bytes) / best;
-}
-
 /// The copy floor of a phase, measured next to it: the phase's saved tensors (per block its input,
 /// pre-GELU and post-GELU tensors) copied back to back between one device buffer and one pinned
 /// buffer on one stream, as the offloader copies them but with nothing else running. It is taken
@@ -498,43 +476,202 @@ phase_summary summarize(const std::vector<phase_run>& runs) {
   return {median(none), median(floor), median(offload), median(ratio)};
 }
 
-std::string phase_json(const std::vector<phase_run>& runs) {
+bench::json phase_json(const std::vector<phase_run>& runs) {
   const phase_summary m = summarize(runs);
-  std::string out = "{\"none_s\":" + std::to_string(m.none_s) +
-                    ",\"floor_s\":" + std::to_string(m.floor_s) +
-                    ",\"offload_s\":" + std::to_string(m.offload_s) +
-                    ",\"ratio\":" + std::to_string(m.ratio) + ",\"runs\":[";
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    out += (i ? ",{" : "{") + std::string("\"none_s\":") + std::to_string(runs[i].none_s) +
-           ",\"floor_s\":" + std::to_string(runs[i].floor_s) +
-           ",\"offload_s\":" + std::to_string(runs[i].offload_s) + "}";
+  bench::json out = {{"none_s", m.none_s},
+                     {"floor_s", m.floor_s},
+                     {"offload_s", m.offload_s},
+                     {"ratio", m.ratio},
+                     {"runs", bench::json::array()}};
+  for (const phase_run& r : runs) {
+    out["runs"].push_back(
+        {{"none_s", r.none_s}, {"floor_s", r.floor_s}, {"offload_s", r.offload_s}});
   }
-  return out + "]}";
+  return out;
+}
+
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, bool quick, int blocks, long long only_h,
+        long long only_tokens, const std::string& pytorch) {
+  if (const std::string why = bench::gpu_only_skip_reason(
+          cl.executor_name(),
+          "the MLP step's GEMMs are cuBLAS calls, which need the cuda executor");
+      !why.empty()) {
+    return bench::skip(why);
+  }
+  cublas_api api;
+  if (const std::string why = api.load(); !why.empty()) return bench::skip(why);
+  cuda_executor ex;
+  std::vector<shape_case> shapes =
+      quick ? std::vector<shape_case>{{1024, 2048}}
+            : std::vector<shape_case>{{4096, 4096}, {4096, 16384}, {8192, 8192}};
+  if (only_h != 0) shapes = {{only_h, only_tokens}};
+  if (!pytorch.empty()) read_pytorch_times(pytorch, blocks, shapes);
+  const int reps = quick ? 2 : 5;
+  const std::size_t probe = std::size_t{256} << 20;
+  const double bw_d2h = bench::pinned_copy_bandwidth(ex, probe, true, 5);
+  const double bw_h2d = bench::pinned_copy_bandwidth(ex, probe, false, 5);
+  std::printf(
+      "# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
+      "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
+      "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
+      "between them; limit = max(no offload, copy floor) per phase and repetition, the copy "
+      "floor being the phase's tensors copied plainly right before it; x/limit: median over "
+      "%d repetitions\n",
+      blocks, bw_d2h / 1e9, bw_h2d / 1e9, reps);
+  std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s %7s %6s\n", "h",
+              "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster", "fw ms",
+              "fw/limit", "bw ms", "bw/limit", "on-dev", "demand", "d-allc", "p-allc", "pt-dem",
+              "pt-allc", "#wrong");
+  // A file that cannot be written fails the run before it is measured, not after.
+  if (!cl.json_path().empty()) bench::write_json(cl.json_path(), bench::json::object());
+  bench::json doc = {{"benchmark", "activation_mlp"},
+                     {"blocks", blocks},
+                     {"bw_d2h", bw_d2h},
+                     {"bw_h2d", bw_h2d},
+                     {"rows", bench::json::array()}};
+  int wrong_total = 0;
+  std::vector<memory_row> mems;
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const shape_case& sc = shapes[si];
+    mlp model(ex, api, blocks, sc.h, sc.tokens);
+    const std::size_t layer_bytes = model.saved_bytes() / static_cast<std::size_t>(blocks);
+    offload_options o;
+    o.keep_threshold = 0;
+    o.prefetch_bytes = 2 * layer_bytes + (std::size_t{64} << 20);
+    o.prefetch_layers = 2;
+    // At most one block's sources held while their copies are in flight: pack() waits for
+    // older copies, so that memory comes back during forward although the host runs ahead.
+    o.max_pending_bytes = layer_bytes;
+    async_offloader off(ex, o);
+    // The same without that bound, for the memory table: the host issues the whole forward
+    // before any copy completes, so no source goes back before the end of the step.
+    offload_options ou = o;
+    ou.max_pending_bytes = 0;
+    async_offloader off_unbounded(ex, ou);
+
+    // Warm-up (pools, cuBLAS heuristics), the headline offloader last: its first step is the
+    // one `offloadkit capture` allows pinned allocations in.
+    (void)model.step(nullptr, false);
+    (void)model.step(&off_unbounded, false, "unbounded offload step");
+    (void)model.step(&off, false);
+    std::vector<double> none, opt, unbounded;
+    std::vector<phase_run> fw_runs, bw_runs;
+    phase_floor floor(ex, blocks, sc.h, sc.tokens);
+    memory_row mem{sc.h, sc.tokens};
+    int wrong = 0;
+    std::size_t from_source = 0, demand = 0, dev_allocs = 0, pin_allocs = 0;
+    std::size_t pt_demand = 0, pt_dev_allocs = 0;  // the same in one phase-timed step
+    for (int r = 0; r < reps; ++r) {
+      const auto rn = model.step(nullptr, false);
+      const auto before = off.stats();
+      const auto ro = model.step(&off, false);
+      const auto after = off.stats();
+      from_source = after.served_from_source - before.served_from_source;
+      demand = after.demand_uploads - before.demand_uploads;
+      dev_allocs = after.device_allocations - before.device_allocations;
+      pin_allocs = after.pinned_allocations - before.pinned_allocations;
+      none.push_back(rn.total);
+      opt.push_back(ro.total);
+      if (rn.hash[0] != ro.hash[0] || rn.hash[1] != ro.hash[1]) ++wrong;
+      const auto ru = model.step(&off_unbounded, false, "unbounded offload step");
+      unbounded.push_back(ru.total);
+      if (rn.hash[0] != ru.hash[0] || rn.hash[1] != ru.hash[1]) ++wrong;
+      mem.none = std::max(mem.none, rn.peak_activation_bytes);
+      mem.offload = std::max(mem.offload, ro.peak_activation_bytes);
+      mem.unbounded = std::max(mem.unbounded, ru.peak_activation_bytes);
+      const auto pn = model.step(nullptr, true);
+      const double floor_d2h = floor.seconds(true);
+      const double floor_h2d = floor.seconds(false);
+      const auto pt_before = off.stats();
+      const auto po = model.step(&off, true);
+      const auto pt_after = off.stats();
+      pt_demand = pt_after.demand_uploads - pt_before.demand_uploads;
+      pt_dev_allocs = pt_after.device_allocations - pt_before.device_allocations;
+      fw_runs.push_back({pn.fw, floor_d2h, po.fw});
+      bw_runs.push_back({pn.bw, floor_h2d, po.bw});
+      if (pn.hash[0] != po.hash[0] || pn.hash[1] != po.hash[1]) ++wrong;
+    }
+    wrong_total += wrong;
+    const double saved = static_cast<double>(model.saved_bytes());
+    const phase_summary fw = summarize(fw_runs), bw = summarize(bw_runs);
+    const double t_none = median(none), t_opt = median(opt);
+    mem.unbounded_s = median(unbounded);
+    mem.none_s = t_none;
+    mems.push_back(mem);
+    std::printf(
+        "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
+        "%6zu %6zu %7zu %6d\n",
+        static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9, t_none * 1e3,
+        t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
+        sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0, fw.offload_s * 1e3,
+        fw.ratio, bw.offload_s * 1e3, bw.ratio, from_source, demand, dev_allocs, pin_allocs,
+        pt_demand, pt_dev_allocs, wrong);
+    std::fflush(stdout);
+    bench::json runs_s = bench::json::array();
+    for (const double t : opt) runs_s.push_back(t);
+    doc["rows"].push_back(
+        {{"h", sc.h},
+         {"tokens", sc.tokens},
+         {"saved_bytes", saved},
+         {"none_s", t_none},
+         {"offload_s", t_opt},
+         {"offload_runs_s", runs_s},
+         {"pytorch_save_on_cpu_ms", sc.pytorch_offload_ms},
+         {"pytorch_no_offload_ms", sc.pytorch_none_ms},
+         {"forward", phase_json(fw_runs)},
+         {"backward", phase_json(bw_runs)},
+         {"phase_timed", {{"demand_uploads", pt_demand}, {"device_allocations", pt_dev_allocs}}},
+         {"served_from_source", from_source},
+         {"peak_activation_bytes",
+          {{"none", mem.none}, {"offload", mem.offload}, {"offload_unbounded", mem.unbounded}}},
+         {"offload_unbounded_s", mem.unbounded_s},
+         {"wrong", wrong}});
+  }
+  if (!cl.json_path().empty()) bench::write_json(cl.json_path(), doc);
+  std::printf(
+      "# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
+      "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last "
+      "block served from their resident source;\n"
+      "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
+      "unpack() (not prefetched), device and pinned allocations; pt-dem / pt-allc: demand "
+      "uploads and device allocations in one phase-timed step\n");
+  std::printf(
+      "\n# peak device memory of activation buffers in use during a back-to-back step (GB): "
+      "no offload; offload as above (max_pending_bytes = one block's saved bytes); offload "
+      "without that bound, and its step time\n%6s %6s %9s %9s %9s %9s %9s\n",
+      "h", "tokens", "none GB", "offl GB", "unbnd GB", "unbnd ms", "x none");
+  for (const memory_row& m : mems) {
+    std::printf("%6lld %6lld %9.2f %9.2f %9.2f %9.1f %9.2f\n", static_cast<long long>(m.h),
+                static_cast<long long>(m.tokens), static_cast<double>(m.none) / 1e9,
+                static_cast<double>(m.offload) / 1e9, static_cast<double>(m.unbounded) / 1e9,
+                m.unbounded_s * 1e3, m.unbounded_s / m.none_s);
+  }
+  return wrong_total == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string executor_name = "cuda", json, pytorch, shape;
   long long only_h = 0, only_tokens = 0;
   bool quick = false;
   int blocks = 8;
-  auto app = tools::make_app(
-      "",
+  std::string pytorch, shape;
+  bench::command_line cl(
+      "bench_activation_mlp",
       "One training step of an MLP stack with every saved activation offloaded, against the same "
       "step without offload and each phase's copy floor (measured in the same repetition), and "
       "against PyTorch's save_on_cpu on the same shapes.",
       "Exit status: 0 ok (or no GPU, cuBLAS or cuda executor: skipped), 1 the gradients differ "
-      "or the run failed, 2 bad usage.",
-      "bench_activation_mlp");
-  tools::add_executor_option(*app, executor_name);
-  app->add_flag("--quick", quick, "one small shape, 2 repetitions (a smoke run)");
-  app->add_option("--blocks", blocks, "blocks of the stack, 1..64 (default 8)")
+      "or the run failed, 2 bad usage.");
+  CLI::App& app = cl.app();
+  app.add_flag("--quick", quick, "one small shape, 2 repetitions (a smoke run)");
+  app.add_option("--blocks", blocks, "blocks of the stack, 1..64 (default 8)")
       ->type_name("N")
       ->check(tools::integer_range(1, 64));
-  app->add_option("--shape", shape,
-                  "one shape instead of the three defaults: HIDDEN a multiple of 64, TOKENS >= 1, "
-                  "e.g. 4096x4096")
+  app.add_option("--shape", shape,
+                 "one shape instead of the three defaults: HIDDEN a multiple of 64, TOKENS >= 1, "
+                 "e.g. 4096x4096")
       ->type_name("HIDDENxTOKENS")
       ->check(CLI::Validator(
           [&only_h, &only_tokens](std::string& v) -> std::string {
@@ -548,179 +685,8 @@ int main(int argc, char** argv) {
             return {};
           },
           ""));
-  app->add_option("--pytorch", pytorch,
-                  "PyTorch's times (the output of traces/pytorch_save_on_cpu.py)")
+  app.add_option("--pytorch", pytorch,
+                 "PyTorch's times (the output of traces/pytorch_save_on_cpu.py)")
       ->type_name("FILE");
-  tools::add_json_option(*app, json);
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-  if (executor_name == "host") {
-    std::printf("skipped: the MLP step's GEMMs are cuBLAS calls, which need the cuda executor\n");
-    return 0;
-  }
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) {
-    std::printf("skipped: no usable GPU: %s\n", reason.c_str());
-    return 0;
-  }
-  cublas_api api;
-  if (const std::string why = api.load(); !why.empty()) {
-    std::printf("skipped: %s\n", why.c_str());
-    return 0;
-  }
-  try {
-    cuda_executor ex;
-    std::vector<shape_case> shapes =
-        quick ? std::vector<shape_case>{{1024, 2048}}
-              : std::vector<shape_case>{{4096, 4096}, {4096, 16384}, {8192, 8192}};
-    if (only_h != 0) shapes = {{only_h, only_tokens}};
-    if (!pytorch.empty()) read_pytorch_times(pytorch, blocks, shapes);
-    const int reps = quick ? 2 : 5;
-    const std::size_t probe = std::size_t{256} << 20;
-    const double bw_d2h = pinned_bandwidth(ex, probe, true);
-    const double bw_h2d = pinned_bandwidth(ex, probe, false);
-    std::printf(
-        "# MLP stack, %d blocks (Linear h->4h, GELU, Linear 4h->h; bf16; cuBLAS), every "
-        "saved activation offloaded\n# pinned bandwidth measured now: D2H %.2f GB/s, "
-        "H2D %.2f GB/s\n# step: forward+backward back to back; phases: synchronized "
-        "between them; limit = max(no offload, copy floor) per phase and repetition, the copy "
-        "floor being the phase's tensors copied plainly right before it; x/limit: median over "
-        "%d repetitions\n",
-        blocks, bw_d2h / 1e9, bw_h2d / 1e9, reps);
-    std::printf("%6s %6s %8s %9s %9s %8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %6s %6s %7s %6s\n",
-                "h", "tokens", "saved GB", "none ms", "offl ms", "x none", "torch ms", "x faster",
-                "fw ms", "fw/limit", "bw ms", "bw/limit", "on-dev", "demand", "d-allc", "p-allc",
-                "pt-dem", "pt-allc", "#wrong");
-    std::ofstream js;
-    if (!json.empty()) {
-      js.open(json);
-      if (!js) throw std::runtime_error("--json " + json + ": cannot write the file");
-      js << "{\"benchmark\":\"activation_mlp\",\"blocks\":" << blocks << ",\"bw_d2h\":" << bw_d2h
-         << ",\"bw_h2d\":" << bw_h2d << ",\"rows\":[";
-    }
-    int wrong_total = 0;
-    std::vector<memory_row> mems;
-    for (std::size_t si = 0; si < shapes.size(); ++si) {
-      const shape_case& sc = shapes[si];
-      mlp model(ex, api, blocks, sc.h, sc.tokens);
-      const std::size_t layer_bytes = model.saved_bytes() / static_cast<std::size_t>(blocks);
-      offload_options o;
-      o.keep_threshold = 0;
-      o.prefetch_bytes = 2 * layer_bytes + (std::size_t{64} << 20);
-      o.prefetch_layers = 2;
-      // At most one block's sources held while their copies are in flight: pack() waits for
-      // older copies, so that memory comes back during forward although the host runs ahead.
-      o.max_pending_bytes = layer_bytes;
-      async_offloader off(ex, o);
-      // The same without that bound, for the memory table: the host issues the whole forward
-      // before any copy completes, so no source goes back before the end of the step.
-      offload_options ou = o;
-      ou.max_pending_bytes = 0;
-      async_offloader off_unbounded(ex, ou);
-
-      // Warm-up (pools, cuBLAS heuristics), the headline offloader last: its first step is the
-      // one `offloadkit capture` allows pinned allocations in.
-      (void)model.step(nullptr, false);
-      (void)model.step(&off_unbounded, false, "unbounded offload step");
-      (void)model.step(&off, false);
-      std::vector<double> none, opt, unbounded;
-      std::vector<phase_run> fw_runs, bw_runs;
-      phase_floor floor(ex, blocks, sc.h, sc.tokens);
-      memory_row mem{sc.h, sc.tokens};
-      int wrong = 0;
-      std::size_t from_source = 0, demand = 0, dev_allocs = 0, pin_allocs = 0;
-      std::size_t pt_demand = 0, pt_dev_allocs = 0;  // the same in one phase-timed step
-      for (int r = 0; r < reps; ++r) {
-        const auto rn = model.step(nullptr, false);
-        const auto before = off.stats();
-        const auto ro = model.step(&off, false);
-        const auto after = off.stats();
-        from_source = after.served_from_source - before.served_from_source;
-        demand = after.demand_uploads - before.demand_uploads;
-        dev_allocs = after.device_allocations - before.device_allocations;
-        pin_allocs = after.pinned_allocations - before.pinned_allocations;
-        none.push_back(rn.total);
-        opt.push_back(ro.total);
-        if (rn.hash[0] != ro.hash[0] || rn.hash[1] != ro.hash[1]) ++wrong;
-        const auto ru = model.step(&off_unbounded, false, "unbounded offload step");
-        unbounded.push_back(ru.total);
-        if (rn.hash[0] != ru.hash[0] || rn.hash[1] != ru.hash[1]) ++wrong;
-        mem.none = std::max(mem.none, rn.peak_activation_bytes);
-        mem.offload = std::max(mem.offload, ro.peak_activation_bytes);
-        mem.unbounded = std::max(mem.unbounded, ru.peak_activation_bytes);
-        const auto pn = model.step(nullptr, true);
-        const double floor_d2h = floor.seconds(true);
-        const double floor_h2d = floor.seconds(false);
-        const auto pt_before = off.stats();
-        const auto po = model.step(&off, true);
-        const auto pt_after = off.stats();
-        pt_demand = pt_after.demand_uploads - pt_before.demand_uploads;
-        pt_dev_allocs = pt_after.device_allocations - pt_before.device_allocations;
-        fw_runs.push_back({pn.fw, floor_d2h, po.fw});
-        bw_runs.push_back({pn.bw, floor_h2d, po.bw});
-        if (pn.hash[0] != po.hash[0] || pn.hash[1] != po.hash[1]) ++wrong;
-      }
-      wrong_total += wrong;
-      const double saved = static_cast<double>(model.saved_bytes());
-      const phase_summary fw = summarize(fw_runs), bw = summarize(bw_runs);
-      const double t_none = median(none), t_opt = median(opt);
-      mem.unbounded_s = median(unbounded);
-      mem.none_s = t_none;
-      mems.push_back(mem);
-      std::printf(
-          "%6lld %6lld %8.2f %9.1f %9.1f %8.2f %9.0f %9.2f %9.1f %9.3f %9.1f %9.3f %8zu %6zu %6zu "
-          "%6zu %6zu %7zu %6d\n",
-          static_cast<long long>(sc.h), static_cast<long long>(sc.tokens), saved / 1e9,
-          t_none * 1e3, t_opt * 1e3, t_opt / t_none, sc.pytorch_offload_ms,
-          sc.pytorch_offload_ms > 0 ? sc.pytorch_offload_ms / (t_opt * 1e3) : 0.0,
-          fw.offload_s * 1e3, fw.ratio, bw.offload_s * 1e3, bw.ratio, from_source, demand,
-          dev_allocs, pin_allocs, pt_demand, pt_dev_allocs, wrong);
-      std::fflush(stdout);
-      if (js.is_open()) {
-        js << (si ? "," : "") << "{\"h\":" << sc.h << ",\"tokens\":" << sc.tokens
-           << ",\"saved_bytes\":" << saved << ",\"none_s\":" << t_none << ",\"offload_s\":" << t_opt
-           << ",\"offload_runs_s\":[";
-        for (std::size_t i = 0; i < opt.size(); ++i) js << (i ? "," : "") << opt[i];
-        js << "]"
-           << ",\"pytorch_save_on_cpu_ms\":" << sc.pytorch_offload_ms
-           << ",\"pytorch_no_offload_ms\":" << sc.pytorch_none_ms
-           << ",\"forward\":" << phase_json(fw_runs) << ",\"backward\":" << phase_json(bw_runs)
-           << ",\"phase_timed\":{\"demand_uploads\":" << pt_demand
-           << ",\"device_allocations\":" << pt_dev_allocs
-           << "},\"served_from_source\":" << from_source
-           << ",\"peak_activation_bytes\":{\"none\":" << mem.none << ",\"offload\":" << mem.offload
-           << ",\"offload_unbounded\":" << mem.unbounded
-           << "},\"offload_unbounded_s\":" << mem.unbounded_s << ",\"wrong\":" << wrong << "}";
-      }
-    }
-    if (js.is_open()) {
-      js << "]}\n";
-      js.close();
-      if (!js) throw std::runtime_error("--json " + json + ": cannot write the file");
-    }
-    std::printf(
-        "# x none = offload step / no-offload step; x faster = PyTorch save_on_cpu step (torch ms, "
-        "measured by --pytorch's run; 0: not given) / offload step; on-dev: tensors of the last "
-        "block served from their resident source;\n"
-        "# demand / d-allc / p-allc: in one steady offload step, tensors uploaded inside "
-        "unpack() (not prefetched), device and pinned allocations; pt-dem / pt-allc: demand "
-        "uploads and device allocations in one phase-timed step\n");
-    std::printf(
-        "\n# peak device memory of activation buffers in use during a back-to-back step (GB): "
-        "no offload; offload as above (max_pending_bytes = one block's saved bytes); offload "
-        "without that bound, and its step time\n%6s %6s %9s %9s %9s %9s %9s\n",
-        "h", "tokens", "none GB", "offl GB", "unbnd GB", "unbnd ms", "x none");
-    for (const memory_row& m : mems) {
-      std::printf("%6lld %6lld %9.2f %9.2f %9.2f %9.1f %9.2f\n", static_cast<long long>(m.h),
-                  static_cast<long long>(m.tokens), static_cast<double>(m.none) / 1e9,
-                  static_cast<double>(m.offload) / 1e9, static_cast<double>(m.unbounded) / 1e9,
-                  m.unbounded_s * 1e3, m.unbounded_s / m.none_s);
-    }
-    return wrong_total == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_activation_mlp: %s\n", e.what());
-    return 1;
-  }
+  return cl.run(argc, argv, [&] { return run(cl, quick, blocks, only_h, only_tokens, pytorch); });
 }

@@ -14,38 +14,28 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <functional>
-#include <iostream>
 #include <memory>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/error.hpp"
-#include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 
 namespace {
 
 using namespace offloadkit;
 using namespace offloadkit::arena;
+using bench::best_of;
 using clock_type = std::chrono::steady_clock;
 
 struct options {
-  std::string executor = "cuda";
   bool quick = false;
   int max_gib = 4;
   int reps = 5;
-  std::string json;
-  std::string command;  ///< the command line, recorded with the figures
 };
 
 struct row {
@@ -137,17 +127,6 @@ long count_wrong(executor& ex, const bench_set& s, int salt, stream_ref st) {
   return wrong;
 }
 
-/// Best of `reps` runs of `fn`, in seconds.
-double best_of(int reps, const std::function<void()>& fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = clock_type::now();
-    fn();
-    best = std::min(best, seconds_since(t0));
-  }
-  return best;
-}
-
 row make_row(const bench_set& s, std::string method, double sec, std::string limit_name,
              double limit_gbps, double bytes_factor = 1.0) {
   row r;
@@ -159,7 +138,7 @@ row make_row(const bench_set& s, std::string method, double sec, std::string lim
   r.gbps = bytes_factor * double(s.bytes) / sec / 1e9;
   r.limit_name = std::move(limit_name);
   r.limit_gbps = limit_gbps;
-  r.ratio = limit_gbps > 0 ? r.gbps / limit_gbps : 0;
+  r.ratio = bench::ratio(r.gbps, limit_gbps);
   return r;
 }
 
@@ -167,7 +146,7 @@ row make_row(const bench_set& s, std::string method, double sec, std::string lim
 row speedup_row(const bench_set& s, std::string method, double sec, double optimized_gbps) {
   row r = make_row(s, std::move(method), sec, "optimized", optimized_gbps);
   r.speedup = true;
-  r.ratio = r.gbps > 0 ? optimized_gbps / r.gbps : 0;
+  r.ratio = bench::ratio(optimized_gbps, r.gbps);
   return r;
 }
 
@@ -184,23 +163,27 @@ void print(const row& r) {
               r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
 }
 
+/// Writes the figures to `path` (bench::write_json).
 void write_json(const std::string& path, const std::string& device, const std::string& command,
                 const std::vector<row>& rows) {
-  std::ofstream f(path);
-  f << "{\n  \"benchmark\": \"bench_arena\",\n  \"device\": \"" << device
-    << "\",\n  \"command\": " << tools::json_string(command) << ",\n  \"rows\": [\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const row& r = rows[i];
-    f << "    {\"set\": \"" << r.set << "\", \"method\": \"" << r.method
-      << "\", \"tensors\": " << r.tensors << ", \"bytes\": " << r.bytes << ", \"ms\": " << r.ms
-      << ", \"gbps\": " << r.gbps << ", \"limit\": \"" << r.limit_name
-      << "\", \"limit_gbps\": " << r.limit_gbps << ", \"ratio\": " << r.ratio
-      << ", \"ratio_is_speedup\": " << (r.speedup ? "true" : "false") << ", \"wrong\": " << r.wrong
-      << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  bench::json doc = {{"benchmark", "bench_arena"},
+                     {"device", device},
+                     {"command", command},
+                     {"rows", bench::json::array()}};
+  for (const row& r : rows) {
+    doc["rows"].push_back({{"set", r.set},
+                           {"method", r.method},
+                           {"tensors", r.tensors},
+                           {"bytes", r.bytes},
+                           {"ms", r.ms},
+                           {"gbps", r.gbps},
+                           {"limit", r.limit_name},
+                           {"limit_gbps", r.limit_gbps},
+                           {"ratio", r.ratio},
+                           {"ratio_is_speedup", r.speedup},
+                           {"wrong", r.wrong}});
   }
-  f << "  ]\n}\n";
-  f.close();
-  if (!f) throw std::runtime_error("--json " + path + ": cannot write the file");
+  bench::write_json(path, doc);
 }
 
 void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
@@ -320,13 +303,12 @@ void bench_size(executor& ex, std::size_t target, const options& opt, bool flat,
   }
 }
 
-int run(const options& opt) {
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, options opt) {
+  if (opt.quick) opt.reps = std::min(opt.reps, 2);
   std::string skipped;
-  const std::unique_ptr<executor> ex = tools::benchmark_executor(opt.executor, skipped);
-  if (!ex) {
-    std::printf("skipped: %s\n", skipped.c_str());
-    return 0;
-  }
+  const std::unique_ptr<executor> ex = cl.make_executor(skipped);
+  if (!ex) return bench::skip(skipped);
   std::vector<std::size_t> sizes;
   if (opt.quick) {
     sizes = {std::size_t{16} << 20};
@@ -348,7 +330,7 @@ int run(const options& opt) {
   for (std::size_t bytes : sizes) {
     for (bool flat : {false, true}) bench_size(*ex, bytes, opt, flat, rows);
   }
-  if (!opt.json.empty()) write_json(opt.json, ex->name(), opt.command, rows);
+  if (!cl.json_path().empty()) write_json(cl.json_path(), ex->name(), cl.command(), rows);
   long wrong = 0;
   for (const row& r : rows) wrong += std::max(0L, r.wrong);
   return wrong == 0 ? 0 : 1;
@@ -356,35 +338,24 @@ int run(const options& opt) {
 
 }  // namespace
 
-int main(int argc, char** argv) try {
+int main(int argc, char** argv) {
   options opt;
-  for (int i = 0; i < argc; ++i) opt.command += (i == 0 ? "" : " ") + std::string(argv[i]);
-  auto app = tools::make_app(
-      "",
+  bench::command_line cl(
+      "bench_arena",
       "Offload and reload of optimizer-like tensor sets: the coalesced pinned arena against one "
       "plain pinned copy of the same bytes, per-tensor pageable and fresh-pinned copies, and "
       "offload of one set with reload of another against the both-directions limit, measured in "
       "the same run.",
       "Exit status: 0 ok (or no GPU: skipped), 1 a reloaded byte was wrong or the run failed (or "
-      "--json could not be written), 2 bad usage.",
-      "bench_arena");
-  tools::add_executor_option(*app, opt.executor);
-  app->add_flag("--quick", opt.quick, "one 16 MiB set size, at most 2 repetitions (a smoke run)");
-  app->add_option("--max-gib", opt.max_gib,
-                  "largest set size in GiB (of 1, 2, 4 and 8, those up to it), 1..8 (default 4)")
+      "--json could not be written), 2 bad usage.");
+  CLI::App& app = cl.app();
+  app.add_flag("--quick", opt.quick, "one 16 MiB set size, at most 2 repetitions (a smoke run)");
+  app.add_option("--max-gib", opt.max_gib,
+                 "largest set size in GiB (of 1, 2, 4 and 8, those up to it), 1..8 (default 4)")
       ->type_name("N")
       ->check(tools::integer_range(1, 8));
-  app->add_option("--reps", opt.reps, "repetitions per figure, best taken, 1..100 (default 5)")
+  app.add_option("--reps", opt.reps, "repetitions per figure, best taken, 1..100 (default 5)")
       ->type_name("N")
       ->check(tools::integer_range(1, 100));
-  tools::add_json_option(*app, opt.json);
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-  if (opt.quick) opt.reps = std::min(opt.reps, 2);
-  return run(opt);
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "bench_arena: %s\n", e.what());
-  return 1;
+  return cl.run(argc, argv, [&] { return run(cl, opt); });
 }

@@ -18,10 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <initializer_list>
-#include <iostream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/region/vmm_region.hpp"
@@ -40,7 +38,6 @@ namespace {
 
 using namespace offloadkit;
 using clock_type = std::chrono::steady_clock;
-using tools::json_string;
 constexpr std::size_t mib = std::size_t{1} << 20;
 constexpr const char* program = "bench_multigpu";
 // Ranges of the numeric options.
@@ -50,62 +47,37 @@ constexpr std::int64_t max_reps = 1000;
 constexpr int max_host_devices = 16;
 
 struct options {
-  std::string executor = "cuda";
   bool quick = false;
   std::size_t mib_per_device = 1024;
   std::size_t chunk_mib = 64;
   int reps = 5;
   int devices = 0;  ///< 0: every device of the executor
-  std::string json;
-  std::string command;  ///< the command line, recorded with the figures
 };
 
-/// Parses the command line into `o`. Returns -1 to go on, or the exit status (0 after --help,
-/// 2 after a usage error, reported on stderr as "<option>: <value> ...: valid range ...").
-int parse(int argc, char** argv, options& o) {
-  for (int i = 0; i < argc; ++i) o.command += (i == 0 ? "" : " ") + std::string(argv[i]);
-  auto app = tools::make_app(
-      "",
-      "Pinned copy bandwidth (H2D, D2H) and pause + resume of one optimized region per device, "
-      "each device alone and then every device at once; ratio = together / alone.",
-      "Exit status: 0 ok (or no GPU: skipped), 1 a result was wrong or the run failed, 2 bad "
-      "usage.",
-      program);
-  tools::add_executor_option(*app, o.executor)
-      ->description("cuda (default) or host: the CPU executor with 2 simulated devices");
-  app->add_flag("--quick", o.quick,
-                "a short run: 8 MiB per device, 4 MiB chunks, 2 repetitions (unless given)");
-  auto* mib_opt =
-      app->add_option("--mib", o.mib_per_device,
-                      "bytes per device, in MiB, 1.." + std::to_string(max_mib) + " (default 1024)")
-          ->type_name("N")
-          ->check(tools::unsigned_range(1, max_mib));
-  auto* chunk_opt = app->add_option("--chunk-mib", o.chunk_mib,
-                                    "region chunk size in MiB, 1.." +
-                                        std::to_string(max_chunk_mib) + " (default 64)")
-                        ->type_name("N")
-                        ->check(tools::unsigned_range(1, max_chunk_mib));
-  auto* reps_opt =
-      app->add_option("--reps", o.reps,
-                      "repetitions, best taken, 1.." + std::to_string(max_reps) + " (default 5)")
-          ->type_name("N")
-          ->check(tools::integer_range(1, max_reps));
-  app->add_option("--devices", o.devices,
-                  "use the first N devices, 1..1024 (default: all; the host executor has at most " +
-                      std::to_string(max_host_devices) + ")")
+/// Adds the benchmark's options to `cl`, read into `o`.
+void add_options(bench::command_line& cl, options& o) {
+  CLI::App& app = cl.app();
+  cl.executor_option().description(
+      "cuda (default) or host: the CPU executor with 2 simulated devices");
+  app.add_flag("--quick", o.quick,
+               "a short run: 8 MiB per device, 4 MiB chunks, 2 repetitions (unless given)");
+  app.add_option("--mib", o.mib_per_device,
+                 "bytes per device, in MiB, 1.." + std::to_string(max_mib) + " (default 1024)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, max_mib));
+  app.add_option("--chunk-mib", o.chunk_mib,
+                 "region chunk size in MiB, 1.." + std::to_string(max_chunk_mib) + " (default 64)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, max_chunk_mib));
+  app.add_option("--reps", o.reps,
+                 "repetitions, best taken, 1.." + std::to_string(max_reps) + " (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, max_reps));
+  app.add_option("--devices", o.devices,
+                 "use the first N devices, 1..1024 (default: all; the host executor has at most " +
+                     std::to_string(max_host_devices) + ")")
       ->type_name("N")
       ->check(tools::integer_range(1, 1024));
-  tools::add_json_option(*app, o.json);
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-  if (o.quick) {
-    if (mib_opt->count() == 0) o.mib_per_device = 8;
-    if (chunk_opt->count() == 0) o.chunk_mib = 4;
-    if (reps_opt->count() == 0) o.reps = 2;
-  }
-  return -1;
 }
 
 std::size_t at(int device) { return static_cast<std::size_t>(device); }
@@ -390,69 +362,62 @@ void print_rows(const std::vector<figure>& rows, const std::vector<aggregate>& a
   }
 }
 
-/// A JSON number, or null where there is none (not measured, not finite).
-std::string json_number(double v, bool measured = true) {
-  if (!measured || !std::isfinite(v)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", v);
-  return text;
+/// A JSON number, or null where there is none (not measured; not finite, as write_json does).
+bench::json json_number(double v, bool measured = true) {
+  return measured ? bench::json(v) : bench::json(nullptr);
 }
 
-void write_figures(std::ofstream& f, const char* key, const std::vector<figure>& rows,
-                   std::size_t bytes) {
-  f << "  " << json_string(key) << ": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const figure& r = rows[i];
+bench::json figures_json(const std::vector<figure>& rows, std::size_t bytes) {
+  bench::json out = bench::json::array();
+  for (const figure& r : rows) {
     const bool together = r.together_s >= 0;
-    f << (i ? ",\n" : "\n") << "    {\"device\": " << r.device
-      << ", \"op\": " << json_string(r.what) << ", \"alone_s\": " << json_number(r.alone_s)
-      << ", \"alone_gbps\": " << json_number(gbps(bytes, r.alone_s))
-      << ", \"together_s\": " << json_number(r.together_s, together)
-      << ", \"together_gbps\": " << json_number(gbps(bytes, r.together_s), together)
-      << ", \"ratio\": " << json_number(r.alone_s / r.together_s, together)
-      << ", \"wrong\": " << r.wrong << "}";
+    out.push_back({{"device", r.device},
+                   {"op", r.what},
+                   {"alone_s", json_number(r.alone_s)},
+                   {"alone_gbps", json_number(gbps(bytes, r.alone_s))},
+                   {"together_s", json_number(r.together_s, together)},
+                   {"together_gbps", json_number(gbps(bytes, r.together_s), together)},
+                   {"ratio", json_number(r.alone_s / r.together_s, together)},
+                   {"wrong", r.wrong}});
   }
-  f << "\n  ]";
+  return out;
 }
 
-void write_aggregates(std::ofstream& f, const char* key, const std::vector<aggregate>& rows,
-                      std::size_t bytes, int devices) {
-  f << "  " << json_string(key) << ": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const aggregate& a = rows[i];
+bench::json aggregates_json(const std::vector<aggregate>& rows, std::size_t bytes, int devices) {
+  bench::json out = bench::json::array();
+  for (const aggregate& a : rows) {
     const bool together = a.together_s >= 0;
     const double all = gbps(bytes * static_cast<std::size_t>(devices), a.together_s);
-    f << (i ? ",\n" : "\n") << "    {\"op\": " << json_string(a.what)
-      << ", \"sum_alone_gbps\": " << json_number(a.sum_alone_gbps)
-      << ", \"together_s\": " << json_number(a.together_s, together)
-      << ", \"together_gbps\": " << json_number(all, together)
-      << ", \"ratio\": " << json_number(all / a.sum_alone_gbps, together) << "}";
+    out.push_back({{"op", a.what},
+                   {"sum_alone_gbps", json_number(a.sum_alone_gbps)},
+                   {"together_s", json_number(a.together_s, together)},
+                   {"together_gbps", json_number(all, together)},
+                   {"ratio", json_number(all / a.sum_alone_gbps, together)}});
   }
-  f << "\n  ]";
+  return out;
 }
 
-int run(const options& o) {
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, const options& o) {
   std::unique_ptr<executor> ex;
-  if (o.executor == "cuda") {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) {
-      std::printf("skipped: %s\n", reason.c_str());
-      return 0;
+  if (cl.executor_name() == "cuda") {
+    if (const std::string reason = cuda_unavailable_reason(); !reason.empty()) {
+      return bench::skip(reason);
     }
     const int available = cuda_executor().device_count();
     if (o.devices > available) {
-      std::fprintf(stderr, "%s: --devices: %d is out of range: valid range 1..%d (the GPUs here)\n",
-                   program, o.devices, available);
-      return 2;
+      throw tools::usage_error("--devices: " + std::to_string(o.devices) +
+                               " is out of range: valid range 1.." + std::to_string(available) +
+                               " (the GPUs here)");
     }
     cuda_executor_options opts;
     opts.devices = o.devices == 0 ? -1 : o.devices;
     ex = std::make_unique<cuda_executor>(opts);
   } else {
     if (o.devices > max_host_devices) {
-      std::fprintf(stderr, "%s: --devices: %d is out of range: valid range 1..%d (host executor)\n",
-                   program, o.devices, max_host_devices);
-      return 2;
+      throw tools::usage_error("--devices: " + std::to_string(o.devices) +
+                               " is out of range: valid range 1.." +
+                               std::to_string(max_host_devices) + " (host executor)");
     }
     host_executor_options opts;
     if (o.devices != 0) opts.devices = o.devices;
@@ -486,27 +451,22 @@ int run(const options& o) {
   for (const auto* rows : {&copies, &regions}) {
     for (const figure& f : *rows) wrong += f.wrong;
   }
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    f << "{\n  \"benchmark\": \"multigpu\",\n  \"executor\": " << json_string(ex->name())
-      << ",\n  \"command\": " << json_string(o.command) << ",\n  \"devices\": " << devices
-      << ",\n  \"bytes_per_device\": " << bytes << ",\n  \"chunk_bytes\": " << o.chunk_mib * mib
-      << ",\n  \"reps\": " << o.reps
-      << ",\n  \"together_measured\": " << (devices > 1 ? "true" : "false")
-      << ",\n  \"note\": " << json_string(note) << ",\n";
-    write_figures(f, "copies", copies, bytes);
-    f << ",\n";
-    write_aggregates(f, "copies_all", copies_all, bytes, devices);
-    f << ",\n";
-    write_figures(f, "regions", regions, bytes);
-    f << ",\n";
-    write_aggregates(f, "regions_all", regions_all, bytes, devices);
-    f << ",\n  \"wrong\": " << wrong << "\n}\n";
-    f.close();
-    if (!f) {
-      std::fprintf(stderr, "%s: cannot write %s\n", program, o.json.c_str());
-      return 1;
-    }
+  if (!cl.json_path().empty()) {
+    bench::json doc = {{"benchmark", "multigpu"},
+                       {"executor", ex->name()},
+                       {"command", cl.command()},
+                       {"devices", devices},
+                       {"bytes_per_device", bytes},
+                       {"chunk_bytes", o.chunk_mib * mib},
+                       {"reps", o.reps},
+                       {"together_measured", devices > 1},
+                       {"note", note},
+                       {"copies", figures_json(copies, bytes)},
+                       {"copies_all", aggregates_json(copies_all, bytes, devices)},
+                       {"regions", figures_json(regions, bytes)},
+                       {"regions_all", aggregates_json(regions_all, bytes, devices)},
+                       {"wrong", wrong}};
+    bench::write_json(cl.json_path(), doc);
   }
   return wrong == 0 ? 0 : 1;
 }
@@ -515,12 +475,19 @@ int run(const options& o) {
 
 int main(int argc, char** argv) {
   options o;
-  const int parsed = parse(argc, argv, o);
-  if (parsed >= 0) return parsed;
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 1;
-  }
+  bench::command_line cl(
+      program,
+      "Pinned copy bandwidth (H2D, D2H) and pause + resume of one optimized region per device, "
+      "each device alone and then every device at once; ratio = together / alone.",
+      "Exit status: 0 ok (or no GPU: skipped), 1 a result was wrong or the run failed, 2 bad "
+      "usage.");
+  add_options(cl, o);
+  return cl.run(argc, argv, [&] {
+    if (o.quick) {
+      if (cl.app().count("--mib") == 0) o.mib_per_device = 8;
+      if (cl.app().count("--chunk-mib") == 0) o.chunk_mib = 4;
+      if (cl.app().count("--reps") == 0) o.reps = 2;
+    }
+    return run(cl, o);
+  });
 }

@@ -18,17 +18,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iostream>
+#include <exception>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "bench_stats.hpp"
-#include "cli_common.hpp"
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/host_executor.hpp"
+#include "harness.hpp"
 #include "offloadkit/region/vmm_region.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/workloads/region_patterns.hpp"
@@ -41,12 +36,10 @@ using clock_type = std::chrono::steady_clock;
 constexpr std::size_t mib = std::size_t{1} << 20;
 
 struct options {
-  std::string executor = "cuda";
   bool quick = false;
   std::size_t min_mib = 256, max_mib = 8192, chunk_mib = 64, baseline_max_mib = 2048;
   int reps = 5;
   bool no_swap = false;
-  std::string json;
 };
 
 template <class F>
@@ -198,54 +191,38 @@ double gbps(std::size_t bytes, double s) {
   return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  options o;
-  auto app = tools::make_app(
-      "",
-      "Pause and resume of the graph-stable region against plain pinned copies of the same size "
-      "and a per-allocation synchronous backup; swap of two regions against pause then resume "
-      "and the link's both-directions limit. Every ratio's two sides are measured in the same "
-      "run, taking turns.",
-      "Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed (or "
-      "--json could not be written), 2 bad usage.",
-      "bench_region");
-  tools::add_executor_option(*app, o.executor);
-  app->add_flag("--quick", o.quick,
-                "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
-  app->add_option("--min-mib", o.min_mib,
-                  "smallest region size in MiB, doubled up to --max-mib, 1..1048576 (default 256)")
-      ->type_name("N")
-      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
-  app->add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
-      ->type_name("N")
-      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
-  app->add_option("--chunk-mib", o.chunk_mib, "the region's chunk in MiB, 1..65536 (default 64)")
-      ->type_name("N")
-      ->check(tools::unsigned_range(1, std::uint64_t{1} << 16));
-  app->add_option("--reps", o.reps, "timed rounds per size, median taken, 1..100 (default 5)")
-      ->type_name("N")
-      ->check(tools::integer_range(1, 100));
-  app->add_option("--baseline-max-mib", o.baseline_max_mib,
-                  "largest size at which the slow per-allocation baseline runs, 0 (never)..1048576 "
-                  "(default 2048)")
-      ->type_name("N")
-      ->check(tools::unsigned_range(0, std::uint64_t{1} << 20));
-  app->add_flag("--no-swap", o.no_swap, "leave out the swap figures");
-  tools::add_json_option(*app, o.json);
-  // Checked once every option is read, and refused like any other bad value.
-  app->callback([&o] {
-    if (o.min_mib > o.max_mib) {
-      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) +
-                                                  " is out of range: valid range 1.." +
-                                                  std::to_string(o.max_mib) + " (--max-mib)");
-    }
-  });
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
+/// Writes the figures to `path` (bench::write_json).
+void write_json(const std::string& path, const std::string& executor_name, const options& o,
+                const std::vector<row>& rows) {
+  bench::json doc = {
+      {"benchmark", "region"}, {"executor", executor_name}, {"chunk_bytes", o.chunk_mib * mib},
+      {"rounds", o.reps},      {"statistic", "median"},     {"rows", bench::json::array()}};
+  for (const row& r : rows) {
+    doc["rows"].push_back(
+        {{"bytes", r.bytes},
+         {"d2h_s", r.d2h_s},
+         {"h2d_s", r.h2d_s},
+         {"pause_s", r.pause_s},
+         {"resume_s", r.resume_s},
+         {"pause_ratio", r.d2h_s / r.pause_s},
+         {"resume_ratio", r.h2d_s / r.resume_s},
+         {"released_bytes", r.free_drop},
+         {"baseline_pause_s", r.base_pause_s},
+         {"baseline_resume_s", r.base_resume_s},
+         {"speedup", (r.base_pause_s + r.base_resume_s) > 0
+                         ? (r.base_pause_s + r.base_resume_s) / (r.pause_s + r.resume_s)
+                         : 0},
+         {"both_directions_s", r.both_s},
+         {"swap_s", r.swap_s},
+         {"pause_then_resume_s", r.pause_resume_s},
+         {"swap_ratio", bench::ratio(r.both_s, r.swap_s)},
+         {"wrong", r.wrong}});
   }
+  bench::write_json(path, doc);
+}
+
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, options o) {
   if (o.quick) {
     o.min_mib = std::min<std::size_t>(o.min_mib, 8);
     o.max_mib = std::min<std::size_t>(o.max_mib, 16);
@@ -253,11 +230,8 @@ int main(int argc, char** argv) try {
     o.reps = std::min(o.reps, 2);
   }
   std::string skipped;
-  const std::unique_ptr<executor> ex = tools::benchmark_executor(o.executor, skipped);
-  if (!ex) {
-    std::printf("skipped: %s\n", skipped.c_str());
-    return 0;
-  }
+  const std::unique_ptr<executor> ex = cl.make_executor(skipped);
+  if (!ex) return bench::skip(skipped);
   std::printf(
       "bench_region on %s, chunk %zu MiB, median of %d rounds (the plain copies and the region "
       "taking turns); ratios are to the plain pinned copy of the same size in this run; baseline "
@@ -326,33 +300,51 @@ int main(int argc, char** argv) try {
     }
     std::printf("goal: ratio >= 0.90 for 1-8 GiB (about 1.6x faster than pause then resume)\n");
   }
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << "{\n  \"benchmark\": \"region\",\n  \"executor\": \"" << ex->name()
-        << "\",\n  \"chunk_bytes\": " << o.chunk_mib * mib << ",\n  \"rounds\": " << o.reps
-        << ",\n  \"statistic\": \"median\",\n  \"rows\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const row& r = rows[i];
-      out << (i ? ",\n" : "\n") << "    {\"bytes\": " << r.bytes << ", \"d2h_s\": " << r.d2h_s
-          << ", \"h2d_s\": " << r.h2d_s << ", \"pause_s\": " << r.pause_s
-          << ", \"resume_s\": " << r.resume_s << ", \"pause_ratio\": " << r.d2h_s / r.pause_s
-          << ", \"resume_ratio\": " << r.h2d_s / r.resume_s
-          << ", \"released_bytes\": " << r.free_drop << ", \"baseline_pause_s\": " << r.base_pause_s
-          << ", \"baseline_resume_s\": " << r.base_resume_s << ", \"speedup\": "
-          << ((r.base_pause_s + r.base_resume_s) > 0
-                  ? (r.base_pause_s + r.base_resume_s) / (r.pause_s + r.resume_s)
-                  : 0)
-          << ", \"both_directions_s\": " << r.both_s << ", \"swap_s\": " << r.swap_s
-          << ", \"pause_then_resume_s\": " << r.pause_resume_s
-          << ", \"swap_ratio\": " << (r.swap_s > 0 ? r.both_s / r.swap_s : 0)
-          << ", \"wrong\": " << r.wrong << "}";
-    }
-    out << "\n  ]\n}\n";
-    out.close();
-    if (!out) throw std::runtime_error("--json " + o.json + ": cannot write the file");
-  }
+  if (!cl.json_path().empty()) write_json(cl.json_path(), ex->name(), o, rows);
   return status;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "bench_region: %s\n", e.what());
-  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  bench::command_line cl(
+      "bench_region",
+      "Pause and resume of the graph-stable region against plain pinned copies of the same size "
+      "and a per-allocation synchronous backup; swap of two regions against pause then resume "
+      "and the link's both-directions limit. Every ratio's two sides are measured in the same "
+      "run, taking turns.",
+      "Exit status: 0 ok (or no GPU: skipped), 1 a word came back wrong or a size failed (or "
+      "--json could not be written), 2 bad usage.");
+  CLI::App& app = cl.app();
+  app.add_flag("--quick", o.quick,
+               "small sizes: 8 to 16 MiB, chunks of 4 MiB, at most 2 rounds (a smoke run)");
+  app.add_option("--min-mib", o.min_mib,
+                 "smallest region size in MiB, doubled up to --max-mib, 1..1048576 (default 256)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
+  app.add_option("--max-mib", o.max_mib, "largest region size in MiB, 1..1048576 (default 8192)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 20));
+  app.add_option("--chunk-mib", o.chunk_mib, "the region's chunk in MiB, 1..65536 (default 64)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(1, std::uint64_t{1} << 16));
+  app.add_option("--reps", o.reps, "timed rounds per size, median taken, 1..100 (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 100));
+  app.add_option("--baseline-max-mib", o.baseline_max_mib,
+                 "largest size at which the slow per-allocation baseline runs, 0 (never)..1048576 "
+                 "(default 2048)")
+      ->type_name("N")
+      ->check(tools::unsigned_range(0, std::uint64_t{1} << 20));
+  app.add_flag("--no-swap", o.no_swap, "leave out the swap figures");
+  // Checked once every option is read, and refused like any other bad value.
+  app.callback([&o] {
+    if (o.min_mib > o.max_mib) {
+      throw CLI::ValidationError("--min-mib", std::to_string(o.min_mib) +
+                                                  " is out of range: valid range 1.." +
+                                                  std::to_string(o.max_mib) + " (--max-mib)");
+    }
+  });
+  return cl.run(argc, argv, [&] { return run(cl, o); });
 }

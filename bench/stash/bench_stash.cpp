@@ -20,22 +20,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <random>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "bench_stats.hpp"
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "moe_layer.hpp"
-#include "offloadkit/cuda_executor.hpp"
-#include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/stash/paged_stash.hpp"
 #include "offloadkit/stash/planner.hpp"
@@ -46,13 +39,6 @@ namespace {
 using namespace offloadkit;
 using namespace offloadkit::stash;
 using clock_type = std::chrono::steady_clock;
-
-struct options {
-  std::string executor = "cuda";
-  bool quick = false;
-  int windows = 5;
-  std::string json;
-};
 
 struct row {
   std::string tier;
@@ -281,72 +267,58 @@ workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, s
   return w;
 }
 
-/// Writes the figures to `path`; throws std::runtime_error naming the file when it cannot.
+/// Writes the figures to `path` (bench::write_json).
 void write_json(const std::string& path, const std::string& exec, int windows,
                 const std::vector<row>& rows, const std::vector<layer_row>& layers,
                 const std::vector<memory_row>& mem, const std::string& skipped) {
-  std::ofstream out(path);
-  out << "{\n  \"benchmark\": \"bench_stash\",\n  \"executor\": \"" << exec << "\",\n";
-  out << "  \"windows\": " << windows << ",\n";
-  if (!skipped.empty()) out << "  \"skipped\": " << tools::json_string(skipped) << ",\n";
-  out << "  \"throughput\": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const row& r = rows[i];
-    out << (i ? "," : "") << "\n    {\"tier\": \"" << r.tier << "\", \"hidden\": " << r.hidden
-        << ", \"rows\": " << r.rows << ", \"bytes\": " << r.bytes
-        << ", \"stash_ms\": " << r.stash_ms << ", \"plain_ms\": " << r.plain_ms
-        << ", \"stash_gbs\": " << r.stash_gbs << ", \"plain_gbs\": " << r.plain_gbs
-        << ", \"ratio\": " << r.ratio << ", \"wrong\": " << r.wrong << "}";
+  bench::json doc = {{"benchmark", "bench_stash"}, {"executor", exec}, {"windows", windows}};
+  if (!skipped.empty()) doc["skipped"] = skipped;
+  doc["throughput"] = bench::json::array();
+  for (const row& r : rows) {
+    doc["throughput"].push_back({{"tier", r.tier},
+                                 {"hidden", r.hidden},
+                                 {"rows", r.rows},
+                                 {"bytes", r.bytes},
+                                 {"stash_ms", r.stash_ms},
+                                 {"plain_ms", r.plain_ms},
+                                 {"stash_gbs", r.stash_gbs},
+                                 {"plain_gbs", r.plain_gbs},
+                                 {"ratio", r.ratio},
+                                 {"wrong", r.wrong}});
   }
-  out << "\n  ],\n  \"layers\": [";
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const layer_row& r = layers[i];
-    out << (i ? "," : "") << "\n    {\"tier\": \"" << r.tier << "\", \"keys\": " << r.keys
-        << ", \"hidden\": " << r.hidden << ", \"rows\": " << r.rows << ", \"bytes\": " << r.bytes
-        << ", \"batch_ms\": " << r.batch_ms << ", \"per_key_ms\": " << r.per_key_ms
-        << ", \"plain_ms\": " << r.plain_ms << ", \"batch_ratio\": " << r.batch_ratio
-        << ", \"per_key_ratio\": " << r.per_key_ratio << ", \"graph_ms\": " << r.graph_ms
-        << ", \"plain_graph_ms\": " << r.plain_graph_ms << ", \"graph_ratio\": " << r.graph_ratio
-        << ", \"wrong\": " << r.wrong << "}";
+  doc["layers"] = bench::json::array();
+  for (const layer_row& r : layers) {
+    doc["layers"].push_back({{"tier", r.tier},
+                             {"keys", r.keys},
+                             {"hidden", r.hidden},
+                             {"rows", r.rows},
+                             {"bytes", r.bytes},
+                             {"batch_ms", r.batch_ms},
+                             {"per_key_ms", r.per_key_ms},
+                             {"plain_ms", r.plain_ms},
+                             {"batch_ratio", r.batch_ratio},
+                             {"per_key_ratio", r.per_key_ratio},
+                             {"graph_ms", r.graph_ms},
+                             {"plain_graph_ms", r.plain_graph_ms},
+                             {"graph_ratio", r.graph_ratio},
+                             {"wrong", r.wrong}});
   }
-  out << "\n  ],\n  \"memory\": [";
-  for (std::size_t i = 0; i < mem.size(); ++i) {
-    const auto& p = mem[i].plan;
-    out << (i ? "," : "") << "\n    {\"rank\": " << mem[i].rank
-        << ", \"peak_pages\": " << p.peak_pages << ", \"peak_stash_bytes\": " << p.peak_stash_bytes
-        << ", \"peak_page_bytes\": " << p.peak_page_bytes
-        << ", \"oversized_bytes\": " << p.oversized_bytes << "}";
+  doc["memory"] = bench::json::array();
+  for (const memory_row& m : mem) {
+    const auto& p = m.plan;
+    doc["memory"].push_back({{"rank", m.rank},
+                             {"peak_pages", p.peak_pages},
+                             {"peak_stash_bytes", p.peak_stash_bytes},
+                             {"peak_page_bytes", p.peak_page_bytes},
+                             {"oversized_bytes", p.oversized_bytes}});
   }
-  out << "\n  ]\n}\n";
-  out.close();
-  if (!out) throw std::runtime_error("--json " + path + ": cannot write the file");
+  bench::write_json(path, doc);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  options opt;
-  auto app = tools::make_app(
-      "",
-      "Paged stash and restore (one key, and a MoE layer's keys in one batch) against plain "
-      "copies of the same bytes, measured in the same run; peak stash memory from the capacity "
-      "planner.",
-      "Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.",
-      "bench_stash");
-  tools::add_executor_option(*app, opt.executor);
-  app->add_flag("--quick", opt.quick, "small shapes, 1 window of 2 iterations (a smoke run)");
-  app->add_option("--windows", opt.windows,
-                  "windows of 20 iterations per time, median taken, 1..100 (default 5)")
-      ->type_name("N")
-      ->check(tools::integer_range(1, 100));
-  tools::add_json_option(*app, opt.json);
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, bool quick, int windows_asked) {
   // Memory: planner only.
-  const std::uint64_t hidden_mem = 4096, mean_rows = opt.quick ? 256 : 4096;
+  const std::uint64_t hidden_mem = 4096, mean_rows = quick ? 256 : 4096;
   const std::uint64_t max_rows = mean_rows * 4;  // capacity factor 4 for dropless routing
   std::vector<memory_row> mem;
   std::printf(
@@ -372,26 +344,27 @@ int main(int argc, char** argv) try {
   }
 
   std::string skipped;
-  const std::unique_ptr<executor> ex = tools::benchmark_executor(opt.executor, skipped);
+  const std::unique_ptr<executor> ex = cl.make_executor(skipped);
   std::vector<row> rows;
   if (!ex) {
-    std::printf("skipped: %s\n", skipped.c_str());
-    if (!opt.json.empty()) write_json(opt.json, opt.executor, 0, rows, {}, mem, skipped);
-    return 0;
+    const int status = bench::skip(skipped);
+    if (!cl.json_path().empty()) {
+      write_json(cl.json_path(), cl.executor_name(), 0, rows, {}, mem, skipped);
+    }
+    return status;
   }
 
   stream s(*ex);
   const std::vector<std::uint64_t> hiddens =
-      opt.quick ? std::vector<std::uint64_t>{64} : std::vector<std::uint64_t>{4096, 7168};
-  const std::vector<std::uint64_t> counts = opt.quick
-                                                ? std::vector<std::uint64_t>{100, 1000}
-                                                : std::vector<std::uint64_t>{1024, 4096, 16384};
-  const int iters = opt.quick ? 2 : 20;
-  const int windows = opt.quick ? 1 : opt.windows;
+      quick ? std::vector<std::uint64_t>{64} : std::vector<std::uint64_t>{4096, 7168};
+  const std::vector<std::uint64_t> counts =
+      quick ? std::vector<std::uint64_t>{100, 1000} : std::vector<std::uint64_t>{1024, 4096, 16384};
+  const int iters = quick ? 2 : 20;
+  const int windows = quick ? 1 : windows_asked;
   std::printf(
       "\n# stash + restore vs plain copy out and back, bf16, 64-row pages, %s executor; times: "
       "median of %d windows of %d iterations\n",
-      opt.executor.c_str(), windows, iters);
+      cl.executor_name().c_str(), windows, iters);
   std::printf("%7s %7s %6s %10s %10s %10s %10s %10s %7s %7s\n", "tier", "hidden", "rows", "MiB",
               "stash_ms", "plain_ms", "stash_GB/s", "plain_GB/s", "ratio", "#wrong");
   for (bool pinned : {false, true}) {
@@ -419,9 +392,9 @@ int main(int argc, char** argv) try {
   std::printf("%7s %5s %7s %8s %10s %10s %10s %8s %8s %10s %10s %8s %7s\n", "tier", "keys",
               "hidden", "MiB", "batch_ms", "perkey_ms", "plain_ms", "batch", "per_key", "graph_ms",
               "pgraph_ms", "graph", "#wrong");
-  const std::uint64_t layer_hidden = opt.quick ? 64 : 4096;
+  const std::uint64_t layer_hidden = quick ? 64 : 4096;
   const std::vector<std::uint64_t> layer_mib =
-      opt.quick ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{8, 32, 128};
+      quick ? std::vector<std::uint64_t>{1} : std::vector<std::uint64_t>{8, 32, 128};
   for (bool pinned : {false, true}) {
     for (std::uint64_t keys : {8u, 32u, 64u}) {
       for (std::uint64_t mib : layer_mib) {
@@ -441,12 +414,30 @@ int main(int argc, char** argv) try {
       "batch / per_key = plain time / stash time of the layer, each call issued from the host; "
       "graph = the same ratio with both sides captured in a graph and replayed. Goals (layers >= "
       "8 MiB): device >= 0.90, pinned >= 0.93.\n");
-  if (!opt.json.empty()) write_json(opt.json, opt.executor, windows, rows, layers, mem, "");
+  if (!cl.json_path().empty())
+    write_json(cl.json_path(), cl.executor_name(), windows, rows, layers, mem, "");
   std::uint64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
   for (const auto& r : layers) wrong += r.wrong;
   return wrong == 0 ? 0 : 1;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "bench_stash: %s\n", e.what());
-  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::command_line cl(
+      "bench_stash",
+      "Paged stash and restore (one key, and a MoE layer's keys in one batch) against plain "
+      "copies of the same bytes, measured in the same run; peak stash memory from the capacity "
+      "planner.",
+      "Exit status: 0 ok, 1 a restored byte was wrong or the run failed, 2 bad usage.");
+  bool quick = false;
+  int windows_asked = 5;
+  cl.app().add_flag("--quick", quick, "small shapes, 1 window of 2 iterations (a smoke run)");
+  cl.app()
+      .add_option("--windows", windows_asked,
+                  "windows of 20 iterations per time, median taken, 1..100 (default 5)")
+      ->type_name("N")
+      ->check(tools::integer_range(1, 100));
+  return cl.run(argc, argv, [&] { return run(cl, quick, windows_asked); });
 }

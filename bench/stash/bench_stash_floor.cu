@@ -26,17 +26,13 @@
 #include <cstdio>
 #include <cstring>
 #include <cuda/atomic>
-#include <fstream>
 #include <functional>
 #include <initializer_list>
-#include <iostream>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "bench_stats.hpp"
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "moe_layer.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/detail/cuda_try.hpp"
@@ -383,115 +379,98 @@ result run_layer(const std::vector<rung>& rungs, std::uint64_t mib, std::uint64_
   return r;
 }
 
+/// Writes the figures to `path` (offloadkit::bench::write_json).
 void write_json(const std::string& path, const std::vector<rung>& rungs,
                 const std::vector<result>& results, const std::string& skipped) {
-  std::ofstream out(path);
-  out << "{\n  \"benchmark\": \"stash_floor\",\n  \"skipped\": " << tools::json_string(skipped)
-      << ",\n  \"rungs\": [";
-  for (std::size_t i = 0; i < rungs.size(); ++i) {
-    out << (i ? ", " : "") << "{\"name\": " << tools::json_string(rungs[i].name)
-        << ", \"adds\": " << tools::json_string(rungs[i].adds) << "}";
+  using offloadkit::bench::json;
+  json doc = {{"benchmark", "stash_floor"},
+              {"skipped", skipped},
+              {"rungs", json::array()},
+              {"layers", json::array()}};
+  for (const rung& g : rungs) doc["rungs"].push_back({{"name", g.name}, {"adds", g.adds}});
+  for (const result& r : results) {
+    doc["layers"].push_back({{"mib", r.mib},
+                             {"keys", r.keys},
+                             {"memcpy_us", r.memcpy_us},
+                             {"us", r.us},
+                             {"ratio", r.ratio},
+                             {"wrong", r.wrong}});
   }
-  out << "],\n  \"layers\": [";
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    const result& r = results[i];
-    out << (i ? "," : "") << "\n    {\"mib\": " << r.mib << ", \"keys\": " << r.keys
-        << ", \"memcpy_us\": " << r.memcpy_us << ", \"us\": [";
-    for (std::size_t j = 0; j < r.us.size(); ++j) out << (j ? ", " : "") << r.us[j];
-    out << "], \"ratio\": [";
-    for (std::size_t j = 0; j < r.ratio.size(); ++j) out << (j ? ", " : "") << r.ratio[j];
-    out << "], \"wrong\": [";
-    for (std::size_t j = 0; j < r.wrong.size(); ++j) out << (j ? ", " : "") << r.wrong[j];
-    out << "]}";
+  offloadkit::bench::write_json(path, doc);
+}
+
+/// The benchmark, once its command line is read.
+int run(const offloadkit::bench::command_line& cl, bool quick, int windows) {
+  const std::vector<rung> rungs = ladder();
+  const std::string skipped = offloadkit::bench::gpu_only_skip_reason(
+      cl.executor_name(), "the floor is a set of GPU kernels, which need the cuda executor");
+  if (!skipped.empty()) {
+    const int status = offloadkit::bench::skip(skipped);
+    if (!cl.json_path().empty()) write_json(cl.json_path(), rungs, {}, skipped);
+    return status;
   }
-  out << "\n  ]\n}\n";
-  out.close();
-  if (!out) throw std::runtime_error("--json " + path + ": cannot write the file");
+  cudaStream_t s = nullptr;
+  OFFLOADKIT_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf(
+      "# an SM copy kernel out and back with the stash batch kernels' steps added one at a "
+      "time, against two cudaMemcpyAsync (memcpy); ratio = memcpy time / kernel pair time, "
+      "median of %d windows of 20 pairs; log-normal row counts of 8 KiB rows, 64-row pages\n",
+      quick ? 1 : windows);
+  for (const rung& g : rungs) std::printf("#   %-13s %s\n", g.name, g.adds);
+  std::printf("%5s %5s %10s", "MiB", "keys", "memcpy_us");
+  for (const rung& g : rungs) std::printf(" %13s", g.name);
+  std::printf(" %7s\n", "#wrong");
+  std::vector<result> results;
+  const std::vector<std::uint64_t> mibs =
+      quick ? std::vector<std::uint64_t>{8} : std::vector<std::uint64_t>{8, 32, 128};
+  const std::vector<std::uint64_t> key_counts =
+      quick ? std::vector<std::uint64_t>{8} : std::vector<std::uint64_t>{8, 32, 64};
+  for (const std::uint64_t mib : mibs) {
+    for (const std::uint64_t keys : key_counts) {
+      result r = run_layer(rungs, mib, keys, quick ? 1 : windows, s);
+      std::uint64_t wrong = 0;
+      std::printf("%5llu %5llu %10.2f", static_cast<unsigned long long>(mib),
+                  static_cast<unsigned long long>(keys), r.memcpy_us);
+      for (std::size_t j = 0; j < r.ratio.size(); ++j) {
+        std::printf(" %13.3f", r.ratio[j]);
+        wrong += r.wrong[j];
+      }
+      std::printf(" %7llu\n", static_cast<unsigned long long>(wrong));
+      std::fflush(stdout);
+      results.push_back(std::move(r));
+    }
+  }
+  OFFLOADKIT_CUDA_TRY(cudaStreamDestroy(s));
+  if (!cl.json_path().empty()) write_json(cl.json_path(), rungs, results, "");
+  for (const result& r : results) {
+    for (const std::uint64_t w : r.wrong) {
+      if (w != 0) {
+        std::fprintf(stderr, "bench_stash_floor: a rung's copy was wrong (see #wrong)\n");
+        return tools::exit_status::check_failed;
+      }
+    }
+  }
+  return tools::exit_status::ok;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string executor_name = "cuda", json;
   bool quick = false;
   int windows = 9;
-  auto app = tools::make_app(
-      "",
+  offloadkit::bench::command_line cl(
+      "bench_stash_floor",
       "The floor of the batched stash on this device: an SM copy kernel, out and back, taking "
       "the stash batch kernels' steps on one at a time (device plan, page-id loads, block count, "
       "staging, item counter, page table), each against two cudaMemcpyAsync of the same bytes "
       "measured in the same run.",
       "Exit status: 0 ok (or no GPU, or --executor host: skipped), 1 a copy was wrong or the run "
-      "failed, 2 bad usage.",
-      "bench_stash_floor");
-  tools::add_executor_option(*app, executor_name);
-  app->add_flag("--quick", quick, "one layer (8 MiB, 8 keys), 1 window (a smoke run)");
-  app->add_option("--windows", windows,
+      "failed, 2 bad usage.");
+  cl.app().add_flag("--quick", quick, "one layer (8 MiB, 8 keys), 1 window (a smoke run)");
+  cl.app()
+      .add_option("--windows", windows,
                   "windows of 20 iterations per time, median taken, 1..100 (default 9)")
       ->type_name("N")
       ->check(tools::integer_range(1, 100));
-  tools::add_json_option(*app, json);
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-  const std::vector<rung> rungs = ladder();
-  std::string skipped;
-  if (executor_name == "host") {
-    skipped = "the floor is a set of GPU kernels, which need the cuda executor";
-  } else if (const std::string reason = offloadkit::cuda_unavailable_reason(); !reason.empty()) {
-    skipped = "no usable GPU: " + reason;
-  }
-  try {
-    if (!skipped.empty()) {
-      std::printf("skipped: %s\n", skipped.c_str());
-      if (!json.empty()) write_json(json, rungs, {}, skipped);
-      return 0;
-    }
-    cudaStream_t s = nullptr;
-    OFFLOADKIT_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    std::printf(
-        "# an SM copy kernel out and back with the stash batch kernels' steps added one at a "
-        "time, against two cudaMemcpyAsync (memcpy); ratio = memcpy time / kernel pair time, "
-        "median of %d windows of 20 pairs; log-normal row counts of 8 KiB rows, 64-row pages\n",
-        quick ? 1 : windows);
-    for (const rung& g : rungs) std::printf("#   %-13s %s\n", g.name, g.adds);
-    std::printf("%5s %5s %10s", "MiB", "keys", "memcpy_us");
-    for (const rung& g : rungs) std::printf(" %13s", g.name);
-    std::printf(" %7s\n", "#wrong");
-    std::vector<result> results;
-    const std::vector<std::uint64_t> mibs =
-        quick ? std::vector<std::uint64_t>{8} : std::vector<std::uint64_t>{8, 32, 128};
-    const std::vector<std::uint64_t> key_counts =
-        quick ? std::vector<std::uint64_t>{8} : std::vector<std::uint64_t>{8, 32, 64};
-    for (const std::uint64_t mib : mibs) {
-      for (const std::uint64_t keys : key_counts) {
-        result r = run_layer(rungs, mib, keys, quick ? 1 : windows, s);
-        std::uint64_t wrong = 0;
-        std::printf("%5llu %5llu %10.2f", static_cast<unsigned long long>(mib),
-                    static_cast<unsigned long long>(keys), r.memcpy_us);
-        for (std::size_t j = 0; j < r.ratio.size(); ++j) {
-          std::printf(" %13.3f", r.ratio[j]);
-          wrong += r.wrong[j];
-        }
-        std::printf(" %7llu\n", static_cast<unsigned long long>(wrong));
-        std::fflush(stdout);
-        results.push_back(std::move(r));
-      }
-    }
-    OFFLOADKIT_CUDA_TRY(cudaStreamDestroy(s));
-    if (!json.empty()) write_json(json, rungs, results, "");
-    for (const result& r : results) {
-      for (const std::uint64_t w : r.wrong) {
-        if (w != 0) {
-          std::fprintf(stderr, "bench_stash_floor: a rung's copy was wrong (see #wrong)\n");
-          return tools::exit_status::check_failed;
-        }
-      }
-    }
-    return tools::exit_status::ok;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_stash_floor: %s\n", e.what());
-    return tools::exit_status::check_failed;
-  }
+  return cl.run(argc, argv, [&] { return run(cl, quick, windows); });
 }

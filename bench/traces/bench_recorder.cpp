@@ -17,13 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "cli_common.hpp"
+#include "harness.hpp"
 #include "offloadkit/resources.hpp"
 #include "offloadkit/traces/async_recorder.hpp"
 
@@ -126,101 +125,85 @@ double mlp_step_s(const std::string& path) {
   return 0;
 }
 
+/// The benchmark, once its command line is read.
+int run(const bench::command_line& cl, std::uint32_t experts, std::uint32_t moe_layers,
+        std::uint32_t microbatches, int steps, const std::string& mlp_json) {
+  std::string skipped;
+  const std::unique_ptr<executor> ex = cl.make_executor(skipped);
+  if (!ex) return bench::skip(skipped);
+  ot::schedule_shape shape;
+  shape.name = "bench_recorder";
+  shape.layers = moe_layers * experts;
+  shape.microbatches = microbatches;
+  shape.row_bytes = {8192};
+  shape.max_rows = 4096;
+  const double mlp_s = mlp_step_s(mlp_json);
+  const double base_s = baseline(*ex, steps);
+  const std::uint32_t keys = shape.layers * microbatches;
+  std::printf(
+      "bench_recorder on %s: %u keys per step (%u MoE layers x %u experts x %u "
+      "microbatches), best of %d steps; step = recorded step - the same "
+      "synchronization without a recorder (%.1f us)\n",
+      ex->name().c_str(), keys, moe_layers, experts, microbatches, steps, base_s * 1e6);
+  if (mlp_s > 0) {
+    std::printf(
+        "fractions are of bench_activation_mlp's 4096x4096 offload step in this run "
+        "(%.2f ms)\n",
+        mlp_s * 1e3);
+  }
+  std::printf("%-10s %8s %10s %10s %10s %12s %12s\n", "ring copy", "copies", "host us", "step us",
+              "us/key", "host/MLP", "step/MLP");
+  bench::json out = {
+      {"benchmark", "recorder"}, {"executor", ex->name()},      {"keys", keys},
+      {"baseline_s", base_s},    {"mlp_offload_step_s", mlp_s}, {"rows", bench::json::array()}};
+  for (const bool batched : {false, true}) {
+    const figures f = measure(*ex, shape, experts, steps, batched);
+    const double step_cost = std::max(0.0, f.step_s - base_s);
+    const std::uint32_t copies = batched ? keys / experts : keys;
+    const auto frac = [&](double s) { return mlp_s > 0 ? s / mlp_s : 0.0; };
+    std::printf("%-10s %8u %10.1f %10.1f %10.2f %11.3f%% %11.3f%%\n",
+                batched ? "per layer" : "per key", copies, f.host_s * 1e6, step_cost * 1e6,
+                step_cost * 1e6 / keys, 100 * frac(f.host_s), 100 * frac(step_cost));
+    out["rows"].push_back({{"copies", batched ? "per_layer" : "per_key"},
+                           {"ring_copies", copies},
+                           {"host_s", f.host_s},
+                           {"step_s", step_cost},
+                           {"host_fraction_of_mlp_step", frac(f.host_s)},
+                           {"step_fraction_of_mlp_step", frac(step_cost)}});
+  }
+  if (!cl.json_path().empty()) bench::write_json(cl.json_path(), out);
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) try {
-  std::string executor_name = "cuda", mlp_json, json_path;
+int main(int argc, char** argv) {
+  std::string mlp_json;
   std::uint32_t experts = 8, moe_layers = 2, microbatches = 8;
   int steps = 50;
   bool quick = false;
-  auto app = tools::make_app(
-      "", "What recording a production schedule costs a step (async_schedule_recorder).",
+  bench::command_line cl(
+      "bench_recorder",
+      "What recording a production schedule costs a step (async_schedule_recorder).",
       "Exit status: 0 ok (or no GPU: skipped), 1 the run failed (or --mlp-json could not be read "
-      "or --json written), 2 bad usage.",
-      "bench_recorder");
-  tools::add_executor_option(*app, executor_name);
-  app->add_option("--experts", experts, "experts per MoE layer, 1..256 (default 8)")
+      "or --json written), 2 bad usage.");
+  CLI::App& app = cl.app();
+  app.add_option("--experts", experts, "experts per MoE layer, 1..256 (default 8)")
       ->type_name("E")
       ->check(tools::unsigned_range(1, 256));
-  app->add_option("--layers", moe_layers, "MoE layers, 1..64 (default 2)")
+  app.add_option("--layers", moe_layers, "MoE layers, 1..64 (default 2)")
       ->type_name("L")
       ->check(tools::unsigned_range(1, 64));
-  app->add_option("--microbatches", microbatches, "microbatches per step, 1..4096 (default 8)")
+  app.add_option("--microbatches", microbatches, "microbatches per step, 1..4096 (default 8)")
       ->type_name("M")
       ->check(tools::unsigned_range(1, 4096));
-  app->add_option("--steps", steps, "steps measured, best taken, 1..100000 (default 50)")
+  app.add_option("--steps", steps, "steps measured, best taken, 1..100000 (default 50)")
       ->type_name("S")
       ->check(tools::integer_range(1, 100000));
-  app->add_option("--mlp-json", mlp_json, "bench_activation_mlp --json output of this run")
+  app.add_option("--mlp-json", mlp_json, "bench_activation_mlp --json output of this run")
       ->type_name("FILE");
-  tools::add_json_option(*app, json_path);
-  app->add_flag("--quick", quick, "5 steps (a smoke run)");
-  if (const int status = tools::parse_program_arguments(*app, argc, argv, std::cout, std::cerr);
-      status >= 0) {
-    return status;
-  }
-  if (quick) steps = 5;
-  try {
-    std::string skipped;
-    const std::unique_ptr<executor> ex = tools::benchmark_executor(executor_name, skipped);
-    if (!ex) {
-      std::printf("skipped: %s\n", skipped.c_str());
-      return 0;
-    }
-    ot::schedule_shape shape;
-    shape.name = "bench_recorder";
-    shape.layers = moe_layers * experts;
-    shape.microbatches = microbatches;
-    shape.row_bytes = {8192};
-    shape.max_rows = 4096;
-    const double mlp_s = mlp_step_s(mlp_json);
-    const double base_s = baseline(*ex, steps);
-    const std::uint32_t keys = shape.layers * microbatches;
-    std::printf(
-        "bench_recorder on %s: %u keys per step (%u MoE layers x %u experts x %u "
-        "microbatches), best of %d steps; step = recorded step - the same "
-        "synchronization without a recorder (%.1f us)\n",
-        ex->name().c_str(), keys, moe_layers, experts, microbatches, steps, base_s * 1e6);
-    if (mlp_s > 0) {
-      std::printf(
-          "fractions are of bench_activation_mlp's 4096x4096 offload step in this run "
-          "(%.2f ms)\n",
-          mlp_s * 1e3);
-    }
-    std::printf("%-10s %8s %10s %10s %10s %12s %12s\n", "ring copy", "copies", "host us", "step us",
-                "us/key", "host/MLP", "step/MLP");
-    nlohmann::json out = {{"benchmark", "recorder"},
-                          {"executor", ex->name()},
-                          {"keys", keys},
-                          {"baseline_s", base_s},
-                          {"mlp_offload_step_s", mlp_s},
-                          {"rows", nlohmann::json::array()}};
-    for (const bool batched : {false, true}) {
-      const figures f = measure(*ex, shape, experts, steps, batched);
-      const double step_cost = std::max(0.0, f.step_s - base_s);
-      const std::uint32_t copies = batched ? keys / experts : keys;
-      const auto frac = [&](double s) { return mlp_s > 0 ? s / mlp_s : 0.0; };
-      std::printf("%-10s %8u %10.1f %10.1f %10.2f %11.3f%% %11.3f%%\n",
-                  batched ? "per layer" : "per key", copies, f.host_s * 1e6, step_cost * 1e6,
-                  step_cost * 1e6 / keys, 100 * frac(f.host_s), 100 * frac(step_cost));
-      out["rows"].push_back({{"copies", batched ? "per_layer" : "per_key"},
-                             {"ring_copies", copies},
-                             {"host_s", f.host_s},
-                             {"step_s", step_cost},
-                             {"host_fraction_of_mlp_step", frac(f.host_s)},
-                             {"step_fraction_of_mlp_step", frac(step_cost)}});
-    }
-    if (!json_path.empty()) {
-      std::ofstream js(json_path);
-      js << out.dump(2) << "\n";
-      if (!js) throw std::runtime_error("--json " + json_path + ": cannot write the file");
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_recorder: %s\n", e.what());
-    return 1;
-  }
-  return 0;
-} catch (const std::exception& e) {  // the command line's own setup
-  std::fprintf(stderr, "bench_recorder: %s\n", e.what());
-  return 1;
+  app.add_flag("--quick", quick, "5 steps (a smoke run)");
+  return cl.run(argc, argv, [&] {
+    return run(cl, experts, moe_layers, microbatches, quick ? 5 : steps, mlp_json);
+  });
 }
