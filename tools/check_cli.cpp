@@ -741,7 +741,8 @@ driver_fault_request driver_fault_request_of(const check_program& program,
 /// how the properties ran.
 report_header report_header_of(const check_program& program, const std::vector<std::string>& args,
                                const check_options& opt) {
-  report_header h = common_report_header(program.name, program.command, args);
+  // As the reproduce lines name it: program.command is what a child gets after the executable.
+  report_header h = common_report_header(program.name, {"check"}, args);
   if (!opt.python.empty()) {
     h.subject_kind = "python";
     h.subject = opt.python;
