@@ -144,9 +144,10 @@ std::string check_footer() {
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
          "out; 2 bad usage; 3 the executor cannot run here, or (--python) no interpreter with\n"
          "this offloadkit package can be started; 4 the plugin or Python implementation cannot\n"
-         "be loaded or has nothing to run on this executor; 5 the --report file cannot be\n"
-         "written (it is opened before anything runs); 128+N interrupted by signal N (130 for\n"
-         "Ctrl-C, after a table, and the report, of the properties that finished)\n";
+         "be loaded or has nothing to run on this executor;\n"
+         "5 the --report file cannot be written (it is opened before anything runs); 128+N\n"
+         "interrupted by signal N (130 for Ctrl-C, after a table, and the report, of the\n"
+         "properties that finished)\n";
 }
 
 /// The check command's options, read into `o` when the app parses.
