@@ -8,7 +8,8 @@ JOBS="${JOBS:-$(nproc)}"
 log() { printf '\n== %s\n' "$*"; }
 
 # Debian packages every build needs; installed with apt-get only where missing. pybind11-dev and
-# python3-dev build the Python bridge (`check --python`), whose tests run NumPy implementations;
+# python3-dev build the Python package's extension module (`python -m offloadkit check`, which
+# `offloadkit check --python` runs), whose tests run NumPy implementations;
 # libcli11-dev is the command line's option parser (header-only). python3-venv, python3-pip,
 # python3-setuptools, python3-wheel and python3-pytest: the tests install the Python package into
 # a virtual environment with pip (no package index) and run its pytest plugin.
@@ -72,7 +73,9 @@ ctest_summary() {
 # check_installed_package <build-dir>: installs the build into a fresh scratch prefix, builds
 # examples/plugin against it out of tree (find_package(offloadkit), a C plugin and a C++ consumer
 # of offloadkit::core and offloadkit::testing), runs the consumer, then the installed command's
-# check of the example plugin.
+# check of the example plugin; where the Python package is built, the installed package's
+# `python -m offloadkit check`, and the installed command's `check --python` with the package
+# pip-installed into a virtual environment (OFFLOADKIT_PYTHON).
 # Returns non-zero at the first step that fails.
 check_installed_package() {
   local build="$1"
@@ -106,32 +109,29 @@ check_installed_package() {
   log "$okit check --executor host --plugin $consumer/liboffloadkit_example_plugin.so --cases 20"
   "$okit" check --executor host --plugin "$consumer/liboffloadkit_example_plugin.so" --cases 20 ||
     return 1
-  if [ -f "$prefix/lib/liboffloadkit_python_plugin.so" ]; then
-    # The installed bridge must load the package installed beside it, not the source tree's: the
-    # factory refuses to load otherwise.
-    cat >"$work/installed_python.py" <<PY
-import sys
-import offloadkit
-if not offloadkit.__file__.startswith("$prefix/lib/python3/dist-packages/"):
-    raise ImportError(f"offloadkit was imported from {offloadkit.__file__}, not from $prefix")
-sys.path.insert(0, "$OFFLOADKIT_ROOT/python/examples")
-from numpy_offload import make_arena as make
-PY
-    log "$okit check --executor host --python $work/installed_python.py:make --cases 10"
-    "$okit" check --executor host --cases 10 --python "$work/installed_python.py:make" ||
-      return 1
-  fi
   local pydir="$prefix/lib/python3/dist-packages"
   if compgen -G "$pydir/offloadkit/_native*.so" >/dev/null; then
     # The installed package's own path: python -m offloadkit check, in the interpreter the
     # extension module was built for, with the installed package (not the checkout's) imported.
     local python
-    python=$(sed -n 's/^OFFLOADKIT_PYTHON_EMBEDDED:INTERNAL=//p' "$build/CMakeCache.txt")
+    python=$(sed -n 's/^OFFLOADKIT_PYTHON_MODULE_INTERPRETER:INTERNAL=//p' "$build/CMakeCache.txt")
     log "$python -m offloadkit check numpy_offload.py:make_arena --executor host --cases 10"
     (cd "$work" && PYTHONPATH="$pydir" "$python" -c "import offloadkit._native as m, sys
 sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported from ' + m.__file__)" &&
       PYTHONPATH="$pydir" "$python" -m offloadkit check \
         "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena" --executor host --cases 10) ||
       return 1
+    # The installed command's --python runs `python -m offloadkit check` in the interpreter
+    # OFFLOADKIT_PYTHON names: a virtual environment with the package installed by pip, as a user
+    # would (no package index; the build folder's targets are reused).
+    local venv="$work/venv"
+    log "pip install --no-build-isolation --no-index $OFFLOADKIT_ROOT into $venv"
+    { "$python" -m venv --system-site-packages "$venv" &&
+      OFFLOADKIT_CMAKE_BUILD_DIR="$build" PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip \
+        install --no-build-isolation --no-index --no-deps "$OFFLOADKIT_ROOT"; } \
+      >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; return 1; }
+    log "OFFLOADKIT_PYTHON=$venv/bin/python $okit check --executor host --python numpy_offload.py:make_arena --cases 10"
+    (cd "$work" && OFFLOADKIT_PYTHON="$venv/bin/python" "$okit" check --executor host --cases 10 \
+      --python "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena") || return 1
   fi
 }

@@ -30,6 +30,8 @@
 #include "offloadkit/executor_choice.hpp"
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/countdown.hpp"
+#include "offloadkit/plugin.h"
+#include "python_command.hpp"
 #include "report.hpp"
 
 namespace offloadkit::tools {
@@ -99,26 +101,16 @@ std::string python_factory(const std::string& value) {
   return module + value.substr(colon);
 }
 
-/// The Python bridge plugin: the program's own (the Python package's extension module), else the
-/// one beside an installed command (<prefix>/lib, from <prefix>/bin), else the one of the build
-/// tree this command was built in.
+/// The plugin library that --python loads in this process: the program's own Python bridge (the
+/// Python package's extension module). A program without one runs --python in a Python
+/// interpreter instead (check_main), and never gets here.
 std::string python_bridge_path(const check_program& program) {
-  namespace fs = std::filesystem;
-  if (!program.python_bridge.empty()) return program.python_bridge;
-  constexpr const char* file = "liboffloadkit_python_plugin.so";
-  std::error_code ec;
-  const fs::path installed = fs::path(self_executable()).parent_path() / ".." / "lib" / file;
-  std::vector<std::string> tried = {installed.lexically_normal().string()};
-  if (fs::exists(installed, ec)) return tried.front();
-#ifdef OFFLOADKIT_PYTHON_BRIDGE
-  if (fs::exists(OFFLOADKIT_PYTHON_BRIDGE, ec)) return OFFLOADKIT_PYTHON_BRIDGE;
-  tried.emplace_back(OFFLOADKIT_PYTHON_BRIDGE);
-#endif
-  throw plugin_unusable(
-      std::string("--python needs offloadkit's Python bridge, ") + file +
-      ", which is not there (looked for " + join(tried) +
-      "): build offloadkit where pybind11 and the Python development files are installed "
-      "(Debian: pybind11-dev python3-dev)");
+  if (program.python_bridge.empty()) {
+    throw std::logic_error(
+        "check_main: --python reached the batteries of a program without a "
+        "Python bridge");
+  }
+  return program.python_bridge;
 }
 
 /// The notes and exit statuses under the options in `check --help`.
@@ -142,11 +134,20 @@ std::string check_footer() {
          "copies and launches on its own streams by seeded amounts. The header says whether\n"
          "they are on (not with --in-process, nor in a sanitizer build).\n"
          "\n"
+         "--python MODULE:FACTORY: the check runs as `python3 -m offloadkit check` with the\n"
+         "same options, in the interpreter OFFLOADKIT_PYTHON names (else python3 on PATH), so\n"
+         "that MODULE is imported with that interpreter's packages; its output and exit status\n"
+         "are the command's, and its reproduce lines name that interpreter. It must import the\n"
+         "offloadkit package of this version (`pip install --no-build-isolation .` from the\n"
+         "checkout), else exit status 3.\n"
+         "\n"
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
-         "out; 2 bad usage; 3 the executor cannot run here; 4 the plugin cannot be loaded or has\n"
-         "nothing to run on this executor; 5 the --report file cannot be written (it is opened\n"
-         "before anything runs); 128+N interrupted by signal N (130 for Ctrl-C, after a\n"
-         "table, and the report, of the properties that finished)\n";
+         "out; 2 bad usage; 3 the executor cannot run here, or (--python) no interpreter with\n"
+         "this offloadkit package can be started; 4 the plugin or Python implementation cannot\n"
+         "be loaded or has nothing to run on this executor;\n"
+         "5 the --report file cannot be written (it is opened before anything runs); 128+N\n"
+         "interrupted by signal N (130 for Ctrl-C, after a table, and the report, of the\n"
+         "properties that finished)\n";
 }
 
 /// The check command's options, read into `o` when the app parses.
@@ -181,9 +182,13 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
       ->type_name("PATH");
   app->add_option("--python", o.python,
                   "check an implementation written in Python: the plugin\n"
-                  "that MODULE.FACTORY() returns (MODULE: a module on the\n"
-                  "path or a .py file; OFFLOADKIT_PYTHONPATH adds folders),\n"
-                  "run through offloadkit's Python bridge (not with --plugin)")
+                  "that MODULE.FACTORY() returns (MODULE: a module the\n"
+                  "interpreter imports, or a .py file). Runs\n"
+                  "`python3 -m offloadkit check` with these options in the\n"
+                  "interpreter OFFLOADKIT_PYTHON names, else python3 on\n"
+                  "PATH, which must have the offloadkit package of this\n"
+                  "version (pip install --no-build-isolation .) (not with\n"
+                  "--plugin)")
       ->type_name("MODULE:FACTORY");
   app->add_flag("--driver-faults", o.driver_faults,
                 "with --plugin or --python, instead of the batteries: run\n"
@@ -737,7 +742,8 @@ driver_fault_request driver_fault_request_of(const check_program& program,
 /// how the properties ran.
 report_header report_header_of(const check_program& program, const std::vector<std::string>& args,
                                const check_options& opt) {
-  report_header h = common_report_header(program.name, program.command, args);
+  // As the reproduce lines name it: program.command is what a child gets after the executable.
+  report_header h = common_report_header(program.name, {"check"}, args);
   if (!opt.python.empty()) {
     h.subject_kind = "python";
     h.subject = opt.python;
@@ -785,6 +791,13 @@ bool parse_check_arguments(const std::vector<std::string>& args, std::ostream& h
 int check_main(const std::vector<std::string>& args, const check_program& program) {
   check_options opt;
   if (!parse_check_options(args, program.name, std::cout, opt)) return exit_status::ok;
+  if (!opt.python.empty() && program.python_bridge.empty()) {
+    // One path for Python implementations: the interpreter that has the user's packages runs the
+    // check (python -m offloadkit check), with these same options.
+    const python_interpreter python = find_python_interpreter();
+    expect_offloadkit_package(python, OFFLOADKIT_VERSION, OKIT_ABI_VERSION);
+    exec_python_check(python, args);
+  }
   if (opt.driver_faults) {
     driver_fault_request request = driver_fault_request_of(program, opt);
     request.header = report_header_of(program, args, opt);

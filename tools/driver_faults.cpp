@@ -205,8 +205,9 @@ struct feature_run {
 
 std::string reproduce_command(const check_program& program, const driver_fault_request& r,
                               const std::string& feature, std::uint64_t n) {
-  std::vector<std::string> words = {program.name};
-  words.insert(words.end(), program.command.begin(), program.command.end());
+  // program.name already holds what starts the program ("python -m offloadkit"); program.command
+  // is what a child gets after the executable.
+  std::vector<std::string> words = {program.name, "check"};
   words.insert(words.end(), r.forwarded.begin(), r.forwarded.end());
   words.insert(words.end(), {"--feature", feature, "--fault-call", std::to_string(n)});
   return join(words, " ");

@@ -1,12 +1,13 @@
-// The Python bridge: a plugin (offloadkit/plugin.h) whose features are implemented in Python. It
-// embeds CPython, imports the factory named by OFFLOADKIT_PYTHON_FACTORY ("module:factory"), and
-// puts each feature the factory's plugin provides behind offloadkit's C++ interface (python_stash,
-// python_region, ...), exported through the usual tables (offloadkit/plugin/export.hpp).
+// The Python bridge: a plugin (offloadkit/plugin.h) whose features are implemented in Python, part
+// of the extension module offloadkit._native. In the interpreter that imported the module, it
+// imports the factory named by OFFLOADKIT_PYTHON_FACTORY ("module:factory") and puts each feature
+// the factory's plugin provides behind offloadkit's C++ interface (python_stash, python_region,
+// ...), exported through the usual tables (offloadkit/plugin/export.hpp).
 //
-// Threads and the GIL: the interpreter is started once and the GIL released at once; every call
-// into Python takes it (call_python) and every call Python makes into offloadkit (the executor,
-// a release callback) gives it up while it runs, so a stream worker that ends up in Python (a
-// release run from another thread) can never deadlock with the thread that waits for it.
+// Threads and the GIL: the module's entry points release the GIL while the batteries run; every
+// call into Python takes it (call_python) and every call Python makes into offloadkit (the
+// executor, a release callback) gives it up while it runs, so a stream worker that ends up in
+// Python (a release run from another thread) can never deadlock with the thread that waits for it.
 // Python objects owned by C++ are only touched, and destroyed, with the GIL held.
 #pragma once
 
@@ -45,13 +46,13 @@ struct plugin_decl {
   feature_decl stash, region, arena, activation;
 };
 
-/// Starts the interpreter (once per process), puts the offloadkit package and
-/// OFFLOADKIT_PYTHONPATH on sys.path, loads the factory and reads its plugin. Throws
-/// offloadkit::logic_error / runtime_error with the Python traceback when any step fails.
+/// Loads the factory (once per process) in the running interpreter and reads its plugin. Throws
+/// offloadkit::logic_error / runtime_error with the Python traceback when any step fails, and
+/// logic_error where no interpreter runs (the bridge loaded outside offloadkit._native).
 const plugin_decl& start();
 
-/// Python objects the bridge uses, looked up once by start(). Never destroyed: the interpreter is
-/// never finalized, and releasing them at exit would need the GIL.
+/// Python objects the bridge uses, looked up once by start(). Never destroyed: releasing them at
+/// exit, after the interpreter may have been finalized, would need the GIL.
 struct python_names {
   py::module_ support;  ///< offloadkit._bridge
   py::object buffer, stream, event, graph, physical, tensor, stash_key, stash_config, region_config,

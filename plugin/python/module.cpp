@@ -1,8 +1,8 @@
 // offloadkit._native: the Python package's extension module (pybind11, module mode). It holds the
-// Python bridge (bridge.hpp, the same sources as liboffloadkit_python_plugin.so, here running in
-// the interpreter that imported it instead of one it embeds), the plugin host, the property
-// batteries and the `check` command (tools/check_cli.hpp), so that `python -m offloadkit check`
-// runs the batteries against a Python implementation in the user's own interpreter. The module
+// Python bridge (bridge.hpp, running in the interpreter that imported it), the plugin host, the
+// property batteries and the `check` command (tools/check_cli.hpp), so that `python -m offloadkit
+// check` runs the batteries against a Python implementation in the user's own interpreter; the
+// offloadkit command's `check --python` starts that same command. The module
 // exports okit_plugin_entry and names itself as the library --python loads; each property runs in
 // a child process started from sys.executable.
 #include <dlfcn.h>
@@ -18,7 +18,9 @@
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
+#include "offloadkit/plugin.h"
 #include "plugin_subjects.hpp"
+#include "schedule_commands.hpp"
 
 #ifndef OFFLOADKIT_VERSION
 #define OFFLOADKIT_VERSION "unknown"
@@ -60,6 +62,18 @@ int check_main(const std::vector<std::string>& args, const std::string& program_
   });
 }
 
+/// `offloadkit replay` with `args` (the options after `replay`), replaying through the paged stash
+/// of the Python factory `factory`: the Python bridge in this module is the plugin it loads.
+/// Returns the exit status.
+int replay_main(const std::vector<std::string>& args, const std::string& factory) {
+  return tools::run_guarded("replay", [&] {
+    ::setenv("OFFLOADKIT_PYTHON_FACTORY", factory.c_str(), 1);
+    std::vector<std::string> with_plugin = args;
+    with_plugin.insert(with_plugin.end(), {"--plugin", module_path()});
+    return tools::replay_main(with_plugin);
+  });
+}
+
 /// The properties the batteries run for the Python factory `factory` on the executor named
 /// `executor_name`, without running any: (cases, notes), each case a dict.
 py::tuple list_cases(const std::string& factory, const std::string& executor_name) {
@@ -95,11 +109,17 @@ PYBIND11_MODULE(_native, m) {
       "offloadkit's native side: the property batteries, the executors (host and cuda), the "
       "plugin host and the Python bridge, run from the interpreter that imports it";
   m.attr("version") = OFFLOADKIT_VERSION;
+  // With the version, what the offloadkit command compares before it runs `check --python` here.
+  m.attr("plugin_abi_version") = OKIT_ABI_VERSION;
   m.attr("interposer_build_path") = OFFLOADKIT_INTERPOSE_BUILD_PATH;
   m.def("check_main", &check_main, py::arg("args"), py::arg("program_name"), py::arg("executable"),
         py::arg("command"), py::call_guard<py::gil_scoped_release>(),
         "Runs `offloadkit check` with `args` (what follows `check`); each property in a child "
         "process `executable <command...> --run-one ...`. Returns the exit status.");
+  m.def("replay_main", &replay_main, py::arg("args"), py::arg("factory"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Runs `offloadkit replay` with `args` (what follows `replay`) through the paged stash of "
+        "the Python factory MODULE:FACTORY. Returns the exit status.");
   m.def("list_cases", &list_cases, py::arg("factory"), py::arg("executor"),
         "The properties the batteries would run for the Python factory MODULE:FACTORY on the "
         "executor named 'host' or 'cuda': (list of dicts, notes).");

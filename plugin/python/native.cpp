@@ -164,8 +164,8 @@ std::function<void()> python_callback(py::object fn, std::string what,
 }
 
 void create_native_module() {
-  // Defined at run time rather than through PYBIND11_EMBEDDED_MODULE, so that it also exists when
-  // the bridge is loaded into a process whose interpreter was started by someone else.
+  // Defined at run time, once the factory is loaded, in the interpreter that imported
+  // offloadkit._native.
   static PyModuleDef def{};
   py::module_ m = py::module_::create_extension_module(
       "_offloadkit_bridge", "offloadkit's Python bridge: the native side of offloadkit.protocol",

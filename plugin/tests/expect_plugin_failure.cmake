@@ -43,15 +43,23 @@ foreach(unwanted IN LISTS ABSENT)
     message(FATAL_ERROR "'${unwanted}' found in the output of 'offloadkit ${ARGS}':\n${all}")
   endif()
 endforeach()
-if(NOT all MATCHES "reproduce: offloadkit (check [^\n]*--seed [0-9]+[^\n]*)")
+# The program is the offloadkit command, or an interpreter that ran the check (`python -m
+# offloadkit`, as `check --python` does).
+if(NOT all MATCHES "reproduce: ([^\n]*offloadkit) (check [^\n]*--seed [0-9]+[^\n]*)")
   message(FATAL_ERROR "no reproduce line with a seed in the output of 'offloadkit ${ARGS}':\n${all}")
 endif()
-set(replay "${CMAKE_MATCH_1}")
+set(program "${CMAKE_MATCH_1}")
+set(replay "${CMAKE_MATCH_2}")
+if(program STREQUAL "offloadkit")
+  set(program_words ${OFFLOADKIT})
+else()
+  separate_arguments(program_words UNIX_COMMAND "${program}")
+endif()
 separate_arguments(replay_args UNIX_COMMAND "${replay}")
-execute_process(COMMAND ${OFFLOADKIT} ${replay_args}
+execute_process(COMMAND ${program_words} ${replay_args}
   RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
 if(NOT rc2 EQUAL 1)
-  message(FATAL_ERROR "the reproduce line 'offloadkit ${replay}' exited with '${rc2}', not 1:\n"
+  message(FATAL_ERROR "the reproduce line '${program} ${replay}' exited with '${rc2}', not 1:\n"
                       "${out2}\n${err2}")
 endif()
-message(STATUS "caught, and the reproduce line fails again: offloadkit ${replay}")
+message(STATUS "caught, and the reproduce line fails again: ${program} ${replay}")

@@ -1,5 +1,5 @@
-"""What the C++ bridge (liboffloadkit_python_plugin.so) calls to load a factory and to turn
-protocol values into plain tuples. Private: the protocol is in ``protocol.py``."""
+"""What the C++ bridge (in the extension module offloadkit._native) calls to load a factory and to
+turn protocol values into plain tuples. Private: the protocol is in ``protocol.py``."""
 
 import gc
 import importlib

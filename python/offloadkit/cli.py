@@ -6,7 +6,12 @@ interpreter (whatever ``python`` can import, offloadkit can check). The batterie
 and the child process per property are offloadkit's C++ ``check`` command, run from the
 extension module ``offloadkit._native``; each property's child is ``sys.executable -m offloadkit
 check --run-one ...``, so a crash, an ``os._exit`` or a hang is one FAILED row and the run goes
-on. Options, output, exit codes and reproduce lines are those of ``offloadkit check --python``.
+on. Options, output, exit codes and reproduce lines are those of ``offloadkit check``; the C++
+command's ``offloadkit check --python`` runs this very command (in the interpreter
+``OFFLOADKIT_PYTHON`` names, else ``python3``).
+
+``python -m offloadkit replay FILE... --python MODULE:FACTORY`` replays schedule files through the
+paged stash of a Python implementation, as ``offloadkit replay --plugin`` does through a plugin's.
 
 argparse reads the command line's shape (the factory, which options take a value, ``--help``);
 the values themselves are checked once, by the C++ command, whose messages name the option, the
@@ -190,6 +195,66 @@ def list_cases(argv: Sequence[str]) -> int:
     return 0
 
 
+def replay(argv: Sequence[str]) -> int:
+    """``replay FILE|FOLDER... --python MODULE:FACTORY [options]``: the C++ ``offloadkit replay``
+    through the paged stash of the Python factory, in this interpreter. Returns the exit status."""
+    args = list(argv)
+    if any(a in ("-h", "--help") for a in args):
+        sys.stdout.write(
+            "usage: python -m offloadkit replay FILE|FOLDER... --python MODULE:FACTORY [options]\n\n"
+            "Replays paged-stash schedule files (one per pipeline rank, or folders of them) through\n"
+            "the stash of the Python implementation MODULE.FACTORY() returns, in this interpreter,\n"
+            "and compares every restored byte. The other options are those of `offloadkit replay`\n"
+            "(--executor, --pool-pages, --data-row-bytes, --plan-only, --quiet; `offloadkit replay\n"
+            "--help` lists them), --impl and --plugin excepted.\n\n" + EPILOG_REPLAY)
+        return 0
+    factory: Optional[str] = None
+    rest: List[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, value = a.partition("=")
+        if name == "--python":
+            if not eq:
+                if i + 1 >= len(args):
+                    return _usage("offloadkit replay", "--python: needs a value")
+                i += 1
+                value = args[i]
+            if factory is not None:
+                return _usage("offloadkit replay", "--python: given twice")
+            factory = value
+        elif name in ("--plugin", "--impl"):
+            return _usage("offloadkit replay", f"{name}: not offered by python -m offloadkit "
+                          f"replay, which replays through the stash of --python MODULE:FACTORY "
+                          f"(`offloadkit replay {name} ...` does)")
+        else:
+            rest.append(a)
+        i += 1
+    if factory is None:
+        return _usage("offloadkit replay", "--python MODULE:FACTORY is required (the Python "
+                      "stash to replay through)")
+    module, sep, name = factory.rpartition(":")
+    if not sep or not module or not name:
+        return _usage("offloadkit replay", f"--python: '{factory}' is not MODULE:FACTORY "
+                      f"(e.g. my_offload:make or ./my_offload.py:make)")
+    _native = native()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return _native.replay_main(rest, absolute_factory(factory))
+
+
+EPILOG_REPLAY = """\
+exit status: 0 every restored byte matches; 1 restored bytes differ; 2 bad usage; 3 the executor
+cannot run here; 4 the Python implementation cannot be loaded or has no stash for the executor;
+5 an input file cannot be read or is invalid; 6 a pool overflows.
+"""
+
+
+def _usage(prog: str, message: str) -> int:
+    sys.stderr.write(f"{prog}: {message}\n({prog} --help shows the usage)\n")
+    return USAGE
+
+
 def absolute_factory(spec: str) -> str:
     """MODULE:FACTORY with a MODULE given as a file path made absolute (as the C++ command does),
     so that a child process finds it from any folder."""
@@ -201,6 +266,7 @@ def absolute_factory(spec: str) -> str:
 
 COMMANDS = {
     "check": "run the property batteries against a Python implementation (MODULE:FACTORY)",
+    "replay": "replay schedule files through the paged stash of a Python implementation",
     "version": "print the version and whether the cuda back end is usable here",
 }
 
@@ -224,6 +290,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return check(rest)
     if command == "list-cases":
         return list_cases(rest)
+    if command == "replay":
+        return replay(rest)
     if command in ("version", "--version"):
         _native = native()
         reason = _native.cuda_unavailable_reason()

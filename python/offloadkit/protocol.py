@@ -8,8 +8,9 @@ The factory
 -----------
 ``python -m offloadkit check my_module:make`` imports ``my_module`` (a module name on the Python
 path, or the path of a ``.py`` file) in the interpreter that runs it (the C++ command's
-``--python`` in an interpreter that it embeds), calls ``make()`` with no arguments, and reads the
-features of the ``Plugin`` it returns::
+``--python`` runs that same command in the interpreter ``OFFLOADKIT_PYTHON`` names, else
+``python3``), calls ``make()`` with no arguments, and reads the features of the ``Plugin`` it
+returns::
 
     def make():
         return offloadkit.Plugin(name="mine", stash=MyStash, arena=MyArena)

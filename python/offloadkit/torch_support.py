@@ -1,6 +1,8 @@
 """PyTorch helpers. torch is imported on first use only, so that the package (and NumPy
 implementations) work where PyTorch is not installed."""
 
+import sys
+
 from .errors import LogicError, StateError
 from .types import DTYPE_SIZES, Tensor, dtype_name
 
@@ -12,9 +14,10 @@ def _torch():
     try:
         import torch
     except ImportError as e:
-        raise LogicError(f"PyTorch is not importable in this interpreter ({e}); offloadkit's "
-                         "bridge embeds the system Python: set OFFLOADKIT_PYTHONPATH to the "
-                         "site-packages holding torch (same Python version)") from e
+        raise LogicError(f"PyTorch is not importable in this interpreter ({sys.executable}: "
+                         f"{e}); run the check in the interpreter that has torch (its python -m "
+                         "offloadkit check, or OFFLOADKIT_PYTHON=that interpreter for "
+                         "offloadkit check --python), with offloadkit installed there") from e
     return torch
 
 

@@ -61,7 +61,7 @@ json_get(subject header subject kind)
 json_get(executor header executor)
 if(version STREQUAL "" OR host STREQUAL "" OR NOT date MATCHES "^[0-9-]+ [0-9:]+ UTC$" OR
    NOT seed STREQUAL "1" OR NOT subject STREQUAL "${EXPECT_SUBJECT}" OR
-   NOT command_line MATCHES "--report .*${OUT}\\.json")
+   NOT command_line MATCHES "--report[ =].*${OUT}\\.json")
   fail("the JSON header is not the run's: version '${version}', host '${host}', date '${date}', "
        "seed '${seed}', subject '${subject}', command '${command_line}'")
 endif()

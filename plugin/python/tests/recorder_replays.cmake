@@ -1,13 +1,13 @@
 # The schedule a Python job records with offloadkit.ScheduleRecorder is one `offloadkit replay`
-# accepts: python/examples/record_schedule.py writes one, replay runs it through offloadkit's
-# reference stash and, through the Python bridge, through the NumPy stash, comparing every restored byte.
-#   cmake -DPYTHON=<python3> -DOFFLOADKIT=<offloadkit> -DBRIDGE=<bridge plugin> -DSOURCE=<repo>
-#         -DWORK=<scratch folder> -P <this file>
+# accepts: python/examples/record_schedule.py writes one, `offloadkit replay` runs it through
+# offloadkit's reference stash and `python -m offloadkit replay --python` through the NumPy stash,
+# comparing every restored byte.
+#   cmake -DPYTHON=<interpreter with offloadkit installed> -DOFFLOADKIT=<offloadkit>
+#         -DSOURCE=<repo> -DWORK=<scratch folder> -P <this file>
 set(file ${WORK}/recorded_step.json)
 file(REMOVE ${file})
 execute_process(
-  COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${SOURCE}/python
-          ${PYTHON} ${SOURCE}/python/examples/record_schedule.py ${file} --seed 7
+  COMMAND ${PYTHON} ${SOURCE}/python/examples/record_schedule.py ${file} --seed 7
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT EXISTS ${file})
   message(FATAL_ERROR "record_schedule.py failed (${rc}):\n${out}\n${err}")
@@ -21,12 +21,11 @@ endif()
 message(STATUS "replayed through offloadkit's reference stash:\n${out}")
 
 execute_process(
-  COMMAND ${CMAKE_COMMAND} -E env
-          OFFLOADKIT_PYTHON_FACTORY=${SOURCE}/python/examples/numpy_offload.py:make_stash
-          ${OFFLOADKIT} replay ${file} --data-row-bytes 64 --plugin ${BRIDGE}
+  COMMAND ${PYTHON} -m offloadkit replay ${file} --data-row-bytes 64
+          --python ${SOURCE}/python/examples/numpy_offload.py:make_stash
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "plugin numpy-paged.* 0 mismatching bytes")
   message(FATAL_ERROR "offloadkit replay ${file} through the NumPy stash exited ${rc}:\n"
                       "${out}\n${err}")
 endif()
-message(STATUS "replayed through the NumPy stash (Python bridge):\n${out}")
+message(STATUS "replayed through the NumPy stash (python -m offloadkit replay):\n${out}")

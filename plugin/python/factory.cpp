@@ -1,90 +1,24 @@
-// Starting the embedded interpreter, loading the factory, and the errors that cross between Python
-// and C++.
-#include <dlfcn.h>
-#include <pybind11/embed.h>
+// Loading the factory in the interpreter that imported offloadkit._native, and the errors that
+// cross between Python and C++.
+#include <pybind11/pybind11.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "bridge.hpp"
 #include "offloadkit/plugin/capabilities.hpp"
 
-#ifndef OFFLOADKIT_PYTHON_SOURCE_DIR
-#define OFFLOADKIT_PYTHON_SOURCE_DIR ""
-#endif
-#ifndef OFFLOADKIT_PYTHON_FROM_LIB
-#define OFFLOADKIT_PYTHON_FROM_LIB "python3/dist-packages"
-#endif
-
 namespace offloadkit::python_bridge {
 namespace {
 
-/// Extension modules (NumPy's among them) resolve the C API from the global namespace; offloadkit
-/// opens plugins RTLD_LOCAL, which would hide libpython, so it is promoted to global first.
-void make_libpython_global() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&Py_Initialize), &info) == 0 || info.dli_fname == nullptr) {
-    return;  // statically linked: the symbols are wherever the bridge's are
-  }
-  if (dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL) == nullptr) {
-    const char* why = dlerror();
-    OFFLOADKIT_FAIL(runtime_error, "cannot make ", info.dli_fname,
-                    " global for Python's extension modules: ", why != nullptr ? why : "dlopen");
-  }
-}
-
-/// Where the offloadkit package is: where an installed bridge's install put it (by default
-/// <prefix>/lib/python3/dist-packages), else the source tree the bridge was built from.
-std::string package_directory() {
-  namespace fs = std::filesystem;
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&package_directory), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    const fs::path installed = fs::path(info.dli_fname).parent_path() / OFFLOADKIT_PYTHON_FROM_LIB;
-    std::error_code ec;
-    if (fs::exists(installed / "offloadkit" / "__init__.py", ec)) return installed.string();
-  }
-  return OFFLOADKIT_PYTHON_SOURCE_DIR;
-}
-
-std::vector<std::string> split_path(const char* value) {
-  std::vector<std::string> out;
-  if (value == nullptr) return out;
-  std::string s(value);
-  std::size_t begin = 0;
-  while (begin <= s.size()) {
-    const std::size_t end = s.find(':', begin);
-    const std::string part =
-        s.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    if (!part.empty()) out.push_back(part);
-    if (end == std::string::npos) break;
-    begin = end + 1;
-  }
-  return out;
-}
-
-/// `embedded`: the bridge started the interpreter. Otherwise it runs in an interpreter that
-/// imported offloadkit._native (python -m offloadkit), whose argv and path are the user's and stay
-/// as they are.
-void set_up_sys(bool embedded) {
+/// A child's output is read after it ends, and the process may end by os._exit (its buffers never
+/// flushed): line-buffer Python's own output.
+void line_buffer_output() {
   using namespace pybind11::literals;
   py::module_ sys = py::module_::import("sys");
-  if (embedded) {
-    // Embedded interpreters have no argv; libraries that read sys.argv[0] would fail without one.
-    sys.attr("argv") = py::list(py::make_tuple("offloadkit-python-bridge"));
-    py::list path = sys.attr("path");
-    std::vector<std::string> front = split_path(std::getenv("OFFLOADKIT_PYTHONPATH"));
-    const std::string package = package_directory();
-    if (!package.empty()) front.push_back(package);
-    for (auto it = front.rbegin(); it != front.rend(); ++it) path.insert(0, *it);
-  }
-  // A child's output is read after it ends, and the interpreter is never finalized (its buffers
-  // never flushed): line-buffer Python's own output.
   for (const char* stream : {"stdout", "stderr"}) {
     py::object f = sys.attr(stream);
     if (!f.is_none() && py::hasattr(f, "reconfigure")) {
@@ -160,18 +94,16 @@ const plugin_decl* load_declaration() {
                     "factory to check (offloadkit check --python MODULE:FACTORY sets it)");
   }
   const std::string spec = spec_env;
-  const bool started_here = !Py_IsInitialized();
-  if (started_here) {
-    make_libpython_global();
-    // No signal handlers: offloadkit's own handle Ctrl-C and the time limit.
-    py::initialize_interpreter(/*init_signal_handlers=*/false, 0, nullptr,
-                               /*add_program_dir_to_path=*/false);
+  if (Py_IsInitialized() == 0) {
+    OFFLOADKIT_FAIL(logic_error,
+                    "the Python bridge runs inside an interpreter that imported offloadkit._native "
+                    "(python -m offloadkit check MODULE:FACTORY); no interpreter is running here");
   }
   std::string failure;
   {
     py::gil_scoped_acquire gil;
     try {
-      set_up_sys(started_here);
+      line_buffer_output();
       load_names();
       create_native_module();
       py::tuple d = names().support.attr("describe")(spec);
@@ -190,8 +122,6 @@ const plugin_decl* load_declaration() {
     }
     if (!failure.empty()) *decl = plugin_decl{};  // its Python objects go with the GIL held
   }
-  // The thread that started the interpreter gives the GIL up for good; each call takes it.
-  if (started_here) (void)PyEval_SaveThread();
   if (!failure.empty()) throw logic_error("cannot load the Python plugin: " + failure);
   return decl.release();
 }
