@@ -114,7 +114,7 @@ import sys
 import offloadkit
 if not offloadkit.__file__.startswith("$prefix/lib/python3/dist-packages/"):
     raise ImportError(f"offloadkit was imported from {offloadkit.__file__}, not from $prefix")
-sys.path.insert(0, "$OFFLOADKIT_ROOT/python/examples")
+sys.path.insert(0, "$OFFLOADKIT_ROOT/examples/python")
 from numpy_offload import make_arena as make
 PY
     log "$okit check --executor host --python $work/installed_python.py:make --cases 10"
@@ -131,7 +131,7 @@ PY
     (cd "$work" && PYTHONPATH="$pydir" "$python" -c "import offloadkit._native as m, sys
 sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported from ' + m.__file__)" &&
       PYTHONPATH="$pydir" "$python" -m offloadkit check \
-        "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena" --executor host --cases 10) ||
+        "$OFFLOADKIT_ROOT/examples/python/numpy_offload.py:make_arena" --executor host --cases 10) ||
       return 1
   fi
 }

@@ -1,5 +1,5 @@
 # The schedule a Python job records with offloadkit.ScheduleRecorder is one `offloadkit replay`
-# accepts: python/examples/record_schedule.py writes one, replay runs it through offloadkit's
+# accepts: examples/python/record_schedule.py writes one, replay runs it through offloadkit's
 # reference stash and, through the Python bridge, through the NumPy stash, comparing every restored byte.
 #   cmake -DPYTHON=<python3> -DOFFLOADKIT=<offloadkit> -DBRIDGE=<bridge plugin> -DSOURCE=<repo>
 #         -DWORK=<scratch folder> -P <this file>
@@ -7,7 +7,7 @@ set(file ${WORK}/recorded_step.json)
 file(REMOVE ${file})
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${SOURCE}/python
-          ${PYTHON} ${SOURCE}/python/examples/record_schedule.py ${file} --seed 7
+          ${PYTHON} ${SOURCE}/examples/python/record_schedule.py ${file} --seed 7
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT EXISTS ${file})
   message(FATAL_ERROR "record_schedule.py failed (${rc}):\n${out}\n${err}")
@@ -22,7 +22,7 @@ message(STATUS "replayed through offloadkit's reference stash:\n${out}")
 
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env
-          OFFLOADKIT_PYTHON_FACTORY=${SOURCE}/python/examples/numpy_offload.py:make_stash
+          OFFLOADKIT_PYTHON_FACTORY=${SOURCE}/examples/python/numpy_offload.py:make_stash
           ${OFFLOADKIT} replay ${file} --data-row-bytes 64 --plugin ${BRIDGE}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "plugin numpy-paged.* 0 mismatching bytes")
