@@ -119,7 +119,7 @@ check_installed_package() {
     (cd "$work" && PYTHONPATH="$pydir" "$python" -c "import offloadkit._native as m, sys
 sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported from ' + m.__file__)" &&
       PYTHONPATH="$pydir" "$python" -m offloadkit check \
-        "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena" --executor host --cases 10) ||
+        "$OFFLOADKIT_ROOT/examples/python/numpy_offload.py:make_arena" --executor host --cases 10) ||
       return 1
     # The installed command's --python runs `python -m offloadkit check` in the interpreter
     # OFFLOADKIT_PYTHON names: a virtual environment with the package installed by pip, as a user

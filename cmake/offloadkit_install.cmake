@@ -14,6 +14,7 @@ set(OFFLOADKIT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/offloadkit)
 # Whole include directories, whatever their layout: every target's INSTALL_INTERFACE is `include`.
 file(GLOB offloadkit_include_dirs LIST_DIRECTORIES true CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/core/include
+  ${PROJECT_SOURCE_DIR}/core/*/include
   ${PROJECT_SOURCE_DIR}/reference/*/include
   ${PROJECT_SOURCE_DIR}/optimized/*/include
   ${PROJECT_SOURCE_DIR}/properties/include

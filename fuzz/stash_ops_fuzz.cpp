@@ -2,7 +2,7 @@
 // the optimized paged stash (host executor), checked after every op against a plain model: pages
 // conserved (none lost, none handed out twice), free counts, the sticky status word and every
 // restored byte. The same interpreter runs as a ctest over a fixed corpus
-// (properties/stash/tests/stash_fuzz_corpus_test.cpp).
+// (fuzz/tests/stash_fuzz_corpus_test.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

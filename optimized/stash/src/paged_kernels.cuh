@@ -12,7 +12,12 @@
 //
 // The layers, each including the one before: kernels/pool_layout.cuh (the pool, the freelist
 // rings, the status word), kernels/work_split.cuh (how a launch splits the copies),
-// kernels/key_bodies.cuh (one key's stash and restore), kernels/batch_bodies.cuh (batches).
+// kernels/key_bodies.cuh (one key's stash and restore), kernels/batch_plan.cuh (what a batch's
+// bodies share: its plan, the spread of its work items, its commit), then the batched bodies
+// kernels/stash_batch_body.cuh and kernels/restore_batch_body.cuh; kernels/reset_body.cuh (a
+// pool's reset) needs only the layout.
 #pragma once
 
-#include "kernels/batch_bodies.cuh"
+#include "kernels/reset_body.cuh"
+#include "kernels/restore_batch_body.cuh"
+#include "kernels/stash_batch_body.cuh"

@@ -1,12 +1,12 @@
 # The pytest plugin (offloadkit.pytest) as a user runs it, in the virtual environment of
 # python_module.pip_install, from a folder outside the checkout:
-# 1. over python/examples/test_numpy_battery.py on the host executor: exactly the expected numbers
+# 1. over examples/python/test_numpy_battery.py on the host executor: exactly the expected numbers
 #    of passed, failed and skipped items, the failing items exactly the planted arena's (by name),
 #    each failure with its seed, counterexample and reproduce command;
 # 2. --offloadkit MODULE:FACTORY with no test file: the same planted arena fails the same items;
 # 3. where no GPU is usable, every cuda item is skipped with the reason, none passed;
 # 4. `pytest -p offloadkit` with plugin autoloading off loads the plugin by the package's name.
-#   cmake -DPYTHON=<venv python> -DWORK=<folder> -DEXAMPLES=<python/examples> -P <this file>
+#   cmake -DPYTHON=<venv python> -DWORK=<folder> -DEXAMPLES=<examples/python> -P <this file>
 # The items the planted arena (numpy_planted.py: reload() leaves the last tensor out) fails under
 # seed 7; its steady_state passes (it never compares bytes) and multi_device is not applicable.
 set(planted_failures

@@ -1,5 +1,5 @@
 # The schedule a Python job records with offloadkit.ScheduleRecorder is one `offloadkit replay`
-# accepts: python/examples/record_schedule.py writes one, `offloadkit replay` runs it through
+# accepts: examples/python/record_schedule.py writes one, `offloadkit replay` runs it through
 # offloadkit's reference stash and `python -m offloadkit replay --python` through the NumPy stash,
 # comparing every restored byte.
 #   cmake -DPYTHON=<interpreter with offloadkit installed> -DOFFLOADKIT=<offloadkit>
@@ -7,7 +7,7 @@
 set(file ${WORK}/recorded_step.json)
 file(REMOVE ${file})
 execute_process(
-  COMMAND ${PYTHON} ${SOURCE}/python/examples/record_schedule.py ${file} --seed 7
+  COMMAND ${PYTHON} ${SOURCE}/examples/python/record_schedule.py ${file} --seed 7
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT EXISTS ${file})
   message(FATAL_ERROR "record_schedule.py failed (${rc}):\n${out}\n${err}")
@@ -22,7 +22,7 @@ message(STATUS "replayed through offloadkit's reference stash:\n${out}")
 
 execute_process(
   COMMAND ${PYTHON} -m offloadkit replay ${file} --data-row-bytes 64
-          --python ${SOURCE}/python/examples/numpy_offload.py:make_stash
+          --python ${SOURCE}/examples/python/numpy_offload.py:make_stash
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "plugin numpy-paged.* 0 mismatching bytes")
   message(FATAL_ERROR "offloadkit replay ${file} through the NumPy stash exited ${rc}:\n"

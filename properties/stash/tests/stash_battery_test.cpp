@@ -1,7 +1,8 @@
-// The paged-stash battery as GoogleTest tests for one implementation (OFFLOADKIT_STASH_IMPL, set by
-// CMake to the function that returns its descriptor): one test per property the battery lists for
-// it, on every executor it runs on (suites Host/StashBattery and Cuda/StashBattery); with
-// OFFLOADKIT_STASH_WITH_DOUBLES, the sticky-flag double's in each profile it is declared with.
+// The paged-stash battery as GoogleTest tests: for every built-in stash implementation and the
+// doubles of common real stashes that declare other policies (sticky_flag_stash.hpp), one test per
+// property the battery lists for it, on every executor it runs on (suites Host/StashBattery and
+// Cuda/StashBattery). A property that needs two devices is under CudaMultiGpu/StashBattery on the
+// cuda executor, so that its own ctest entry (label multigpu) runs it.
 #include "offloadkit/testing/stash_battery.hpp"
 
 #include <gtest/gtest.h>
@@ -13,10 +14,10 @@
 
 namespace {
 
-std::vector<offloadkit::testing::stash_implementation> implementations_under_test() {
-  std::vector<offloadkit::testing::stash_implementation> all = {
-      offloadkit::testing::OFFLOADKIT_STASH_IMPL()};
-#ifdef OFFLOADKIT_STASH_WITH_DOUBLES
+using namespace offloadkit::testing;
+
+std::vector<stash_implementation> implementations_under_test() {
+  std::vector<stash_implementation> all = builtin_stash_implementations();
   all.push_back(offloadkit::stash::testing_doubles::sticky_flag_stash_implementation());
   all.push_back(offloadkit::stash::testing_doubles::throwing_stash_implementation());
   all.push_back(offloadkit::stash::testing_doubles::single_tier_stash_implementation(
@@ -24,12 +25,11 @@ std::vector<offloadkit::testing::stash_implementation> implementations_under_tes
   all.push_back(offloadkit::stash::testing_doubles::single_tier_stash_implementation(
       offloadkit::testing::stash_tier::pinned));
   all.push_back(offloadkit::stash::testing_doubles::first_use_stash_implementation());
-#endif
   return all;
 }
 
-const int registered = offloadkit::testing::register_battery_tests(
-    "StashBattery", implementations_under_test(), &offloadkit::testing::stash_battery);
+const int registered =
+    register_battery_tests("StashBattery", implementations_under_test(), &stash_battery);
 
 TEST(StashBatteryList, RegistersEveryListedProperty) { EXPECT_GT(registered, 0); }
 

@@ -1,6 +1,6 @@
 // Unit tests of the arena's parts: tensor-set validation and the coalesced offloader's plan reuse,
 // batching and error messages (the layout and the pinned arena have their own tests beside them,
-// in optimized/arena/tests/). Host executor only: nothing here is GPU-specific.
+// arena_layout_test.cpp). Host executor only: nothing here is GPU-specific.
 #include <gtest/gtest.h>
 
 #include <array>

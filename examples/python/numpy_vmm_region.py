@@ -5,7 +5,7 @@ resume and unmapped and released on pause, so ``data`` never changes and graphs 
 region stay valid across pause and resume (no capture again). Contents travel through a pageable
 host buffer while paused.
 
-    offloadkit check --executor host --python python/examples/numpy_vmm_region.py:make
+    offloadkit check --executor host --python examples/python/numpy_vmm_region.py:make
 """
 
 import itertools

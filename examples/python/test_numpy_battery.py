@@ -2,7 +2,7 @@
 property and executor (``[host]``, ``[cuda]``), run by offloadkit's pytest plugin (loaded by an
 installed offloadkit's entry point, or with ``-p offloadkit.pytest``):
 
-    pytest -p offloadkit.pytest python/examples/test_numpy_battery.py --offloadkit-cases 20
+    pytest -p offloadkit.pytest examples/python/test_numpy_battery.py --offloadkit-cases 20
 
 The NumPy arena passes; the planted one (numpy_planted.py: reload() leaves the last tensor out)
 fails, each failing item with its seed, shrunk counterexample and reproduce command. The cuda items

@@ -4,7 +4,7 @@ copies itself, so offloadkit's fault injection cannot reach it (no ``executor_al
 it runs on the cuda executor only (on the CPU its hooks keep tensors in CPU memory: nothing is
 offloaded).
 
-    offloadkit check --executor cuda --python python/examples/torch_save_on_cpu.py:make
+    offloadkit check --executor cuda --python examples/python/torch_save_on_cpu.py:make
 
 Its hooks copy each saved tensor to a fresh pinned CPU tensor on the current stream and wait for
 the copy (so the source goes back at once), and bring it back with a non-blocking copy to the

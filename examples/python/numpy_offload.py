@@ -6,8 +6,8 @@ offloadkit's fault injection reaches its allocations and copies; NumPy only read
 memory the implementation allocated as pinned host memory itself, after synchronizing the stream
 that wrote it (see "Stream order" in ``offloadkit.protocol``).
 
-    offloadkit check --executor host --python python/examples/numpy_offload.py:make
-    offloadkit check --python python/examples/numpy_offload.py:make_stash --feature stash
+    offloadkit check --executor host --python examples/python/numpy_offload.py:make
+    offloadkit check --python examples/python/numpy_offload.py:make_stash --feature stash
 
 - ``NumpyStash``: a paged stash: one device pool and one pinned pool of fixed-size pages, free
   lists of page ids (NumPy stacks), a page table per key, the row count read through a pinned

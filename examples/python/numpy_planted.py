@@ -2,7 +2,7 @@
 `offloadkit check --python` must catch with a seed and a reproduce line. Each planted class
 declares the capabilities of the implementation it derives from.
 
-    offloadkit check --executor host --python python/examples/numpy_planted.py:stash
+    offloadkit check --executor host --python examples/python/numpy_planted.py:stash
 """
 
 import offloadkit as ok

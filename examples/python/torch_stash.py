@@ -2,7 +2,7 @@
 its rows, copies on the current stream (offloadkit's stream, as ``torch.cuda.ExternalStream``),
 the row count read back on the host. offloadkit's stash battery checks it on a GPU:
 
-    offloadkit check --executor cuda --python python/examples/torch_stash.py:make
+    offloadkit check --executor cuda --python examples/python/torch_stash.py:make
 
 The pools' tiers are bookkeeping only (every byte lives in device memory), kept as offloadkit's
 stash contract says: a key of r rows takes ceil(r / rows_per_page) pages, device pages first; a

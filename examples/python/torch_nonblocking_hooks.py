@@ -5,7 +5,7 @@ the copy back. The source must not be reused until its copy has completed; PyTor
 allocator guarantees that in stream order, and so does offloadkit's saved-tensor adapter, which
 hands a source back only once an event recorded after the copy has completed.
 
-    offloadkit check --executor cuda --python python/examples/torch_nonblocking_hooks.py:make
+    offloadkit check --executor cuda --python examples/python/torch_nonblocking_hooks.py:make
 
 The copies stay in flight after pack, so it does not promise ``pending_bound`` unless
 ``max_pending_bytes`` makes the adapter wait (it does: pack waits for the oldest copies while

@@ -3,9 +3,9 @@ reports must carry the exception, its message and the Python traceback down to t
 region whose info() raises after a failed pause: that error is kept and reported by the next call.
 And an arena whose close() raises: the case that destroyed it fails.
 
-    offloadkit check --executor host --python python/examples/numpy_broken.py:make
-    offloadkit check --executor host --python python/examples/numpy_broken.py:make_stale_info
-    offloadkit check --executor host --python python/examples/numpy_broken.py:make_double_close
+    offloadkit check --executor host --python examples/python/numpy_broken.py:make
+    offloadkit check --executor host --python examples/python/numpy_broken.py:make_stale_info
+    offloadkit check --executor host --python examples/python/numpy_broken.py:make_double_close
 """
 
 import offloadkit as ok
