@@ -1,5 +1,5 @@
 # Tests of offloadkit.adapters against the library stand-ins of python/tests/adapters/standins
-# (labels cpu, python, adapters), included by plugin/python/tests/CMakeLists.txt inside its
+# (labels cpu, python, adapters), included by python/bridge/tests/CMakeLists.txt inside its
 # python_module block (venv, venv_python, module_work, python_check_timeout, module_tests):
 # - python_adapters.unit: each adapter's mapping, declared profile and error translation;
 # - python_module.adapter_<name>: `python -m offloadkit check` of each region adapter over its
@@ -47,7 +47,7 @@ foreach(entry IN LISTS adapter_checks)
   add_test(NAME python_module.adapter_${name}
     COMMAND ${CMAKE_COMMAND} -DPYTHON=${venv_python} -DWORK=${module_work} "-DARGS=${arguments}"
             -DEXPECT_RC=${status} "-DEXPECT=${expect}"
-            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_python_check.cmake)
+            -P ${PROJECT_SOURCE_DIR}/python/bridge/tests/expect_python_check.cmake)
   set_tests_properties(python_module.adapter_${name} PROPERTIES
     LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
     ENVIRONMENT "OFFLOADKIT_STANDIN_DEFECT=${defect}")
@@ -77,7 +77,7 @@ foreach(entry IN LISTS refusals)
   add_test(NAME python_module.adapter_refused_${name}
     COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
             "-DARGS=-m offloadkit check ${factory} --executor host" -DEXIT=4 "-DEXPECT=${expect}"
-            -P ${PROJECT_SOURCE_DIR}/plugin/python/tests/expect_exit.cmake)
+            -P ${PROJECT_SOURCE_DIR}/python/bridge/tests/expect_exit.cmake)
   set_tests_properties(python_module.adapter_refused_${name} PROPERTIES
     LABELS "cpu;python;adapters" TIMEOUT 60 ENVIRONMENT "PYTHONPATH=${path}")
   list(APPEND module_tests python_module.adapter_refused_${name})

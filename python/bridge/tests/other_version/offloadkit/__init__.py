@@ -1,3 +1,3 @@
 """A stand-in offloadkit package of another version, for the test that `offloadkit check --python`
-refuses an interpreter that imports it (plugin/python/tests/CMakeLists.txt,
+refuses an interpreter that imports it (python/bridge/tests/CMakeLists.txt,
 python_check.interpreter_other_version)."""
