@@ -19,6 +19,23 @@ endfunction()
 file(REMOVE_RECURSE ${VENV} ${WHEELS})
 run(${PYTHON} -m venv --system-site-packages ${VENV})
 set(py ${VENV}/bin/python)
+# Where the base python is itself a virtual environment's (a GPU machine's torch venv, say),
+# --system-site-packages reaches only the interpreter it was made from, not that environment's
+# packages (NumPy, pytest): a .pth file in the new environment adds them, after its own.
+run(${PYTHON} -c [=[
+import site, sys
+if sys.prefix != sys.base_prefix:
+    print("\n".join(site.getsitepackages()))
+]=])
+set(parent_sites "${out}")
+if(NOT parent_sites STREQUAL "")
+  run(${py} -c [=[
+import sysconfig
+print(sysconfig.get_paths()["purelib"])
+]=])
+  string(STRIP "${out}" purelib)
+  file(WRITE ${purelib}/offloadkit_base_environment.pth "${parent_sites}")
+endif()
 set(ENV{OFFLOADKIT_CMAKE_BUILD_DIR} ${BUILD})
 set(ENV{PIP_DISABLE_PIP_VERSION_CHECK} 1)
 run(${py} -m pip install --no-build-isolation --no-index --no-deps ${SOURCE})
