@@ -34,7 +34,7 @@
 #include "offloadkit/interpose/control.h"
 #include "offloadkit/interpose/scenarios.hpp"
 #include "offloadkit/plugin/host.hpp"
-#include "offloadkit/stash/eager_stash.hpp"
+#include "offloadkit/stash/eager_stash_wrapper.hpp"
 
 namespace {
 
@@ -206,31 +206,17 @@ offloadkit::interpose::fault_subjects driver_subjects(const char* path, bool lea
 }
 
 /// The reference stash, with every failed stash() hidden: the status word is cleared at once.
-class silent_overflow_stash final : public ok::stash::stash_interface {
+class silent_overflow_stash final : public ok::stash::eager_stash_wrapper {
  public:
   silent_overflow_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
-      : inner_(ex, c, s) {}
+      : eager_stash_wrapper(ex, c, s, "silent-overflow") {}
 
  private:
-  [[nodiscard]] std::string do_name() const override { return "silent-overflow"; }
-  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override {
-    return inner_.config();
-  }
-  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
   void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
                 ok::stream_ref s) override {
     inner_.stash(k, src, rows, s);
     if (!inner_.status(s).ok()) inner_.clear_status(s);  // the overflow, hidden
   }
-  void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
-                  ok::stream_ref s) override {
-    inner_.restore(k, dst, rows_out, s);
-  }
-  void do_reset(ok::stream_ref s) override { inner_.reset(s); }
-  void do_clear_status(ok::stream_ref s) override { inner_.clear_status(s); }
-  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner_.snapshot(s); }
-
-  ok::stash::eager_stash inner_;
 };
 
 offloadkit::interpose::fault_subjects silent_overflow_subjects() {

@@ -59,6 +59,7 @@
 #include "offloadkit/plugin/export.hpp"
 #include "offloadkit/region/reference_region.hpp"
 #include "offloadkit/stash/eager_stash.hpp"
+#include "offloadkit/stash/eager_stash_wrapper.hpp"
 #include "offloadkit/teardown.hpp"
 
 namespace {
@@ -136,35 +137,21 @@ class one_tier_stash final : public ok::stash::stash_interface {
 
 /// The reference stash, with restore() writing a zero over the first restored byte (stash) or with
 /// clear_status() dying of SIGSEGV (crash).
-class planted_stash final : public ok::stash::stash_interface {
+class planted_stash final : public ok::stash::eager_stash_wrapper {
  public:
   planted_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
-      : ex_(&ex), inner_(ex, c, s) {}
+      : eager_stash_wrapper(ex, c, s, "planted") {}
 
  private:
-  [[nodiscard]] std::string do_name() const override { return "planted"; }
-  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override {
-    return inner_.config();
-  }
-  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
-  void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
-                ok::stream_ref s) override {
-    inner_.stash(k, src, rows, s);
-  }
   void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
                   ok::stream_ref s) override {
     inner_.restore(k, dst, rows_out, s);
     if (PLANTED == OKIT_PLANTED_stash) ex_->fill(dst, 0, 1, s);  // the planted bug
   }
-  void do_reset(ok::stream_ref s) override { inner_.reset(s); }
   void do_clear_status(ok::stream_ref s) override {
     if (PLANTED == OKIT_PLANTED_crash) std::raise(SIGSEGV);  // the planted crash
     inner_.clear_status(s);
   }
-  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner_.snapshot(s); }
-
-  ok::executor* ex_;
-  ok::stash::eager_stash inner_;
 };
 
 /// The reference region behind the region interface: every entry but pause and resume forwards to
@@ -685,21 +672,13 @@ class own_stream_resume_region final : public reference_region_wrapper {
 /// The planted bug: it returns without making the caller's stream wait for that upload, so the
 /// caller's next work may read the buffer before the rows land. The row count goes to the caller
 /// on its own stream, in order. Its own next restore, and the destructor, wait for the upload.
-class own_stream_restore_stash final : public ok::stash::stash_interface {
+class own_stream_restore_stash final : public ok::stash::eager_stash_wrapper {
  public:
   own_stream_restore_stash(ok::executor& ex, const ok::stash::stash_config& c, ok::stream_ref s)
-      : ex_(&ex), inner_(ex, c, s), count_(ex, ok::memory_kind::pinned, sizeof(std::uint64_t)) {}
+      : eager_stash_wrapper(ex, c, s, "planted-own-stream-restore"),
+        count_(ex, ok::memory_kind::pinned, sizeof(std::uint64_t)) {}
 
  private:
-  [[nodiscard]] std::string do_name() const override { return "planted-own-stream-restore"; }
-  [[nodiscard]] const ok::stash::stash_config& do_config() const noexcept override {
-    return inner_.config();
-  }
-  [[nodiscard]] bool do_capturable() const noexcept override { return false; }
-  void do_stash(const ok::stash::stash_key& k, const void* src, const std::uint64_t* rows,
-                ok::stream_ref s) override {
-    inner_.stash(k, src, rows, s);
-  }
   void do_restore(const ok::stash::stash_key& k, void* dst, std::uint64_t* rows_out,
                   ok::stream_ref s) override {
     upload_.wait();  // its own last upload has read the staging buffer
@@ -718,11 +697,7 @@ class own_stream_restore_stash final : public ok::stash::stash_interface {
     upload_.wait();
     inner_.reset(s);
   }
-  void do_clear_status(ok::stream_ref s) override { inner_.clear_status(s); }
-  ok::stash::stash_snapshot do_snapshot(ok::stream_ref s) override { return inner_.snapshot(s); }
 
-  ok::executor* ex_;
-  ok::stash::eager_stash inner_;
   ok::buffer count_;      ///< the restored row count, read on the host
   driver_upload upload_;  ///< the restored rows on their way to the caller's buffer
 };
