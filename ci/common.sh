@@ -134,6 +134,6 @@ sys.exit(0 if m.__file__.startswith('$pydir/') else 'offloadkit._native imported
       >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; return 1; }
     log "OFFLOADKIT_PYTHON=$venv/bin/python $okit check --executor host --python numpy_offload.py:make_arena --cases 10"
     (cd "$work" && OFFLOADKIT_PYTHON="$venv/bin/python" "$okit" check --executor host --cases 10 \
-      --python "$OFFLOADKIT_ROOT/python/examples/numpy_offload.py:make_arena") || return 1
+      --python "$OFFLOADKIT_ROOT/examples/python/numpy_offload.py:make_arena") || return 1
   fi
 }
