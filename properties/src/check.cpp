@@ -74,6 +74,18 @@ std::string describe(const rc::detail::FailureResult& f, const observations& see
   return os.str();
 }
 
+/// `description` with what the run in progress logged (RC_LOG), as rapidcheck appends it to the
+/// description of the run it reports: a failure that does not recur in that run keeps its log (the
+/// drawn delays, say), which is often what explains it.
+std::string with_run_log(const std::string& description) {
+  rc::detail::PropertyContext* context =
+      rc::detail::ImplicitParam<rc::detail::param::CurrentPropertyContext>::value();
+  const auto* log =
+      context != nullptr ? dynamic_cast<const std::ostringstream*>(&context->logStream()) : nullptr;
+  if (log == nullptr || log->str().empty()) return description;
+  return description + "\n\nLog:\n" + log->str();
+}
+
 /// Teardown failures (teardown.hpp) recorded outside any run of a property: an object that outlived
 /// the run that made it and went between runs. No case can be blamed; they are printed.
 void print_stray_teardown_errors() {
@@ -186,18 +198,18 @@ check_outcome run_check(const check_case& c, executor& ex, const check_config& c
       const bool failed = r.type == rc::detail::CaseResult::Type::Failure;
       if (failed) {
         seen.last_run_failed = true;
-        seen.last_failure = r.description;
+        seen.last_failure = with_run_log(r.description);
       }
-      fail_on_teardown_errors(seen, failed ? r.description : "");
+      fail_on_teardown_errors(seen, failed ? seen.last_failure : "");
       throw;
     } catch (const std::exception& e) {
       seen.last_run_failed = true;
-      seen.last_failure = std::string("exception thrown: ") + e.what();
+      seen.last_failure = with_run_log(std::string("exception thrown: ") + e.what());
       fail_on_teardown_errors(seen, seen.last_failure);
       throw;
     } catch (...) {
       seen.last_run_failed = true;
-      seen.last_failure = "a non-standard exception was thrown";
+      seen.last_failure = with_run_log("a non-standard exception was thrown");
       fail_on_teardown_errors(seen, seen.last_failure);
       throw;
     }

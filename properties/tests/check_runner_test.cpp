@@ -137,12 +137,16 @@ TEST(CheckRunner, AFailureThatDoesNotRecurKeepsItsMessage) {
   check_config cfg;
   cfg.seed = 11;
   const auto o = run_check(make_case([&runs](executor& /*ex*/) {
+                             RC_LOG() << "drawn delays: up to " << 100 * (runs + 1) << " us\n";
                              if (runs++ == 0) RC_FAIL("only the first run fails");
                            }),
                            ex, cfg);
   EXPECT_FALSE(o.passed);
   EXPECT_NE(o.message.find("only the first run fails"), std::string::npos) << o.message;
   EXPECT_NE(o.message.find("did not recur"), std::string::npos) << o.message;
+  // The log is the failing run's, not the passing re-run's.
+  EXPECT_NE(o.message.find("Log:\ndrawn delays: up to 100 us"), std::string::npos) << o.message;
+  EXPECT_EQ(o.message.find("up to 200 us"), std::string::npos) << o.message;
 }
 
 /// An object whose teardown fails, as a plugin wrapper whose close returned an error does: its
