@@ -44,8 +44,14 @@ std::unique_ptr<executor> command_line::make_executor(std::string& skipped) cons
   return tools::benchmark_executor(executor_, skipped);
 }
 
-int skip(const std::string& why) {
+int command_line::skip(const std::string& why, json doc) const {
   std::printf("skipped: %s\n", why.c_str());
+  if (!json_.empty()) {
+    if (!doc.contains("benchmark")) doc["benchmark"] = program_;
+    doc["command"] = command_;
+    doc["skipped"] = why;
+    write_json(json_, doc);
+  }
   return tools::exit_status::ok;
 }
 

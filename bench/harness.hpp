@@ -57,6 +57,13 @@ class command_line {
   /// argv joined by spaces, recorded with the figures.
   const std::string& command() const { return command_; }
 
+  /// Says `skipped: <why>` on stdout and returns exit_status::ok: a benchmark that cannot run here
+  /// (no usable GPU) succeeds, as every offloadkit binary starts without a driver. With --json it
+  /// writes `doc` (by default the program's name) with "command" and "skipped" added, so that a
+  /// script reading the file learns why there are no figures; a file that cannot be written throws
+  /// (write_json), as it would after a run.
+  int skip(const std::string& why, json doc = json::object()) const;
+
  private:
   std::string program_;
   std::string executor_ = "cuda";
@@ -65,10 +72,6 @@ class command_line {
   std::unique_ptr<CLI::App> app_;
   CLI::Option* executor_option_ = nullptr;
 };
-
-/// Says `skipped: <why>` on stdout and returns exit_status::ok: a benchmark that cannot run here
-/// (no usable GPU) succeeds, as every offloadkit binary starts without a driver.
-int skip(const std::string& why);
 
 /// For a benchmark of the GPU itself (its own kernels, cuBLAS calls): why it cannot run with the
 /// executor `executor_name` names (`host_reason` for host, "no usable GPU: <reason>" for cuda

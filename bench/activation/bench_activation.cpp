@@ -76,7 +76,7 @@ std::uint64_t wrong_of(const step_report& r) {
 int run(const bench::command_line& cl, const args& a) {
   std::string skipped;
   const std::unique_ptr<executor> ex = cl.make_executor(skipped);
-  if (!ex) return bench::skip(skipped);
+  if (!ex) return cl.skip(skipped);
 
   const bool gpu = cl.executor_name() == "cuda";
   const double mib = a.mib_per_layer > 0 ? a.mib_per_layer : (gpu ? 128.0 : 2.0);

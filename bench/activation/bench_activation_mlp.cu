@@ -497,10 +497,10 @@ int run(const bench::command_line& cl, bool quick, int blocks, long long only_h,
           cl.executor_name(),
           "the MLP step's GEMMs are cuBLAS calls, which need the cuda executor");
       !why.empty()) {
-    return bench::skip(why);
+    return cl.skip(why);
   }
   cublas_api api;
-  if (const std::string why = api.load(); !why.empty()) return bench::skip(why);
+  if (const std::string why = api.load(); !why.empty()) return cl.skip(why);
   cuda_executor ex;
   std::vector<shape_case> shapes =
       quick ? std::vector<shape_case>{{1024, 2048}}

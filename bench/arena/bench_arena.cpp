@@ -308,7 +308,7 @@ int run(const bench::command_line& cl, options opt) {
   if (opt.quick) opt.reps = std::min(opt.reps, 2);
   std::string skipped;
   const std::unique_ptr<executor> ex = cl.make_executor(skipped);
-  if (!ex) return bench::skip(skipped);
+  if (!ex) return cl.skip(skipped);
   std::vector<std::size_t> sizes;
   if (opt.quick) {
     sizes = {std::size_t{16} << 20};

@@ -402,7 +402,7 @@ int run(const bench::command_line& cl, const options& o) {
   std::unique_ptr<executor> ex;
   if (cl.executor_name() == "cuda") {
     if (const std::string reason = cuda_unavailable_reason(); !reason.empty()) {
-      return bench::skip(reason);
+      return cl.skip(reason);
     }
     const int available = cuda_executor().device_count();
     if (o.devices > available) {

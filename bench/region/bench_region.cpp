@@ -231,7 +231,7 @@ int run(const bench::command_line& cl, options o) {
   }
   std::string skipped;
   const std::unique_ptr<executor> ex = cl.make_executor(skipped);
-  if (!ex) return bench::skip(skipped);
+  if (!ex) return cl.skip(skipped);
   std::printf(
       "bench_region on %s, chunk %zu MiB, median of %d rounds (the plain copies and the region "
       "taking turns); ratios are to the plain pinned copy of the same size in this run; baseline "

@@ -267,12 +267,10 @@ workload skewed_workload(std::uint32_t p, std::uint32_t rank, std::uint32_t m, s
   return w;
 }
 
-/// Writes the figures to `path` (bench::write_json).
-void write_json(const std::string& path, const std::string& exec, int windows,
-                const std::vector<row>& rows, const std::vector<layer_row>& layers,
-                const std::vector<memory_row>& mem, const std::string& skipped) {
+/// The figures as the JSON document --json writes.
+bench::json figures(const std::string& exec, int windows, const std::vector<row>& rows,
+                    const std::vector<layer_row>& layers, const std::vector<memory_row>& mem) {
   bench::json doc = {{"benchmark", "bench_stash"}, {"executor", exec}, {"windows", windows}};
-  if (!skipped.empty()) doc["skipped"] = skipped;
   doc["throughput"] = bench::json::array();
   for (const row& r : rows) {
     doc["throughput"].push_back({{"tier", r.tier},
@@ -312,7 +310,7 @@ void write_json(const std::string& path, const std::string& exec, int windows,
                              {"peak_page_bytes", p.peak_page_bytes},
                              {"oversized_bytes", p.oversized_bytes}});
   }
-  bench::write_json(path, doc);
+  return doc;
 }
 
 /// The benchmark, once its command line is read.
@@ -346,13 +344,8 @@ int run(const bench::command_line& cl, bool quick, int windows_asked) {
   std::string skipped;
   const std::unique_ptr<executor> ex = cl.make_executor(skipped);
   std::vector<row> rows;
-  if (!ex) {
-    const int status = bench::skip(skipped);
-    if (!cl.json_path().empty()) {
-      write_json(cl.json_path(), cl.executor_name(), 0, rows, {}, mem, skipped);
-    }
-    return status;
-  }
+  // The memory plan is figures of its own, written with the reason the rest is skipped.
+  if (!ex) return cl.skip(skipped, figures(cl.executor_name(), 0, rows, {}, mem));
 
   stream s(*ex);
   const std::vector<std::uint64_t> hiddens =
@@ -414,8 +407,9 @@ int run(const bench::command_line& cl, bool quick, int windows_asked) {
       "batch / per_key = plain time / stash time of the layer, each call issued from the host; "
       "graph = the same ratio with both sides captured in a graph and replayed. Goals (layers >= "
       "8 MiB): device >= 0.90, pinned >= 0.93.\n");
-  if (!cl.json_path().empty())
-    write_json(cl.json_path(), cl.executor_name(), windows, rows, layers, mem, "");
+  if (!cl.json_path().empty()) {
+    bench::write_json(cl.json_path(), figures(cl.executor_name(), windows, rows, layers, mem));
+  }
   std::uint64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
   for (const auto& r : layers) wrong += r.wrong;

@@ -379,14 +379,11 @@ result run_layer(const std::vector<rung>& rungs, std::uint64_t mib, std::uint64_
   return r;
 }
 
-/// Writes the figures to `path` (offloadkit::bench::write_json).
-void write_json(const std::string& path, const std::vector<rung>& rungs,
-                const std::vector<result>& results, const std::string& skipped) {
+/// The figures as the JSON document --json writes.
+offloadkit::bench::json figures(const std::vector<rung>& rungs,
+                                const std::vector<result>& results) {
   using offloadkit::bench::json;
-  json doc = {{"benchmark", "stash_floor"},
-              {"skipped", skipped},
-              {"rungs", json::array()},
-              {"layers", json::array()}};
+  json doc = {{"benchmark", "stash_floor"}, {"rungs", json::array()}, {"layers", json::array()}};
   for (const rung& g : rungs) doc["rungs"].push_back({{"name", g.name}, {"adds", g.adds}});
   for (const result& r : results) {
     doc["layers"].push_back({{"mib", r.mib},
@@ -396,7 +393,7 @@ void write_json(const std::string& path, const std::vector<rung>& rungs,
                              {"ratio", r.ratio},
                              {"wrong", r.wrong}});
   }
-  offloadkit::bench::write_json(path, doc);
+  return doc;
 }
 
 /// The benchmark, once its command line is read.
@@ -404,11 +401,7 @@ int run(const offloadkit::bench::command_line& cl, bool quick, int windows) {
   const std::vector<rung> rungs = ladder();
   const std::string skipped = offloadkit::bench::gpu_only_skip_reason(
       cl.executor_name(), "the floor is a set of GPU kernels, which need the cuda executor");
-  if (!skipped.empty()) {
-    const int status = offloadkit::bench::skip(skipped);
-    if (!cl.json_path().empty()) write_json(cl.json_path(), rungs, {}, skipped);
-    return status;
-  }
+  if (!skipped.empty()) return cl.skip(skipped, figures(rungs, {}));
   cudaStream_t s = nullptr;
   OFFLOADKIT_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf(
@@ -441,7 +434,8 @@ int run(const offloadkit::bench::command_line& cl, bool quick, int windows) {
     }
   }
   OFFLOADKIT_CUDA_TRY(cudaStreamDestroy(s));
-  if (!cl.json_path().empty()) write_json(cl.json_path(), rungs, results, "");
+  if (!cl.json_path().empty())
+    offloadkit::bench::write_json(cl.json_path(), figures(rungs, results));
   for (const result& r : results) {
     for (const std::uint64_t w : r.wrong) {
       if (w != 0) {

@@ -136,7 +136,7 @@ TEST(BenchHarness, SkipsWithReasonWhereNoGpuIsUsable) {
   testing::internal::CaptureStdout();
   const int status = cl.run(1, argv, [&] {
     ex = cl.make_executor(skipped);
-    return ex ? 0 : bench::skip(skipped);
+    return ex ? 0 : cl.skip(skipped);
   });
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(status, 0);
@@ -230,6 +230,58 @@ TEST(BenchHarness, JsonThatCannotBeWrittenIsAnInputErrorNamingTheFile) {
     EXPECT_EQ(std::string(e.what()),
               "--json " + missing + ": cannot write the file: No such file or directory");
   }
+  std::filesystem::remove_all(dir);
+}
+
+/// `skip` run as a benchmark's body with `args`: its outcome and the JSON file it wrote, if any.
+outcome skip_with(const std::vector<std::string>& args, const bench::json& doc) {
+  bench::command_line cl("bench_t", "A test benchmark.", "");
+  std::vector<const char*> argv{"bench_t"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  outcome o;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  o.status = cl.run(static_cast<int>(argv.size()), argv.data(), [&] {
+    o.ran = true;
+    return cl.skip("no usable GPU: none here", doc);
+  });
+  o.err = testing::internal::GetCapturedStderr();
+  o.out = testing::internal::GetCapturedStdout();
+  return o;
+}
+
+TEST(BenchHarness, SkipWritesWhyIntoTheJsonFile) {
+  const auto dir = scratch("skip_json");
+  const std::string file = (dir / "f.json").string();
+  const outcome plain = skip_with({"--json", file}, bench::json::object());
+  EXPECT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out, "skipped: no usable GPU: none here\n");
+  std::ifstream in(file);
+  const bench::json back = bench::json::parse(in);
+  EXPECT_EQ(back["benchmark"], "bench_t");
+  EXPECT_EQ(back["command"], "bench_t --json " + file);
+  EXPECT_EQ(back["skipped"], "no usable GPU: none here");
+
+  // A benchmark's own document (figures that need no GPU) keeps its fields and its name.
+  const outcome own = skip_with({"--json", file}, {{"benchmark", "bench_own"}, {"memory", 3}});
+  EXPECT_EQ(own.status, 0) << own.err;
+  std::ifstream in2(file);
+  const bench::json back2 = bench::json::parse(in2);
+  EXPECT_EQ(back2["benchmark"], "bench_own");
+  EXPECT_EQ(back2["memory"], 3);
+  EXPECT_EQ(back2["skipped"], "no usable GPU: none here");
+
+  // A folder for --json fails the skipped run as it would fail a measured one.
+  const outcome folder = skip_with({"--json", dir.string()}, bench::json::object());
+  EXPECT_EQ(folder.status, tools::exit_status::check_failed);
+  EXPECT_EQ(folder.err, "bench_t: --json " + dir.string() +
+                            ": cannot write the file: " + dir.string() + " is a folder\n");
+
+  // Without --json nothing is written.
+  std::filesystem::remove(file);
+  const outcome none = skip_with({}, bench::json::object());
+  EXPECT_EQ(none.status, 0);
+  EXPECT_FALSE(std::filesystem::exists(file));
   std::filesystem::remove_all(dir);
 }
 

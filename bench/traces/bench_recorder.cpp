@@ -130,7 +130,7 @@ int run(const bench::command_line& cl, std::uint32_t experts, std::uint32_t moe_
         std::uint32_t microbatches, int steps, const std::string& mlp_json) {
   std::string skipped;
   const std::unique_ptr<executor> ex = cl.make_executor(skipped);
-  if (!ex) return bench::skip(skipped);
+  if (!ex) return cl.skip(skipped);
   ot::schedule_shape shape;
   shape.name = "bench_recorder";
   shape.layers = moe_layers * experts;
