@@ -3,10 +3,10 @@
 Written against NVIDIA/Megatron-LM commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22,
 main), ``megatron/core/pipeline_parallel/fine_grained_activation_offload.py``, its public names
 only: ``FineGrainedActivationOffloadingInterface.reset_instance()`` and
-``.init_chunk_handler(...)``, ``PipelineOffloadManager.get_instance()`` /
-``cur_forward_chunk()`` / ``pop_forward_chunk(name)``, and the ``ChunkOffloadHandler`` methods
-that Megatron's saved-tensor hooks and its group autograd functions call: ``tensor_push`` / ``tensor_pop`` (what ``on_save_for_backward`` /
-``on_get_saved_tensor`` delegate to), ``tensor_need_offloading_checker``,
+``.init_chunk_handler(...)``, ``PipelineOffloadManager.get_instance()`` / ``cur_forward_chunk()`` /
+``pop_forward_chunk(name)``, and the ``ChunkOffloadHandler`` methods that Megatron's saved-tensor
+hooks and its group autograd functions call: ``tensor_push`` / ``tensor_pop`` (what
+``on_save_for_backward`` / ``on_get_saved_tensor`` delegate to), ``tensor_need_offloading_checker``,
 ``on_group_start_forward`` / ``on_group_commit_forward`` (the forward of
 ``FineGrainedOffloadingGroupStartFunction`` / ``...GroupCommitFunction``) and
 ``on_group_commit_backward`` / ``on_group_start_backward`` (their backward). Importing the module
