@@ -14,6 +14,9 @@ real profile, and has a ``make`` factory::
   factories ``make`` (refused, see the module) and ``make_single_stream``.
 - ``offloadkit.adapters.trl`` (activation): ``trl.models.activation_offloading.
   OffloadActivations``; factories ``make`` (refused) and ``make_single_stream``.
+- ``offloadkit.adapters.megatron`` (activation): Megatron-LM's fine-grained activation
+  offloading (``megatron.core.pipeline_parallel.fine_grained_activation_offload``: the manager's
+  chunk handler, its groups and its hooks' targets); factory ``make``.
 
 Each module's docstring names the library commit it was written against, the profile it declares
 and why, and what the adapter adds that the library does not do itself.
@@ -27,6 +30,26 @@ indices, and importing the module imports Megatron's full-CUDA-graph wrapper, di
 optimizer and MoE token dispatcher. Its public entry points (``PagedStashManager``,
 ``paged_stash_group_start`` / ``_commit``) run inside Megatron's pipeline schedule and autograd
 functions, not as a stash of keys.
+
+No adapter for NeMo-RL's pinned optimizer offload (``use_pinned_optimizer_offload``,
+``_get_or_alloc_pinned_buf``; NVIDIA-NeMo/RL pull request 2248): it is not in a released branch.
+Its code is only on the pull request's branch ``sniverty/optimizer_offload_perf`` (commit
+f45ee06b48818e4387bc4d60f99ee6b079d22aa6), not in ``main`` (commit
+7ea279abfbeb698b092856d0dab61e7cf39bc909, whose ``MegatronPolicyWorkerImpl.move_optimizer`` moves
+each optimizer state tensor with a blocking ``v.to("cpu")`` / ``v.to("cuda")``) nor in any release
+branch or tag (r0.1.0 to r0.7.0, v0.1.0 to v0.7.0). On that branch the coalescing is private
+methods of the Ray worker ``MegatronPolicyWorkerImpl``
+(``nemo_rl/models/policy/workers/megatron_policy_worker.py``: ``_coalesced_optimizer_to_cpu``,
+``_get_or_alloc_pinned_buf``, behind ``use_coalesced_optimizer_offload``), whose module imports
+Ray, Megatron-Bridge and Megatron-Core, and which works on the optimizer the worker builds.
+
+No adapter for FastVideo's activation offloading (hao-ai-lab/FastVideo pull request 1106): it is
+not in a released branch. Its ``pack_hook`` / ``unpack_hook`` (``tensor.to("cpu",
+non_blocking=True)`` and back to the tensor's device, in
+``fastvideo/pipelines/composed_pipeline_base.py``) are only on ``refs/pull/1106/head`` (commit
+34a576de0b5450cb281f7a8dc7f286f03c13a5f6), not in ``main`` (commit
+2f3d4074064e4d86f99dc784ebbaa296e6f5925f, which has no saved-tensor hooks) nor in any tag (v0.0.5
+to v0.2.0).
 
 A library error reaches the batteries as offloadkit's typed error (``library_call``), its message
 kept and prefixed with the library call that raised it.
@@ -43,9 +66,13 @@ from its own source or package, never from offloadkit)::
         --executor cuda --report torchtune.json
     python -m offloadkit check offloadkit.adapters.trl:make_single_stream --executor cuda \\
         --report trl.json
+    python -m offloadkit check offloadkit.adapters.megatron:make --executor cuda \\
+        --report megatron.json
 
 and the same with ``--driver-faults`` for the driver-fault table of each. CI runs the adapters
-against stand-ins of the libraries' public APIs (``python/tests/adapters``).
+against stand-ins of the libraries' public APIs (``python/tests/adapters``): the region
+batteries over their stand-ins, the activation adapters' mapping, profile and error translation
+in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not provide).
 """
 
 import contextlib

@@ -6,6 +6,9 @@
 #   stand-in on the host executor, with exactly the FAILED rows the profile explains, and its
 #   planted stand-in defect caught with a seed whose reproduce line fails again;
 # - python_module.adapter_pytest: the same batteries through the pytest plugin.
+# The activation adapters (torchtune, trl, megatron) have no battery entry: their hooks run on
+# PyTorch tensors (offloadkit.hooks), which the stand-ins do not provide; python_adapters.unit
+# checks them, and fails the round trip under Megatron's planted reload_drops_last_byte.
 set(adapters_dir ${CMAKE_CURRENT_LIST_DIR})
 set(standins ${adapters_dir}/standin_factories.py)
 

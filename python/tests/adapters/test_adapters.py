@@ -20,10 +20,13 @@ import standin_factories  # noqa: E402,F401 (puts the stand-ins first on sys.pat
 
 import torch  # noqa: E402 (the stand-in)
 import torch_memory_saver as tms_library  # noqa: E402 (the stand-in)
+from megatron.core.pipeline_parallel import \
+    fine_grained_activation_offload as megatron_library  # noqa: E402 (the stand-in)
 from vllm.device_allocator import cumem  # noqa: E402 (the stand-in)
 
 import offloadkit as ok  # noqa: E402
 from offloadkit import adapters  # noqa: E402
+from offloadkit.adapters import megatron as megatron_adapter  # noqa: E402
 from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
 from offloadkit.adapters import torchtune as torchtune_adapter  # noqa: E402
 from offloadkit.adapters import trl as trl_adapter  # noqa: E402
@@ -523,6 +526,131 @@ class OffloadActivationsTest(unittest.TestCase):
                 with self.assertRaises(ok.StateError) as caught:
                     activation.unpack_hook(99)
                 self.assertIn("untracked tensor with id 99", str(caught.exception))
+
+
+class FakeTensor:
+    """Just enough of a torch tensor for Megatron's stand-in: bytes, elements and a device."""
+
+    def __init__(self, payload, device="cuda"):
+        self.payload = bytes(payload)
+        self.nbytes = len(self.payload)
+        self.device = types.SimpleNamespace(type=device)
+
+    def numel(self):
+        return self.nbytes
+
+
+class MegatronTest(unittest.TestCase):
+    def build(self, min_offloaded_tensor_size=1024):
+        cls = megatron_adapter.activation(min_offloaded_tensor_size=min_offloaded_tensor_size)
+        options = types.SimpleNamespace(max_pending_bytes=0, keep_threshold=0)
+        activation = cls(RecordingExecutor([]), options)
+        self.addCleanup(activation.close)
+        return activation
+
+    def test_profile(self):
+        activation = self.build()
+        self.assertEqual(type(activation).capabilities,
+                         {"cuda_executor", "opaque_predicate", "origin_device"})
+        self.assertNotIn("dedup_by_storage", type(activation).capabilities)
+        activation.close()
+        plugin = megatron_adapter.make()
+        self.assertEqual((plugin.name, plugin.version),
+                         ("megatron-fine-grained-offload", "0+offloadkit.standin"))
+        self.assertEqual(plugin.activation.capabilities, megatron_adapter.CAPABILITIES)
+
+    def test_each_object_gets_a_fresh_manager_and_one_chunk(self):
+        interface = megatron_library.FineGrainedActivationOffloadingInterface
+        log = []
+        with Recorder(interface, ["reset_instance", "init_chunk_handler"], log):
+            activation = self.build(min_offloaded_tensor_size=4096)
+        self.assertEqual(log, [
+            ("reset_instance", (), {}),
+            ("init_chunk_handler", (), {
+                "pp_rank": 0, "vp_size": 1, "vp_stage": None, "min_offloaded_tensor_size": 4096,
+                "delta_offload_bytes_across_pp_ranks": 0, "activation_offload_fraction": 1.0})])
+        manager = megatron_library.PipelineOffloadManager.get_instance()
+        self.assertIs(activation.manager, manager)
+        self.assertIs(activation.chunk, manager.cur_forward_chunk())
+        self.assertEqual(activation.chunk.min_offloaded_tensor_size, 4096)
+
+    def test_layers_are_groups_and_hints_drive_commit_and_reload(self):
+        activation = self.build()
+        chunk = activation.chunk
+        a, b, c = FakeTensor(b"a" * 2048), FakeTensor(b"b" * 2048), FakeTensor(b"c" * 2048)
+        ta, tb = activation.pack_hook(a), activation.pack_hook(b)
+        activation.forward_layer_end(0, ok.Stream(1))
+        tc = activation.pack_hook(c)
+        activation.forward_layer_end(1, ok.Stream(1))
+        activation.forward_layer_end(2, ok.Stream(1))  # no group open: nothing to commit
+        self.assertEqual((ta, tb, tc), ((1, 0), (1, 1), (2, 0)))
+        activation.backward_layer_begin(1, ok.Stream(2))
+        activation.backward_layer_begin(0, ok.Stream(2))
+        self.assertEqual([call[:2] for call in chunk.calls if call[0] != "tensor_push"], [
+            ("on_group_start_forward", "core_attn"), ("on_group_commit_forward", "core_attn"),
+            ("on_group_start_forward", "core_attn"), ("on_group_commit_forward", "core_attn"),
+            ("on_group_commit_backward", "core_attn"), ("on_group_start_backward",),
+            ("on_group_commit_backward", "core_attn")])
+        self.assertEqual([call[2] for call in chunk.calls
+                          if call[0] == "on_group_commit_forward"], [[], []])
+
+    def test_round_trip_keeps_the_bytes_and_the_device(self):
+        activation = self.build()
+        tensors = [FakeTensor(bytes(range(i, i + 200)) * 8) for i in range(3)]
+        tags = []
+        for layer, tensor in enumerate(tensors):
+            tags.append(activation.pack_hook(tensor))
+            activation.forward_layer_end(layer, ok.Stream(1))
+        for layer in reversed(range(3)):
+            activation.backward_layer_begin(layer, ok.Stream(1))
+            out = activation.unpack_hook(tags[layer])
+            self.assertIsNot(out, tensors[layer])  # offloaded and reloaded
+            self.assertEqual(out.payload, tensors[layer].payload)
+            self.assertIs(out.device, tensors[layer].device)
+
+    def test_each_pack_reports_the_checker_decision(self):
+        def as_torch(tensor):
+            return FakeTensor(bytes(tensor.nbytes))
+
+        with mock.patch("offloadkit.hooks.as_torch", as_torch):
+            activation = self.build(min_offloaded_tensor_size=1024)
+            for nbytes in (2048, 512):
+                data = ok.Buffer(0x10000 * nbytes, nbytes, "device", 0, "host")
+                activation.pack(ok.Tensor(data, nbytes, 0, "u8", (nbytes,)), ok.Stream(1))
+        stats = activation.stats()
+        self.assertEqual((stats.packed, stats.kept, stats.offloaded_bytes), (2, 1, 2048))
+
+    def test_one_live_object_per_process(self):
+        first = self.build()
+        with self.assertRaises(adapters.Unsupported) as caught:
+            self.build()
+        self.assertIn("PipelineOffloadManager is a process-wide singleton", str(caught.exception))
+        first.close()
+        second = self.build()
+        self.assertIsNot(second.manager, None)
+
+    def test_close_replaces_the_manager(self):
+        activation = self.build()
+        manager = activation.manager
+        activation.pack_hook(FakeTensor(bytes(4096)))
+        activation.close()
+        self.assertIsNot(megatron_library.PipelineOffloadManager.get_instance(), manager)
+        self.assertIsNone(activation.chunk)
+        activation.close()  # once only
+
+    def test_library_errors_are_translated_with_their_message(self):
+        activation = self.build()
+        with self.assertRaises(ok.OutOfRange) as caught:
+            activation.unpack_hook((1, 0))  # no group 1 holds this tag
+        self.assertIn("ChunkOffloadHandler.tensor_pop", str(caught.exception))
+        activation.pack_hook(FakeTensor(bytes(4096)))
+        with mock.patch.object(activation.chunk, "on_group_commit_forward",
+                               side_effect=AssertionError("Group core_attn not found in []")):
+            with self.assertRaises(ok.StateError) as caught:
+                activation.forward_layer_end(0, ok.Stream(1))
+        self.assertIn("on_group_commit_forward('core_attn', [])", str(caught.exception))
+        self.assertIn("Group core_attn not found", str(caught.exception))
+        self.assertFalse(activation._committing)
 
 
 if __name__ == "__main__":

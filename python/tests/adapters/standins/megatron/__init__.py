@@ -1,0 +1,2 @@
+"""Stand-in of Megatron-LM (tests only): ``megatron.core.pipeline_parallel.
+fine_grained_activation_offload``."""

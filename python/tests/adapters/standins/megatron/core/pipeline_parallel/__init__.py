@@ -1,0 +1,1 @@
+"""Stand-in of ``megatron.core.pipeline_parallel`` (tests only)."""
