@@ -1,9 +1,12 @@
 """What the stand-ins of torchtune's and TRL's ``OffloadActivations`` share (tests only), written
 from their documented behaviour: a ``saved_tensors_hooks`` whose ``pack_hook`` returns an id and
 keeps a tensor smaller than ``min_offload_size`` bytes as it is (an offloaded one is replaced by
-its host copy, modelled by its ``nbytes``), and whose ``unpack_hook`` gives the tensor (or the
-copy) back; the first pack after unpacks began requires every packed tensor to be unpacked. Each
-object is recorded in ``instances`` with its arguments, for the adapters' mapping tests."""
+its host copy: ``torch.empty_like(activation, device="cpu", pin_memory=use_pin_memory)`` and a
+non-blocking ``copy_`` on the current stream, as the libraries' single-stream mode does; an object
+that is no tensor, as the mapping tests give, is modelled by its ``nbytes``), and whose
+``unpack_hook`` gives the tensor back (a copy: ``.to`` the current device, non-blocking); the
+first pack after unpacks began requires every packed tensor to be unpacked. Each object is
+recorded in ``instances`` with its arguments, for the adapters' mapping tests."""
 
 from typing import Any, Dict, List, Tuple
 
@@ -36,7 +39,13 @@ class OffloadHooksStandIn:
                                            "tensors")
                 self.in_backward = False
             self.tensor_id += 1
-            if activation.nbytes >= min_offload_size:
+            if activation.nbytes >= min_offload_size and hasattr(activation, "copy_"):
+                import torch
+
+                copy = torch.empty_like(activation, device="cpu", pin_memory=use_pin_memory)
+                copy.copy_(activation, non_blocking=True)
+                self.tracker[self.tensor_id] = (copy, True)
+            elif activation.nbytes >= min_offload_size:
                 self.tracker[self.tensor_id] = (("host copy", activation.nbytes), True)
             else:
                 self.tracker[self.tensor_id] = (activation, False)
@@ -46,7 +55,12 @@ class OffloadHooksStandIn:
             self.calls.append(("unpack", tensor_id))
             self.in_backward = True
             assert tensor_id in self.tracker, f"untracked tensor with id {tensor_id}"
-            value, _ = self.tracker.pop(tensor_id)
+            value, offloaded = self.tracker.pop(tensor_id)
+            if offloaded and hasattr(value, "to"):
+                import torch
+
+                return value.to(torch.device("cuda", torch.cuda.current_device()),
+                                non_blocking=True)
             return value
 
         self.pack_hook = pack_hook

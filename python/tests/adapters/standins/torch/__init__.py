@@ -1,22 +1,47 @@
-"""A stand-in for the few PyTorch calls that offloadkit's adapters and the library stand-ins make
-(tests only; CI has no PyTorch). Device memory is the memory of an offloadkit executor bound with
-``_standin_bind(executor)``, so that the stand-ins run on offloadkit's CPU-only host executor.
+"""A stand-in for the few PyTorch calls that offloadkit's adapters, the library stand-ins and the
+peer benchmark (``bench/peers``) make (tests only; CI has no PyTorch). Device memory is the memory
+of an offloadkit executor bound with ``_standin_bind(executor)``, so that the stand-ins run on
+offloadkit's CPU-only host executor (or the tests' own executor of host memory).
 
-Provided: ``uint8``, ``device``, ``empty(n, dtype=uint8, device=...)`` returning a ``Tensor``
-with ``data_ptr()`` and ``nbytes`` (its memory is freed when the last reference goes, as PyTorch
-gives a block back), ``OutOfMemoryError``, ``cuda.device(index)`` (the current device while the
-context is open), ``cuda.current_device()``, ``cuda.synchronize(device)``. An allocator context
-(the library stand-ins' memory pools) is pushed with ``_standin_push_allocator(malloc)``, where
+Provided: the dtypes ``uint8`` and ``bfloat16``, ``device``, ``empty(*size, dtype=..., device=...,
+pin_memory=...)`` and ``empty_like``, ``as_tensor`` (of an object with
+``__cuda_array_interface__``, without a copy), a ``Tensor`` with ``data_ptr()``, ``nbytes``,
+``dtype``, ``shape``, ``numel()``, ``view(dtype)``, ``reshape``, ``contiguous()``, ``copy_``,
+``to``, ``fill_`` and ``(tensor != value).sum().item()`` (its memory is freed when the last
+reference goes, as PyTorch gives a block back), ``OutOfMemoryError``, ``torch.cuda`` (see
+``cuda.py``) and ``torch.autograd.graph.save_on_cpu``. An allocator context (the library
+stand-ins' memory pools) is pushed with ``_standin_push_allocator(malloc)``, where
 ``malloc(nbytes, device) -> (address, free)``; outside one, ``empty`` allocates device memory from
-the executor.
+the executor. Every copy goes through the executor's ``copy`` on the current stream, and completes
+there (the executors behind the stand-in run stream work in order, so a copy is complete for the
+host once the stream is synchronized). Reading memory from the host (``!=``) needs the executor's
+memory to be host-addressable, as the host executor's is.
 """
 
-from typing import Any, Callable, List, Optional, Tuple
+import ctypes
+import struct
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from . import cuda
+from . import autograd, cuda
 
 __version__ = "0+offloadkit.standin"
-uint8 = "uint8"
+
+
+class dtype:  # noqa: N801 (PyTorch's name)
+    """``torch.dtype``: its name and ``itemsize``."""
+
+    def __init__(self, name: str, itemsize: int, pack: Callable[[float], bytes]):
+        self.name = name
+        self.itemsize = itemsize
+        self._pack = pack
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+uint8 = dtype("uint8", 1, lambda v: struct.pack("<B", int(v) & 0xFF))
+# bf16 is the upper half of the float32 (values the benchmarks use are exact in bf16).
+bfloat16 = dtype("bfloat16", 2, lambda v: struct.pack("<f", float(v))[2:])
 
 _executor: Optional[Any] = None
 _allocators: List[Callable[[int, int], Tuple[int, Callable[[], None]]]] = []
@@ -27,9 +52,14 @@ class OutOfMemoryError(RuntimeError):
 
 
 class device:  # noqa: N801 (PyTorch's name)
-    """``torch.device(type, index)``."""
+    """``torch.device(type, index)`` (also ``torch.device("cuda:1")``)."""
 
-    def __init__(self, type: str, index: Optional[int] = None):  # noqa: A002
+    def __init__(self, type: Union[str, "device"], index: Optional[int] = None):  # noqa: A002
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        elif ":" in type:
+            type, number = type.split(":", 1)
+            index = int(number)
         self.type = type
         self.index = index
 
@@ -37,17 +67,114 @@ class device:  # noqa: N801 (PyTorch's name)
         return f"device(type={self.type!r}, index={self.index})"
 
 
-class Tensor:
-    """A one-dimensional uint8 device tensor over executor memory."""
+class _Count:
+    """What ``(tensor != value).sum()`` gives: a count, read with ``item()``."""
 
-    def __init__(self, address: int, nbytes: int, index: int, free: Callable[[], None]):
+    def __init__(self, value: int):
+        self.value = value
+
+    def sum(self) -> "_Count":
+        return self
+
+    def item(self) -> int:
+        return self.value
+
+
+class Tensor:
+    """A contiguous tensor over executor memory: device memory (``device.type == "cuda"``) or
+    pinned / pageable host memory of the executor (``"cpu"``)."""
+
+    def __init__(self, address: int, nbytes: int, index: Optional[int],
+                 free: Optional[Callable[[], None]], dtype_: dtype = uint8,
+                 shape: Optional[Sequence[int]] = None, owner: Any = None):
         self._address = address
         self.nbytes = nbytes
-        self.device = device("cuda", index)
+        self.device = device("cuda", index) if index is not None else device("cpu")
+        self.dtype = dtype_
+        self.shape = tuple(shape) if shape is not None else (nbytes // dtype_.itemsize,)
         self._free = free
+        self._owner = owner  # what this tensor views (kept alive as long as the view lives)
 
     def data_ptr(self) -> int:
         return self._address
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def size(self) -> Tuple[int, ...]:
+        return self.shape
+
+    def stride(self) -> Tuple[int, ...]:
+        strides, step = [], 1
+        for d in reversed(self.shape):
+            strides.append(step)
+            step *= d
+        return tuple(reversed(strides))
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def contiguous(self) -> "Tensor":
+        return self
+
+    def _view(self, dtype_: dtype, shape: Sequence[int]) -> "Tensor":
+        return Tensor(self._address, self.nbytes, self.device.index, None, dtype_, shape, self)
+
+    def view(self, dtype_: dtype) -> "Tensor":
+        last = self.shape[-1] * self.dtype.itemsize // dtype_.itemsize
+        return self._view(dtype_, self.shape[:-1] + (last,))
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return self._view(self.dtype, shape)
+
+    def copy_(self, src: "Tensor", non_blocking: bool = False) -> "Tensor":
+        if src.nbytes != self.nbytes:
+            raise RuntimeError(f"copy_: {src.nbytes} bytes into a tensor of {self.nbytes}")
+        executor = _standin_executor()
+        stream = cuda.current_stream()
+        executor.copy(self._address, src._address, self.nbytes, stream.cuda_stream)
+        if not non_blocking:
+            executor.synchronize(stream.cuda_stream)
+        return self
+
+    def to(self, target: Any, non_blocking: bool = False) -> "Tensor":
+        where = device(target) if isinstance(target, (str, device)) else target
+        if where.type == self.device.type and (where.index is None or
+                                               where.index == self.device.index):
+            return self
+        out = empty(self.shape, dtype=self.dtype, device=where)
+        return out.copy_(self, non_blocking=non_blocking)
+
+    def fill_(self, value: float) -> "Tensor":
+        pattern = self.dtype._pack(value)
+        executor = _standin_executor()
+        stream = cuda.current_stream().cuda_stream
+        executor.synchronize(stream)
+        ctypes.memmove(self._address, pattern * (self.nbytes // len(pattern)), self.nbytes)
+        return self
+
+    def __ne__(self, value: object) -> _Count:  # type: ignore[override]
+        pattern = self.dtype._pack(value)  # type: ignore[arg-type]
+        _standin_executor().synchronize(cuda.current_stream().cuda_stream)
+        data = ctypes.string_at(self._address, self.nbytes)
+        n = len(pattern)
+        if data == pattern * (self.nbytes // n):
+            return _Count(0)
+        return _Count(sum(1 for i in range(0, self.nbytes, n) if data[i:i + n] != pattern))
+
+    __hash__ = object.__hash__
 
     def __del__(self) -> None:
         free, self._free = self._free, None
@@ -75,22 +202,54 @@ def _standin_pop_allocator() -> None:
     _allocators.pop()
 
 
-def _executor_malloc(nbytes: int, index: int) -> Tuple[int, Callable[[], None]]:
+def _executor_malloc(nbytes: int, index: int,
+                     kind: str = "device") -> Tuple[int, Callable[[], None]]:
     executor = _standin_executor()
     try:
-        buffer = executor.allocate(nbytes, "device", index)
+        buffer = executor.allocate(nbytes, kind, index)
     except MemoryError as e:
         raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {nbytes} bytes ({e})") from e
     return buffer.ptr, lambda: executor.deallocate(buffer)
 
 
-def empty(n: int, dtype: str = uint8, device: Optional["device"] = None) -> Tensor:  # noqa: A002
-    """``torch.empty(n, dtype=torch.uint8, device=...)``."""
-    if dtype != uint8:
-        raise TypeError(f"the torch stand-in allocates uint8 only, not {dtype!r}")
-    if device is None or device.type != "cuda":
-        raise ValueError(f"the torch stand-in allocates cuda tensors only, not on {device!r}")
-    index = cuda.current_device() if device.index is None else int(device.index)
+def empty(*size: Any, dtype: dtype = uint8, device: Any = None,  # noqa: A002
+          pin_memory: bool = False) -> Tensor:
+    """``torch.empty(*size, dtype=..., device=..., pin_memory=...)``: device memory (of the
+    current allocator context, else the executor) on a cuda device, pinned or pageable executor
+    memory on the CPU."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    shape = tuple(int(s) for s in size)
+    if not isinstance(dtype, globals()["dtype"]):
+        raise TypeError(f"the torch stand-in has no dtype {dtype!r}")
+    where = globals()["device"](device) if device is not None else globals()["device"]("cpu")
+    nbytes = dtype.itemsize
+    for s in shape:
+        nbytes *= s
+    if where.type == "cpu":
+        address, free = _executor_malloc(nbytes, 0, "pinned" if pin_memory else "pageable")
+        return Tensor(address, nbytes, None, free, dtype, shape)
+    if where.type != "cuda":
+        raise ValueError(f"the torch stand-in allocates on cuda and cpu only, not on {where!r}")
+    index = cuda.current_device() if where.index is None else int(where.index)
     malloc = _allocators[-1] if _allocators else _executor_malloc
-    address, free = malloc(int(n), index)
-    return Tensor(address, int(n), index, free)
+    address, free = malloc(nbytes, index)
+    return Tensor(address, nbytes, index, free, dtype, shape)
+
+
+def empty_like(t: Tensor, *, dtype: Optional[dtype] = None, device: Any = None,  # noqa: A002
+               pin_memory: bool = False) -> Tensor:
+    """``torch.empty_like``: ``t``'s shape and dtype, on ``device`` (default ``t``'s)."""
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device,
+                 pin_memory=pin_memory)
+
+
+def as_tensor(obj: Any, device: Any = None) -> Tensor:  # noqa: A002
+    """``torch.as_tensor`` of an object with ``__cuda_array_interface__``: a uint8 tensor over its
+    memory, without a copy, that keeps ``obj`` alive."""
+    face = obj.__cuda_array_interface__
+    nbytes = 1
+    for s in face["shape"]:
+        nbytes *= int(s)
+    index = globals()["device"](device).index if device is not None else cuda.current_device()
+    return Tensor(int(face["data"][0]), nbytes, index or 0, None, uint8, (nbytes,), obj)

@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""bench_peers: offloadkit's optimized region and activation offload side by side with the
+ecosystem's offload libraries, in one run, each figure as a fraction of the limit measured in the
+same run and as offloadkit's speed-up over each peer.
+
+- region, 1-8 GiB: pause, resume, and the RL phase switch (one region paused while another
+  resumes) of offloadkit's graph-stable region against torch_memory_saver (its defaults, and
+  ``retain_cpu_backup``) and vLLM's sleep mode (``CuMemAllocator``);
+- activation, on bench_activation_mlp's MLP shapes: forward (every saved tensor packed) and
+  backward (every one unpacked) of offloadkit's offloader against torchtune's and TRL's
+  ``OffloadActivations`` (single-stream mode) and PyTorch's ``save_on_cpu(pin_memory=True)``;
+- Megatron-LM's paged stash: no adapter (its row says why).
+
+Each peer is driven through its offloadkit adapter (``offloadkit.adapters``, and
+``examples/python/torch_save_on_cpu.py`` for save_on_cpu), the very objects ``python -m offloadkit
+check`` checks, and timed with torch.cuda events; its limit is a plain pinned copy of the same bytes
+(each direction; both at once for the phase switch) made with torch on the same device, taking
+turns with the peer's operations (``peers_measure.py``). offloadkit's own rows come from its C++
+benchmarks, run as child processes in the same run (``bench_region --json``,
+``bench_activation_mlp --json``): Python reaches offloadkit's C++ implementations only as the
+checker of Python code, not as their caller. Each of those programs measures its own limit (the
+same plain pinned copies) in the same run, so offloadkit's speed-up over a peer is the ratio of the
+two fractions of the limit.
+
+A row that cannot run here says why (PyTorch, CUDA or a library that does not import: Python's
+ImportError text; no GPU; a library that refuses the operation: the adapter's message) and the
+program still exits 0.
+
+Exit status: 0 ok (rows that cannot run here are skipped, with the reason), 1 a figure came back
+wrong, a measurement failed or --json could not be written, 2 bad usage.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+try:
+    import offloadkit  # noqa: F401
+except ImportError:  # run from a checkout: the package's source
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import peers_measure as measure  # noqa: E402
+from offloadkit import adapters  # noqa: E402
+from offloadkit._bridge import load_factory  # noqa: E402
+
+USAGE = 2
+MIB = 1 << 20
+DEFAULT_SHAPES = ((4096, 4096), (4096, 16384), (8192, 8192))  # bench_activation_mlp's
+QUICK_SHAPE = (1024, 2048)
+
+#: Region peers: (name, factory).
+REGION_PEERS = (
+    ("torch_memory_saver", "offloadkit.adapters.torch_memory_saver:make"),
+    ("torch_memory_saver-retain", "offloadkit.adapters.torch_memory_saver:make_retain_cpu_backup"),
+    ("vllm-cumem", "offloadkit.adapters.vllm:make"),
+)
+#: Activation peers: (name, factory).
+ACTIVATION_PEERS = (
+    ("torchtune", "offloadkit.adapters.torchtune:make_single_stream"),
+    ("trl", "offloadkit.adapters.trl:make_single_stream"),
+    ("torch-save-on-cpu", os.path.join(ROOT, "examples", "python", "torch_save_on_cpu.py") +
+     ":make"),
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the benchmarks' wording: ``bench_peers: <what is wrong>`` on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument ") and message.endswith("expected one argument"):
+            message = f"{message[len('argument '):].split(':', 1)[0].split('/')[-1]}: needs a value"
+        elif message.startswith("unrecognized arguments: "):
+            option = message[len("unrecognized arguments: "):].split()[0]
+            message = f"{option}: unknown option: valid options are {', '.join(self.options())}"
+        sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
+        sys.exit(USAGE)
+
+    def options(self) -> List[str]:
+        return [a.option_strings[-1] for a in self._actions if a.option_strings]
+
+
+def integer(low: int, high: int) -> Any:
+    """An argparse type: an integer in [low, high], refused naming the value and the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text} is not an integer: valid range "
+                                             f"{low}..{high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: valid range {low}..{high}")
+        return value
+
+    return parse
+
+
+def shape(text: str) -> Tuple[int, int]:
+    try:
+        hidden, tokens = (int(x, 10) for x in text.split("x"))
+    except ValueError:
+        hidden = tokens = 0
+    if hidden < 64 or hidden % 64 or tokens < 1:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not HIDDENxTOKENS with HIDDEN a multiple of 64 and TOKENS >= 1, e.g. "
+            "4096x4096")
+    return hidden, tokens
+
+
+def parser() -> Parser:
+    p = Parser(prog="bench_peers", description=__doc__.split("\n\n")[0],
+               epilog=__doc__.split("\n\n", 1)[1], allow_abbrev=False,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    # argparse names a bad value "argument --x: invalid parse value: 'v'"; the type's own text is
+    # what the benchmarks print, so the type errors are reworded in check_values().
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (8 to 16 MiB), one small MLP shape (1024x2048), 2 rounds: "
+                        "a smoke run")
+    p.add_argument("--min-mib", metavar="N", default="1024",
+                   help="smallest region size in MiB, doubled up to --max-mib, 1..1048576 "
+                        "(default 1024)")
+    p.add_argument("--max-mib", metavar="N", default="8192",
+                   help="largest region size in MiB, 1..1048576 (default 8192)")
+    p.add_argument("--reps", metavar="N", default="5",
+                   help="timed rounds per figure, median taken, 1..100 (default 5)")
+    p.add_argument("--blocks", metavar="N", default="8",
+                   help="blocks of the MLP stack, 1..64 (default 8)")
+    p.add_argument("--shape", metavar="HIDDENxTOKENS",
+                   help="one MLP shape instead of bench_activation_mlp's three (4096x4096, "
+                        "4096x16384, 8192x8192)")
+    p.add_argument("--feature", metavar="NAME", default="all",
+                   help="only this feature's rows: region, activation or all (default all)")
+    p.add_argument("--bench-region", metavar="PATH",
+                   help="offloadkit's bench_region (default: build-gpu/ or build/ of this "
+                        "checkout, else PATH)")
+    p.add_argument("--bench-activation-mlp", metavar="PATH",
+                   help="offloadkit's bench_activation_mlp (default: as --bench-region)")
+    p.add_argument("--offloadkit-executor", metavar="NAME", default="cuda",
+                   help="the executor of offloadkit's own benchmarks: cuda or host (a host "
+                        "figure is no GPU figure; for smoke runs) (default cuda)")
+    p.add_argument("--no-offloadkit", action="store_true",
+                   help="leave offloadkit's own rows out (the peers alone)")
+    p.add_argument("--json", metavar="FILE", help="also write every row to FILE as JSON")
+    return p
+
+
+def check_values(p: Parser, o: argparse.Namespace) -> None:
+    """Reads the numbers and names, refusing a bad one with the option, the value and the valid
+    range."""
+    for name, low, high in (("min_mib", 1, 1 << 20), ("max_mib", 1, 1 << 20), ("reps", 1, 100),
+                            ("blocks", 1, 64)):
+        try:
+            setattr(o, name, integer(low, high)(getattr(o, name)))
+        except argparse.ArgumentTypeError as e:
+            p.error(f"--{name.replace('_', '-')}: {e}")
+    if o.min_mib > o.max_mib:
+        p.error(f"--min-mib: {o.min_mib} is out of range: valid range 1..{o.max_mib} (--max-mib)")
+    if o.shape is not None:
+        try:
+            o.shape = shape(o.shape)
+        except argparse.ArgumentTypeError as e:
+            p.error(f"--shape: {e}")
+    for option, value, valid in (("--feature", o.feature, ("region", "activation", "all")),
+                                 ("--offloadkit-executor", o.offloadkit_executor,
+                                  ("cuda", "host"))):
+        if value not in valid:
+            p.error(f"{option}: {value} is not one of the valid values {', '.join(valid)}")
+
+
+def progress(text: str) -> None:
+    sys.stderr.write(f"bench_peers: {text}\n")
+    sys.stderr.flush()
+
+
+# ---- rows ----------------------------------------------------------------------------------
+
+
+def row(feature: str, operation: str, implementation: str, **fields: Any) -> Dict[str, Any]:
+    out = {"feature": feature, "operation": operation, "implementation": implementation,
+           "status": "ok"}
+    out.update(fields)
+    return out
+
+
+def skipped(feature: str, operation: str, implementation: str, reason: str,
+            **fields: Any) -> Dict[str, Any]:
+    return row(feature, operation, implementation, status="skipped", reason=reason, **fields)
+
+
+def failed(feature: str, operation: str, implementation: str, error: BaseException,
+           **fields: Any) -> Dict[str, Any]:
+    return row(feature, operation, implementation, status="failed",
+               reason=f"{type(error).__name__}: {error}", **fields)
+
+
+def megatron_row() -> Dict[str, Any]:
+    """The paged stash of Megatron-LM: no adapter, with the reason the adapters' docstring
+    gives."""
+    doc = adapters.__doc__ or ""
+    start = doc.find("No adapter for Megatron-LM")
+    reason = " ".join(doc[start:doc.find("\n\n", start)].split()) if start >= 0 else ""
+    return skipped("stash", "stash/restore", "megatron-paged-stash",
+                   "no adapter (offloadkit.adapters' docstring): " + reason)
+
+
+# ---- the peers, in this interpreter -------------------------------------------------------
+
+
+def load_torch() -> Tuple[Optional[Any], str]:
+    """torch and "" where a GPU is usable through it, else None and why not."""
+    try:
+        import torch
+    except ImportError as e:
+        return None, f"PyTorch cannot be imported here ({sys.executable}): {e}"
+    if not torch.cuda.is_available():
+        return None, (f"no CUDA device usable by PyTorch {torch.__version__} "
+                      f"(torch.version.cuda = {getattr(torch.version, 'cuda', None)})")
+    return torch, ""
+
+
+def feature_class(factory: str, feature: str) -> Tuple[Optional[Any], str, str]:
+    """(the feature class the factory's plugin provides, the plugin's version, "") or (None, "",
+    why not: the ImportError or the adapter's refusal)."""
+    try:
+        plugin = load_factory(factory)()
+    except Exception as e:  # the adapter's LibraryMissing / Unsupported, or an import error
+        return None, "", f"{factory}: {type(e).__name__}: {e}"
+    value = getattr(plugin, feature, None)
+    if value is None:
+        return None, "", f"{factory}: the plugin has no {feature}"
+    return value, str(getattr(plugin, "version", "")), ""
+
+
+def sizes(o: argparse.Namespace) -> List[int]:
+    low, high = (8, 16) if o.quick else (o.min_mib, o.max_mib)
+    out, m = [], low
+    while m <= high:
+        out.append(m * MIB)
+        m *= 2
+    return out
+
+
+def shapes(o: argparse.Namespace) -> List[Tuple[int, int]]:
+    if o.shape is not None:
+        return [o.shape]
+    return [QUICK_SHAPE] if o.quick else list(DEFAULT_SHAPES)
+
+
+def region_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
+                 dev: Optional[Any]) -> List[Dict[str, Any]]:
+    rows = []
+    for name, factory in REGION_PEERS:
+        cls, version, refused = (None, "", why) if torch is None else feature_class(factory,
+                                                                                  "region")
+        for nbytes in sizes(o):
+            common = {"bytes": nbytes, "factory": factory, "version": version}
+            if cls is None:
+                for op in ("pause", "resume", "phase switch"):
+                    rows.append(skipped("region", op, name, refused, **common))
+                continue
+            progress(f"region {name} {nbytes // MIB} MiB")
+            calls: Dict[str, int] = {}
+            try:
+                figures = measure.measure_region(dev, cls, nbytes, o.reps, calls)
+                for op in ("pause", "resume"):
+                    rows.append(row("region", op, name, calls=dict(calls), **common,
+                                    **figures[op]))
+            except Exception as e:
+                for op in ("pause", "resume"):
+                    rows.append(failed("region", op, name, e, calls=dict(calls), **common))
+                traceback.print_exc()
+            calls = {}
+            try:
+                rows.append(row("region", "phase switch", name,
+                                **measure.measure_switch(dev, cls, nbytes, o.reps, calls),
+                                calls=calls, **common))
+            except adapters.Unsupported as e:  # the library's design, said by its adapter
+                rows.append(skipped("region", "phase switch", name, str(e), calls=calls,
+                                    **common))
+            except Exception as e:
+                rows.append(failed("region", "phase switch", name, e, calls=calls, **common))
+                traceback.print_exc()
+    return rows
+
+
+def activation_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
+                     dev: Optional[Any]) -> List[Dict[str, Any]]:
+    rows = []
+    for name, factory in ACTIVATION_PEERS:
+        cls, version, refused = (None, "", why) if torch is None else feature_class(
+            factory, "activation")
+        for hidden, tokens in shapes(o):
+            saved = sum(r * c * 2 for b in measure.mlp_saved_shapes(o.blocks, hidden, tokens)
+                        for r, c in b)
+            common = {"hidden": hidden, "tokens": tokens, "blocks": o.blocks, "bytes": saved,
+                      "factory": factory, "version": version}
+            if cls is None:
+                for op in ("forward", "backward"):
+                    rows.append(skipped("activation", op, name, refused, **common))
+                continue
+            progress(f"activation {name} {hidden}x{tokens}")
+            calls: Dict[str, int] = {}
+            try:
+                figures = measure.measure_activation(dev, cls, o.blocks, hidden, tokens, o.reps,
+                                                     calls)
+                for op in ("forward", "backward"):
+                    rows.append(row("activation", op, name, calls=dict(calls), **common,
+                                    **figures[op]))
+            except Exception as e:
+                for op in ("forward", "backward"):
+                    rows.append(failed("activation", op, name, e, calls=dict(calls), **common))
+                traceback.print_exc()
+    return rows
+
+
+# ---- offloadkit's own rows, from its C++ benchmarks -------------------------------------------
+
+
+def find_program(given: Optional[str], folder: str, name: str) -> Tuple[Optional[str], str]:
+    if given is not None:
+        return (given, "") if os.access(given, os.X_OK) else (
+            None, f"{given} is not an executable file")
+    looked = [os.path.join(ROOT, b, "bench", folder, name) for b in ("build-gpu", "build")]
+    for path in looked:
+        if os.access(path, os.X_OK):
+            return path, ""
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name), ""
+    return None, (f"{name} not found (looked in {', '.join(looked)} and PATH): build it, or name "
+                  f"it with --{name.replace('_', '-')}")
+
+
+def run_program(command: List[str]) -> Tuple[Optional[Dict[str, Any]], str]:
+    """Runs one of offloadkit's benchmarks with --json; (its document, "") or (None, why not:
+    its "skipped: ..." line, or its exit status and last lines)."""
+    progress("running " + " ".join(command))
+    with tempfile.TemporaryDirectory(prefix="bench_peers-") as tmp:
+        path = os.path.join(tmp, "out.json")
+        done = subprocess.run(command + ["--json", path], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        sys.stderr.write(done.stdout)
+        for line in done.stdout.splitlines():
+            if line.startswith("skipped: "):
+                return None, f"{os.path.basename(command[0])}: {line}"
+        if done.returncode != 0 or not os.path.isfile(path):
+            tail = " | ".join(done.stdout.strip().splitlines()[-3:])
+            return None, f"{' '.join(command)} exited with status {done.returncode}: {tail}"
+        with open(path) as f:
+            return json.load(f), ""
+
+
+def offloadkit_region(o: argparse.Namespace) -> List[Dict[str, Any]]:
+    impl = "offloadkit"
+    program, why = find_program(o.bench_region, "region", "bench_region")
+    doc = None
+    if program is not None:
+        low, high = (8, 16) if o.quick else (o.min_mib, o.max_mib)
+        doc, why = run_program([program, "--executor", o.offloadkit_executor,
+                                "--min-mib", str(low), "--max-mib", str(high),
+                                "--reps", str(2 if o.quick else o.reps),
+                                "--baseline-max-mib", "0"] + (["--chunk-mib", "4"] if o.quick
+                                                              else []))
+    by_size = {r["bytes"]: r for r in (doc or {}).get("rows", [])}
+    rows = []
+    for nbytes in sizes(o):
+        common = {"bytes": nbytes, "source": "bench_region",
+                  "executor": (doc or {}).get("executor", o.offloadkit_executor)}
+        r = by_size.get(nbytes)
+        if r is None:
+            reason = why or f"bench_region measured no row of {nbytes // MIB} MiB (see its output)"
+            for op in ("pause", "resume", "phase switch"):
+                rows.append(skipped("region", op, impl, reason, **common))
+            continue
+        rows.append(row("region", "pause", impl, **measure.figure(r["pause_s"], r["d2h_s"]),
+                        wrong=r["wrong"], **common))
+        rows.append(row("region", "resume", impl, **measure.figure(r["resume_s"], r["h2d_s"]),
+                        wrong=r["wrong"], **common))
+        if r.get("swap_s", 0) > 0:
+            rows.append(row("region", "phase switch", impl,
+                            **measure.figure(r["swap_s"], r["both_directions_s"]),
+                            wrong=r["wrong"], **common))
+        else:
+            rows.append(skipped("region", "phase switch", impl,
+                                "bench_region skipped the swap at this size (see its output)",
+                                **common))
+    return rows
+
+
+def offloadkit_activation(o: argparse.Namespace) -> List[Dict[str, Any]]:
+    impl = "offloadkit"
+    program, why = find_program(o.bench_activation_mlp, "activation", "bench_activation_mlp")
+    doc = None
+    if program is not None:
+        command = [program, "--executor", o.offloadkit_executor, "--blocks", str(o.blocks)]
+        if o.shape is not None:
+            command += ["--shape", f"{o.shape[0]}x{o.shape[1]}"]
+        elif o.quick:
+            command += ["--quick"]
+        doc, why = run_program(command)
+    by_shape = {(r["h"], r["tokens"]): r for r in (doc or {}).get("rows", [])}
+    rows = []
+    for hidden, tokens in shapes(o):
+        r = by_shape.get((hidden, tokens))
+        common = {"hidden": hidden, "tokens": tokens, "blocks": o.blocks,
+                  "source": "bench_activation_mlp"}
+        if r is None:
+            reason = why or f"bench_activation_mlp measured no row of {hidden}x{tokens}"
+            for op in ("forward", "backward"):
+                rows.append(skipped("activation", op, impl, reason, **common))
+            continue
+        for op in ("forward", "backward"):
+            phase = r[op]
+            # The phase with the step's GEMMs against its copy floor (the same tensors copied
+            # plainly, measured next to it); bench_activation_mlp's own ratio is to max(the phase
+            # without offload, that floor).
+            rows.append(row("activation", op, impl, bytes=int(r["saved_bytes"]),
+                            **measure.figure(phase["offload_s"], phase["floor_s"]),
+                            limit_with_compute_ratio=phase["ratio"], wrong=r["wrong"],
+                            **common))
+    return rows
+
+
+# ---- speed-ups, table, JSON ---------------------------------------------------------------
+
+
+def add_speedups(rows: List[Dict[str, Any]]) -> None:
+    """offloadkit's speed-up over each peer, per operation and size or shape: the ratio of the two
+    fractions of the limit (each measured in its own program, in the same run)."""
+
+    def key(r: Dict[str, Any]) -> Tuple[Any, ...]:
+        return (r["feature"], r["operation"], r.get("bytes") if r["feature"] == "region" else
+                (r.get("hidden"), r.get("tokens")))
+
+    ours = {key(r): r for r in rows if r["implementation"] == "offloadkit" and
+            r["status"] == "ok"}
+    for r in rows:
+        if r["implementation"] == "offloadkit" or r["status"] != "ok":
+            continue
+        mine = ours.get(key(r))
+        if mine is not None and r["of_limit"] > 0:
+            speedup = mine["of_limit"] / r["of_limit"]
+            r["offloadkit_speedup"] = speedup
+            mine.setdefault("speedup_over", {})[r["implementation"]] = speedup
+
+
+def cell(value: Any, fmt: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else \
+        format(value, fmt)
+
+
+def table(rows: List[Dict[str, Any]]) -> str:
+    lines = ["| feature | operation | size / shape | implementation | ms | limit ms | of limit | "
+             "offloadkit × | #wrong | note |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        where = (f"{r['bytes'] // MIB} MiB" if r["feature"] == "region" else
+                 f"h={r['hidden']} t={r['tokens']} ({r['bytes'] / 1e9:.2f} GB)"
+                 if r["feature"] == "activation" and "hidden" in r and "bytes" in r else
+                 f"h={r.get('hidden')} t={r.get('tokens')}" if r["feature"] == "activation"
+                 else "–")
+        ok_row = r["status"] == "ok"
+        note = r.get("reason", "") if not ok_row else (
+            f"from {r['source']} ({r.get('executor', 'cuda')})" if r.get("source") else
+            ", ".join(f"{k} {v}" for k, v in sorted(r.get("calls", {}).items())))
+        if not ok_row:
+            note = f"{r['status']}: {note}"
+        lines.append("| " + " | ".join([
+            r["feature"], r["operation"], where, r["implementation"],
+            cell(r["time_s"] * 1e3, ".2f") if ok_row else "–",
+            cell(r["limit_s"] * 1e3, ".2f") if ok_row else "–",
+            cell(r["of_limit"], ".3f") if ok_row else "–",
+            cell(r.get("offloadkit_speedup"), ".2f") if ok_row else "–",
+            str(r.get("wrong", "–")) if ok_row else "–",
+            note.replace("|", "\\|").replace("\n", " ")]) + " |")
+    return "\n".join(lines)
+
+
+def header(device: str, o: argparse.Namespace) -> str:
+    return (f"# bench_peers on {device}, median of {o.reps if not o.quick else 2} rounds; "
+            "'of limit' = limit time / time (1.00: at the link's limit), the limit being a plain "
+            "pinned copy of the same bytes measured in the same run (each direction; both at once "
+            "for the phase switch; the peers' by this program with torch, offloadkit's by its own "
+            "benchmark); 'offloadkit ×' = offloadkit's fraction of its limit / the peer's")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = parser()
+    o = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    check_values(p, o)
+    if o.quick:
+        o.reps = min(o.reps, 2)
+    if o.json:
+        try:  # a file that cannot be written fails the run before it is measured
+            with open(o.json, "w") as f:
+                f.write("{}\n")
+        except OSError as e:
+            sys.stderr.write(f"bench_peers: --json {o.json}: cannot write the file: {e}\n")
+            return 1
+    started = time.time()
+    torch, why = load_torch()
+    dev = measure.Device(torch) if torch is not None else None
+    device = dev.name if dev is not None else "(no GPU through PyTorch)"
+    rows: List[Dict[str, Any]] = []
+    if o.feature in ("region", "all"):
+        if not o.no_offloadkit:
+            rows += offloadkit_region(o)
+        rows += region_peers(o, torch, why, dev)
+    if o.feature in ("activation", "all"):
+        if not o.no_offloadkit:
+            rows += offloadkit_activation(o)
+        rows += activation_peers(o, torch, why, dev)
+    if o.feature == "all":
+        rows.append(megatron_row())
+    add_speedups(rows)
+    print(header(device, o))
+    print()
+    print(table(rows))
+    wrong = sum(int(r.get("wrong", 0)) for r in rows if r["status"] == "ok")
+    failures = sum(1 for r in rows if r["status"] == "failed")
+    print(f"\n{sum(r['status'] == 'ok' for r in rows)} measured, "
+          f"{sum(r['status'] == 'skipped' for r in rows)} skipped, {failures} failed; "
+          f"#wrong {wrong}")
+    status = 1 if wrong or failures else 0
+    if o.json:
+        doc = {"benchmark": "peers", "device": device,
+               "torch": getattr(torch, "__version__", None), "command": " ".join(
+                   [os.path.basename(sys.argv[0] or "bench_peers.py")] + list(
+                       sys.argv[1:] if argv is None else argv)),
+               "rounds": o.reps, "statistic": "median", "of_limit": "limit_s / time_s",
+               "wall_s": time.time() - started, "rows": rows}
+        try:
+            with open(o.json, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+        except OSError as e:
+            sys.stderr.write(f"bench_peers: --json {o.json}: cannot write the file: {e}\n")
+            return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

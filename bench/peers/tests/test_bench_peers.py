@@ -1,0 +1,336 @@
+"""bench_peers's whole measuring path over the library stand-ins of python/tests/adapters/standins
+(no GPU, no PyTorch): every peer is driven through its adapter, each pause, resume, pack and unpack
+moves exactly the bytes it should, every row the program prints and writes is well formed, and
+offloadkit's rows are merged from its benchmarks' JSON with the right speed-ups. Timings here are
+the host's and mean nothing; no test reads them.
+
+The stand-ins' device memory is ``HostMemory`` below: host memory (ctypes buffers) that counts the
+bytes every copy moves in each direction, and loses the contents of a range when it is unmapped,
+as releasing physical memory does.
+
+    PYTHONPATH=python python3 -m unittest discover -s bench/peers/tests -p "test_*.py"
+"""
+
+import contextlib
+import ctypes
+import io
+import json
+import os
+import stat
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+STANDINS = os.path.join(ROOT, "python", "tests", "adapters", "standins")
+for path in (os.path.dirname(HERE), STANDINS):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import torch  # noqa: E402 (the stand-in)
+
+import bench_peers  # noqa: E402
+import offloadkit as ok  # noqa: E402
+from offloadkit import hooks  # noqa: E402
+from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
+from offloadkit.adapters import vllm as vllm_adapter  # noqa: E402
+
+assert torch.__version__.endswith("offloadkit.standin"), torch.__file__
+MIB = 1 << 20
+REPS = 2
+BLOCKS, HIDDEN, TOKENS = 2, 64, 32
+
+
+class HostMemory:
+    """An executor of host memory for the stand-ins: allocations and reserved ranges are ctypes
+    buffers; ``moved`` counts the bytes copied device to host ("d2h"), host to device ("h2d") and
+    within either."""
+
+    backend = "host"
+    name = "host memory (tests)"
+    device_count = 1
+
+    def __init__(self):
+        self.ranges = {}  # address -> (ctypes buffer, nbytes, kind)
+        self.unmapped = set()
+        self.moved = {"d2h": 0, "h2d": 0, "d2d": 0, "h2h": 0}
+        self.streams = 0
+
+    def _new(self, nbytes, kind):
+        buf = ctypes.create_string_buffer(max(nbytes, 1))
+        address = ctypes.addressof(buf)
+        self.ranges[address] = (buf, nbytes, kind)
+        return address
+
+    def kind(self, address):
+        for base, (_, nbytes, kind) in self.ranges.items():
+            if base <= address < base + max(nbytes, 1):
+                if base in self.unmapped:
+                    raise RuntimeError(f"access to unmapped memory at {address:#x}")
+                return kind
+        raise RuntimeError(f"{address:#x} is no memory of this executor")
+
+    def granularity(self, device=0):
+        return 4096
+
+    def allocate(self, nbytes, kind="device", device=0):
+        return ok.Buffer(self._new(nbytes, kind), nbytes, kind, device, "host")
+
+    def deallocate(self, buffer):
+        del self.ranges[int(buffer)]
+
+    def reserve(self, nbytes, device=0):
+        address = self._new(nbytes, "device")
+        self.unmapped.add(address)
+        return address
+
+    def unreserve(self, address, nbytes):
+        del self.ranges[address]
+        self.unmapped.discard(address)
+
+    def create_physical(self, nbytes, device=0):
+        return ok.Physical(1, device, nbytes)
+
+    def release_physical(self, physical):
+        pass
+
+    def map(self, address, nbytes, physical):
+        self.unmapped.discard(address)
+
+    def unmap(self, address, nbytes):
+        ctypes.memset(address, 0xEE, nbytes)  # the contents go with the physical memory
+        self.unmapped.add(address)
+
+    def set_access(self, address, nbytes, device=0):
+        pass
+
+    def copy(self, dst, src, nbytes, stream):
+        way = ("d" if self.kind(int(src)) == "device" else "h") + "2" + (
+            "d" if self.kind(int(dst)) == "device" else "h")
+        ctypes.memmove(int(dst), int(src), nbytes)
+        self.moved[way] += nbytes
+
+    def fill(self, dst, value, nbytes, stream):
+        ctypes.memset(int(dst), value, nbytes)
+
+    def create_stream(self, device=0):
+        self.streams += 1
+        return ok.Stream(1000 + self.streams, device)
+
+    def destroy_stream(self, stream):
+        pass
+
+    def synchronize(self, stream):
+        pass
+
+
+class Calls:
+    """Records each call of the peers' adapter methods with the bytes it moved each way."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.log = []  # (class name, method, nbytes argument, d2h moved, h2d moved)
+        self.saved = []
+
+    def wrap(self, cls, name):
+        original = getattr(cls, name)
+        memory, log = self.memory, self.log
+
+        def call(obj, *args, **kwargs):
+            before = dict(memory.moved)
+            result = original(obj, *args, **kwargs)
+            nbytes = getattr(args[0], "nbytes", None) if args else None
+            log.append((getattr(obj, "implementation", type(obj).__name__), name, nbytes,
+                        memory.moved["d2h"] - before["d2h"], memory.moved["h2d"] - before["h2d"]))
+            return result
+
+        self.saved.append((cls, name, original))
+        setattr(cls, name, call)
+
+    def restore(self):
+        for cls, name, original in reversed(self.saved):
+            setattr(cls, name, original)
+
+    def of(self, implementation, name):
+        return [entry for entry in self.log if entry[0] == implementation and entry[1] == name]
+
+
+FAKE_REGION = """#!{python}
+import json, sys
+a = sys.argv
+path, low, high = a[a.index("--json") + 1], int(a[a.index("--min-mib") + 1]), \\
+    int(a[a.index("--max-mib") + 1])
+rows, m = [], low
+while m <= high:
+    rows.append({{"bytes": m << 20, "d2h_s": 1.0, "h2d_s": 1.0, "pause_s": 2.0, "resume_s": 4.0,
+                 "both_directions_s": 3.0, "swap_s": 4.0, "wrong": 0}})
+    m *= 2
+json.dump({{"benchmark": "region", "executor": "host", "rows": rows}}, open(path, "w"))
+"""
+FAKE_MLP = """#!{python}
+import json, sys
+a = sys.argv
+h, t = (int(x) for x in a[a.index("--shape") + 1].split("x"))
+phase = {{"none_s": 0.5, "floor_s": 1.0, "offload_s": 1.25, "ratio": 1.25}}
+json.dump({{"benchmark": "activation_mlp", "rows": [{{"h": h, "tokens": t, "saved_bytes": 1000,
+          "forward": phase, "backward": phase, "wrong": 0}}]}}, open(a[a.index("--json") + 1], "w"))
+"""
+
+
+class MeasuringPathTest(unittest.TestCase):
+    """One run of the whole program over the stand-ins, its calls recorded; each test reads it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.memory = HostMemory()
+        torch._standin_bind(cls.memory)
+        cls.calls = Calls(cls.memory)
+        for region in (tms_adapter.TorchMemorySaverRegion, vllm_adapter.CuMemAllocatorRegion):
+            for name in ("pause", "resume"):
+                cls.calls.wrap(region, name)
+        for name in ("pack", "unpack"):
+            cls.calls.wrap(hooks._HooksActivation, name)
+        cls.tmp = tempfile.TemporaryDirectory()
+        programs = []
+        for name, text in (("bench_region", FAKE_REGION), ("bench_activation_mlp", FAKE_MLP)):
+            path = os.path.join(cls.tmp.name, name)
+            with open(path, "w") as f:
+                f.write(text.format(python=sys.executable))
+            os.chmod(path, stat.S_IRWXU)
+            programs.append(path)
+        cls.json_path = os.path.join(cls.tmp.name, "peers.json")
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                cls.status = bench_peers.main([
+                    "--min-mib", "1", "--max-mib", "2", "--reps", str(REPS), "--blocks",
+                    str(BLOCKS), "--shape", f"{HIDDEN}x{TOKENS}", "--bench-region", programs[0],
+                    "--bench-activation-mlp", programs[1], "--offloadkit-executor", "host",
+                    "--json", cls.json_path])
+        finally:
+            cls.calls.restore()
+        cls.stdout, cls.stderr = out.getvalue(), err.getvalue()
+        with open(cls.json_path) as f:
+            cls.doc = json.load(f)
+        cls.rows = cls.doc["rows"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def rows_of(self, implementation, operation=None):
+        return [r for r in self.rows if r["implementation"] == implementation and
+                (operation is None or r["operation"] == operation)]
+
+    def test_the_run_succeeds_and_every_peer_row_is_measured(self):
+        self.assertEqual(self.status, 0, self.stdout + self.stderr)
+        for r in self.rows:
+            if r["implementation"] == "megatron-paged-stash":
+                continue
+            if r["implementation"] == "vllm-cumem" and r["operation"] == "phase switch":
+                continue
+            self.assertEqual(r["status"], "ok", r)
+        self.assertIn("bench_peers: region torch_memory_saver 1 MiB", self.stderr)
+
+    def test_region_peers_pause_and_resume_move_the_region_each_way(self):
+        for impl in ("torch_memory_saver", "vllm-cumem"):
+            for name, way in (("pause", 3), ("resume", 4)):
+                calls = self.calls.of(impl, name)
+                # Both tms rows (defaults and retain) have the implementation torch_memory_saver.
+                runs = 2 if impl == "torch_memory_saver" else 1
+                for nbytes in (1 * MIB, 2 * MIB):
+                    moved = [c for c in calls if c[way] == nbytes]
+                    per_size = (1 + REPS) + (2 + REPS) if impl == "torch_memory_saver" else \
+                        (1 + REPS)
+                    self.assertEqual(len(moved), runs * per_size, (impl, name, nbytes, calls))
+                self.assertTrue(all(c[way] in (MIB, 2 * MIB) for c in calls), calls)
+
+    def test_region_rows_count_the_calls_the_adapters_saw(self):
+        for impl in ("torch_memory_saver", "torch_memory_saver-retain", "vllm-cumem"):
+            for r in self.rows_of(impl):
+                if r["status"] != "ok":
+                    continue
+                expected = 1 + REPS if r["operation"] != "phase switch" else 2 + REPS
+                self.assertEqual((r["calls"]["pause"], r["calls"]["resume"]),
+                                 (expected, expected), r)
+                self.assertEqual(r["wrong"], 0, r)
+
+    def test_vllm_phase_switch_is_skipped_with_the_adapters_reason(self):
+        for r in self.rows_of("vllm-cumem", "phase switch"):
+            self.assertEqual(r["status"], "skipped")
+            self.assertIn("a second region while", r["reason"])
+
+    def test_activation_peers_move_every_saved_tensor_each_way(self):
+        sizes = [TOKENS * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2]
+        steps = 1 + REPS + 1  # warm-up, timed rounds, the checked step
+        for impl in ("torchtune-offload", "trl-offload", "torch-save-on-cpu"):
+            packs, unpacks = self.calls.of(impl, "pack"), self.calls.of(impl, "unpack")
+            self.assertEqual(len(packs), steps * BLOCKS * 3, impl)
+            self.assertEqual(len(unpacks), steps * BLOCKS * 3, impl)
+            self.assertEqual(sorted(c[2] for c in packs), sorted(sizes * BLOCKS * steps))
+            for c in packs:
+                self.assertEqual(c[3], c[2], (impl, c))  # d2h moved = the tensor's bytes
+            self.assertTrue(all(c[4] == n for c, n in zip(
+                unpacks, [sizes[j] for _ in range(steps * BLOCKS) for j in (2, 1, 0)])),
+                (impl, unpacks))
+        for name in ("torchtune", "trl", "torch-save-on-cpu"):
+            for r in self.rows_of(name):
+                self.assertEqual(r["bytes"], sum(sizes) * BLOCKS)
+                self.assertEqual(r["calls"]["pack"], steps * BLOCKS * 3, r)
+                self.assertEqual(r["calls"]["unpack"], steps * BLOCKS * 3, r)
+                self.assertEqual(r["wrong"], 0, r)
+
+    def test_every_row_is_well_formed(self):
+        expected = {("region", op) for op in ("pause", "resume", "phase switch")} | {
+            ("activation", "forward"), ("activation", "backward")}
+        seen = set()
+        for r in self.rows:
+            self.assertIn(r["status"], ("ok", "skipped"), r)
+            if r["status"] == "skipped":
+                self.assertTrue(r["reason"], r)
+                continue
+            seen.add((r["feature"], r["operation"]))
+            self.assertGreater(r["time_s"], 0, r)
+            self.assertGreater(r["limit_s"], 0, r)
+            self.assertAlmostEqual(r["of_limit"], r["limit_s"] / r["time_s"])
+        self.assertEqual(seen, expected)
+        peers = {r["implementation"] for r in self.rows}
+        self.assertEqual(peers, {"offloadkit", "torch_memory_saver", "torch_memory_saver-retain",
+                                 "vllm-cumem", "torchtune", "trl", "torch-save-on-cpu",
+                                 "megatron-paged-stash"})
+        megatron = self.rows_of("megatron-paged-stash")[0]
+        self.assertIn("no adapter", megatron["reason"])
+        self.assertIn("PagedTensor._tensor", megatron["reason"])
+        # Region: 3 operations x 2 sizes x 4 implementations; activation: 2 phases x 4; Megatron.
+        self.assertEqual(len(self.rows), 3 * 2 * 4 + 2 * 4 + 1)
+
+    def test_offloadkit_rows_come_from_its_benchmarks_with_speedups_over_each_peer(self):
+        ours = {(r["operation"], r.get("bytes"), r.get("hidden")): r
+                for r in self.rows_of("offloadkit")}
+        self.assertAlmostEqual(ours[("pause", MIB, None)]["of_limit"], 0.5)
+        self.assertAlmostEqual(ours[("resume", MIB, None)]["of_limit"], 0.25)
+        self.assertAlmostEqual(ours[("phase switch", MIB, None)]["of_limit"], 0.75)
+        self.assertAlmostEqual(ours[("forward", 1000, HIDDEN)]["of_limit"], 0.8)
+        for r in self.rows:
+            if r["implementation"] == "offloadkit" or r["status"] != "ok":
+                continue
+            mine = [o for o in self.rows_of("offloadkit", r["operation"])
+                    if (o["feature"] == "region" and o["bytes"] == r["bytes"]) or
+                    (o["feature"] == "activation" and o["hidden"] == r["hidden"])][0]
+            self.assertAlmostEqual(r["offloadkit_speedup"], mine["of_limit"] / r["of_limit"])
+            self.assertAlmostEqual(mine["speedup_over"][r["implementation"]],
+                                   r["offloadkit_speedup"])
+
+    def test_the_table_has_one_line_per_row(self):
+        lines = [line for line in self.stdout.splitlines() if line.startswith("| ")]
+        self.assertEqual(len(lines), 1 + len(self.rows))
+        self.assertTrue(lines[0].startswith("| feature | operation |"))
+        self.assertIn("| region | pause | 1 MiB | offloadkit | 2000.00 | 1000.00 | 0.500 |",
+                      self.stdout)
+        for line in lines[1:]:
+            self.assertEqual(line.count(" | "), 9, line)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,3 @@
+"""``torch.autograd`` of the torch stand-in: ``graph.save_on_cpu`` only."""
+
+from . import graph  # noqa: F401
