@@ -341,22 +341,22 @@ def find_program(given: Optional[str], folder: str, name: str) -> Tuple[Optional
 
 
 def run_program(command: List[str]) -> Tuple[Optional[Dict[str, Any]], str]:
-    """Runs one of offloadkit's benchmarks with --json; (its document, "") or (None, why not:
-    its "skipped: ..." line, or its exit status and last lines)."""
+    """Runs one of offloadkit's benchmarks with --json; (its document, "") or (None, why not: the
+    reason its document gives for skipping, or its exit status and last lines)."""
     progress("running " + " ".join(command))
     with tempfile.TemporaryDirectory(prefix="bench_peers-") as tmp:
         path = os.path.join(tmp, "out.json")
         done = subprocess.run(command + ["--json", path], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         sys.stderr.write(done.stdout)
-        for line in done.stdout.splitlines():
-            if line.startswith("skipped: "):
-                return None, f"{os.path.basename(command[0])}: {line}"
         if done.returncode != 0 or not os.path.isfile(path):
             tail = " | ".join(done.stdout.strip().splitlines()[-3:])
             return None, f"{' '.join(command)} exited with status {done.returncode}: {tail}"
         with open(path) as f:
-            return json.load(f), ""
+            doc = json.load(f)
+        if doc.get("skipped"):
+            return None, f"{os.path.basename(command[0])}: skipped: {doc['skipped']}"
+        return doc, ""
 
 
 def offloadkit_region(o: argparse.Namespace) -> List[Dict[str, Any]]:
