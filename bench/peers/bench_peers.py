@@ -8,7 +8,9 @@ same run and as offloadkit's speed-up over each peer.
   ``retain_cpu_backup``) and vLLM's sleep mode (``CuMemAllocator``);
 - activation, on bench_activation_mlp's MLP shapes: forward (every saved tensor packed) and
   backward (every one unpacked) of offloadkit's offloader against torchtune's and TRL's
-  ``OffloadActivations`` (single-stream mode) and PyTorch's ``save_on_cpu(pin_memory=True)``;
+  ``OffloadActivations`` (single-stream mode), Megatron-LM's fine-grained activation offloading
+  (its defaults: tensors of at least 1048576 elements) and PyTorch's
+  ``save_on_cpu(pin_memory=True)``;
 - Megatron-LM's paged stash: no adapter (its row says why).
 
 Each peer is driven through its offloadkit adapter (``offloadkit.adapters``, and
@@ -69,6 +71,7 @@ ACTIVATION_PEERS = (
     ("trl", "offloadkit.adapters.trl:make_single_stream"),
     ("torch-save-on-cpu", os.path.join(ROOT, "examples", "python", "torch_save_on_cpu.py") +
      ":make"),
+    ("megatron-fine-grained", "offloadkit.adapters.megatron:make"),
 )
 
 

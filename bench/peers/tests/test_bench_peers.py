@@ -264,17 +264,25 @@ class MeasuringPathTest(unittest.TestCase):
     def test_activation_peers_move_every_saved_tensor_each_way(self):
         sizes = [TOKENS * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2]
         steps = 1 + REPS + 1  # warm-up, timed rounds, the checked step
-        for impl in ("torchtune-offload", "trl-offload", "torch-save-on-cpu"):
+        for impl in ("torchtune-offload", "trl-offload", "torch-save-on-cpu",
+                     "megatron-fine-grained-offload"):
             packs, unpacks = self.calls.of(impl, "pack"), self.calls.of(impl, "unpack")
             self.assertEqual(len(packs), steps * BLOCKS * 3, impl)
             self.assertEqual(len(unpacks), steps * BLOCKS * 3, impl)
             self.assertEqual(sorted(c[2] for c in packs), sorted(sizes * BLOCKS * steps))
+            if impl == "megatron-fine-grained-offload":
+                # Megatron copies a layer's tensors at its group's commit (forward_layer_end) and
+                # reloads them at the next backward group, not in pack and unpack; and these
+                # tensors are under its threshold (min_offloaded_tensor_size, 1048576 elements),
+                # so it keeps them on the device.
+                self.assertEqual(sum(c[3] + c[4] for c in packs + unpacks), 0, unpacks)
+                continue
             for c in packs:
                 self.assertEqual(c[3], c[2], (impl, c))  # d2h moved = the tensor's bytes
             self.assertTrue(all(c[4] == n for c, n in zip(
                 unpacks, [sizes[j] for _ in range(steps * BLOCKS) for j in (2, 1, 0)])),
                 (impl, unpacks))
-        for name in ("torchtune", "trl", "torch-save-on-cpu"):
+        for name in ("torchtune", "trl", "torch-save-on-cpu", "megatron-fine-grained"):
             for r in self.rows_of(name):
                 self.assertEqual(r["bytes"], sum(sizes) * BLOCKS)
                 self.assertEqual(r["calls"]["pack"], steps * BLOCKS * 3, r)
@@ -298,12 +306,14 @@ class MeasuringPathTest(unittest.TestCase):
         peers = {r["implementation"] for r in self.rows}
         self.assertEqual(peers, {"offloadkit", "torch_memory_saver", "torch_memory_saver-retain",
                                  "vllm-cumem", "torchtune", "trl", "torch-save-on-cpu",
+                                 "megatron-fine-grained",
                                  "megatron-paged-stash"})
         megatron = self.rows_of("megatron-paged-stash")[0]
         self.assertIn("no adapter", megatron["reason"])
         self.assertIn("PagedTensor._tensor", megatron["reason"])
-        # Region: 3 operations x 2 sizes x 4 implementations; activation: 2 phases x 4; Megatron.
-        self.assertEqual(len(self.rows), 3 * 2 * 4 + 2 * 4 + 1)
+        # Region: 3 operations x 2 sizes x 4 implementations; activation: 2 phases x 5; Megatron's
+        # paged stash.
+        self.assertEqual(len(self.rows), 3 * 2 * 4 + 2 * 5 + 1)
 
     def test_offloadkit_rows_come_from_its_benchmarks_with_speedups_over_each_peer(self):
         ours = {(r["operation"], r.get("bytes"), r.get("hidden")): r
