@@ -112,7 +112,7 @@ setup(
     version=project_version(),
     packages=["offloadkit", "offloadkit.adapters"],
     package_dir={"": "python"},
-    package_data={"offloadkit": ["py.typed"]},
+    package_data={"offloadkit": ["py.typed"], "offloadkit.adapters": ["classified.json"]},
     ext_modules=[Extension("offloadkit._native", sources=[])],
     cmdclass={"build_ext": cmake_build_ext},
     # setuptools' own build folder, inside the ignored build/ beside CMake's.

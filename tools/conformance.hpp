@@ -3,7 +3,8 @@
 // `offloadkit check --report` and a description that names each library, its version, the
 // reports it was checked in, and the classification of every failure: a defect of the library
 // (with its evidence and, where one exists, the upstream issue) or a documented limitation. A
-// failure that comes from offloadkit or from an adapter is fixed there, never classified.
+// failure that comes from offloadkit or from an adapter is fixed there, never classified. A library
+// that could not be checked here (it does not import, say) is a column of "not run", with why.
 #pragma once
 
 #include <string>
@@ -26,6 +27,9 @@ struct conformance_library {
   std::string notes;                 ///< what the adapter had to add, say
   std::vector<std::string> reports;  ///< JSON report paths (relative to the description's folder)
   std::vector<conformance_classification> classified;
+  /// Why the library was not checked here (it does not import, say): its column says "not run"
+  /// and the reason is listed; such a library has no reports and no classifications.
+  std::string not_run;
 };
 
 struct conformance_description {

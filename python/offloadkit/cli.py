@@ -13,6 +13,9 @@ command's ``offloadkit check --python`` runs this very command (in the interpret
 ``python -m offloadkit replay FILE... --python MODULE:FACTORY`` replays schedule files through the
 paged stash of a Python implementation, as ``offloadkit replay --plugin`` does through a plugin's.
 
+``python -m offloadkit ecosystem [options]`` checks every library ``offloadkit.adapters`` drives
+and writes their conformance matrix (``offloadkit.ecosystem``).
+
 argparse reads the command line's shape (the factory, which options take a value, ``--help``);
 the values themselves are checked once, by the C++ command, whose messages name the option, the
 value and the valid range (``offloadkit check: --cases: 0 is out of range: valid range
@@ -267,6 +270,8 @@ def absolute_factory(spec: str) -> str:
 COMMANDS = {
     "check": "run the property batteries against a Python implementation (MODULE:FACTORY)",
     "replay": "replay schedule files through the paged stash of a Python implementation",
+    "ecosystem": "check the libraries offloadkit.adapters drives and write their conformance "
+                 "matrix",
     "version": "print the version and whether the cuda back end is usable here",
 }
 
@@ -292,6 +297,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return list_cases(rest)
     if command == "replay":
         return replay(rest)
+    if command == "ecosystem":
+        from . import ecosystem
+
+        return ecosystem.main(rest)
+    if command == "plugin-info":  # what `ecosystem` asks of a factory, in a child process
+        from . import ecosystem
+
+        return ecosystem.plugin_info(rest)
     if command in ("version", "--version"):
         _native = native()
         reason = _native.cuda_unavailable_reason()

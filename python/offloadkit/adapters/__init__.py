@@ -69,7 +69,11 @@ from its own source or package, never from offloadkit)::
     python -m offloadkit check offloadkit.adapters.megatron:make --executor cuda \\
         --report megatron.json
 
-and the same with ``--driver-faults`` for the driver-fault table of each. CI runs the adapters
+and the same with ``--driver-faults`` for the driver-fault table of each. ``ADAPTERS`` below is
+the table of these factories (one per matrix column, with the library module each imports and the
+distribution that installs it); ``python -m offloadkit ecosystem`` runs every one of them and writes
+the conformance matrix (``offloadkit.ecosystem``), with the classifications of
+``classified.json`` beside this file. CI runs the adapters
 against stand-ins of the libraries' public APIs (``python/tests/adapters``): the region
 batteries over their stand-ins, the activation adapters' mapping, profile and error translation
 in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not provide).
@@ -77,10 +81,49 @@ in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not pr
 
 import contextlib
 import importlib
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from ..errors import (CudaError, Error, LogicError, OutOfMemory, OutOfRange, PlatformError,
                       StateError)
+
+
+class Adapter(NamedTuple):
+    """One column of the ecosystem's conformance matrix: a library driven through a factory."""
+
+    name: str  #: the column's name, and the file name of its reports
+    factory: str  #: MODULE:FACTORY
+    feature: str
+    library: str  #: the library module the adapter imports (the module's LIBRARY)
+    distribution: str  #: the package that installs it (the module's DISTRIBUTION)
+    adds: str  #: what the adapter adds or chooses, for the matrix's notes
+
+
+#: Every factory of this package that checks a library, in the matrix's order.
+ADAPTERS = (
+    Adapter("torch_memory_saver", "offloadkit.adapters.torch_memory_saver:make", "region",
+            "torch_memory_saver", "torch_memory_saver",
+            "the library's defaults; a stream wait before pause, a tag per region, the other "
+            "pause mode refused"),
+    Adapter("torch_memory_saver-retain",
+            "offloadkit.adapters.torch_memory_saver:make_retain_cpu_backup", "region",
+            "torch_memory_saver", "torch_memory_saver",
+            "retain_cpu_backup = True; a stream wait before pause, a tag per region, the other "
+            "pause mode refused"),
+    Adapter("vllm", "offloadkit.adapters.vllm:make", "region", "vllm", "vllm",
+            "CuMemAllocator's sleep mode; a stream wait before sleep, a tag per region, the "
+            "pool handed back at close, a second live region refused"),
+    Adapter("torchtune", "offloadkit.adapters.torchtune:make_single_stream", "activation",
+            "torchtune", "torchtune",
+            "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
+            "one library object per case"),
+    Adapter("trl", "offloadkit.adapters.trl:make_single_stream", "activation", "trl", "trl",
+            "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
+            "one library object per case"),
+    Adapter("megatron", "offloadkit.adapters.megatron:make", "activation", "megatron.core",
+            "megatron-core",
+            "fine-grained activation offloading, one chunk on a fresh manager, layers as "
+            "groups; the warmup iteration only; a second live object refused"),
+)
 
 
 class Unsupported(Error, NotImplementedError):

@@ -88,6 +88,7 @@ from ..protocol import CUDA_EXECUTOR, Plugin
 from . import Unsupported, import_library, library_call, library_version
 
 LIBRARY = "megatron.core"
+DISTRIBUTION = "megatron-core"
 MODULE = "megatron.core.pipeline_parallel.fine_grained_activation_offload"
 COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 ADAPTER = "offloadkit.adapters.megatron"
@@ -224,4 +225,4 @@ def make() -> Plugin:
     ``python -m offloadkit check offloadkit.adapters.megatron:make``."""
     library = import_library(LIBRARY, ADAPTER)
     return Plugin(name="megatron-fine-grained-offload",
-                  version=library_version(library, "megatron-core"), activation=activation())
+                  version=library_version(library, DISTRIBUTION), activation=activation())

@@ -73,6 +73,7 @@ from ..types import RegionInfo
 from . import Unsupported, import_library, library_call, library_version
 
 LIBRARY = "torch_memory_saver"
+DISTRIBUTION = "torch_memory_saver"
 COMMIT = "4a43c97771f139db0215c1378e8a0b50e679d23d"
 PAUSE_MODES = ("preserve", "discard")
 
@@ -175,7 +176,7 @@ def make(hook_mode: Optional[str] = None) -> Plugin:
     library = import_library(LIBRARY, "offloadkit.adapters.torch_memory_saver")
     _set_hook_mode(library.torch_memory_saver, hook_mode or hook_mode_for())
     return Plugin(name="torch_memory_saver",
-                  version=library_version(library, "torch_memory_saver"),
+                  version=library_version(library, DISTRIBUTION),
                   region=TorchMemorySaverRegion)
 
 

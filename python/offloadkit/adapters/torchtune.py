@@ -54,6 +54,7 @@ from . import Unsupported, import_library, library_version
 from ._offload_activations import STREAMS_NEED_AUTOGRAD, hooks_feature
 
 LIBRARY = "torchtune"
+DISTRIBUTION = "torchtune"
 COMMIT = "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1"
 CAPABILITIES = frozenset({CUDA_EXECUTOR})
 
@@ -75,7 +76,7 @@ def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
 
 def _plugin(feature: Any) -> Plugin:
     library = import_library(LIBRARY, "offloadkit.adapters.torchtune")
-    return Plugin(name="torchtune", version=library_version(library, "torchtune"),
+    return Plugin(name="torchtune", version=library_version(library, DISTRIBUTION),
                   activation=feature)
 
 

@@ -47,6 +47,7 @@ from . import Unsupported, import_library, library_version
 from ._offload_activations import STREAMS_NEED_AUTOGRAD, hooks_feature
 
 LIBRARY = "trl"
+DISTRIBUTION = "trl"
 MODULE = "trl.models.activation_offloading"
 COMMIT = "f2cd57710ae345ea6428ae95363267fcf38a3dc8"
 CAPABILITIES = frozenset({CUDA_EXECUTOR, "opaque_predicate"})
@@ -69,7 +70,7 @@ def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
 
 def _plugin(feature: Any) -> Plugin:
     library = import_library(LIBRARY, "offloadkit.adapters.trl")
-    return Plugin(name="trl", version=library_version(library, "trl"), activation=feature)
+    return Plugin(name="trl", version=library_version(library, DISTRIBUTION), activation=feature)
 
 
 def make() -> Plugin:

@@ -67,6 +67,7 @@ from ..types import RegionInfo
 from . import Unsupported, import_library, library_call, library_version
 
 LIBRARY = "vllm"
+DISTRIBUTION = "vllm"
 MODULE = "vllm.device_allocator.cumem"
 COMMIT = "010c211270c004db49f91933849804821d153e4d"
 EXTENSION_COMMIT = "0035e224f4bb39065187bddf4b5ae20ffe1bf945"
@@ -163,5 +164,5 @@ class CuMemAllocatorRegion(Region):
 def make() -> Plugin:
     """The factory: ``python -m offloadkit check offloadkit.adapters.vllm:make``."""
     library = import_library(LIBRARY, "offloadkit.adapters.vllm")
-    return Plugin(name="vllm-cumem", version=library_version(library, "vllm"),
+    return Plugin(name="vllm-cumem", version=library_version(library, DISTRIBUTION),
                   region=CuMemAllocatorRegion)

@@ -1,0 +1,600 @@
+"""``python -m offloadkit ecosystem``: the conformance matrix of the ecosystem's offload libraries,
+from the libraries installed in this interpreter, in one command.
+
+For each adapter of ``offloadkit.adapters.ADAPTERS`` (those ``--only`` names, each factory as
+``--factory`` replaces it), in child processes of this interpreter:
+
+1. ``python -m offloadkit plugin-info FACTORY`` loads the factory once: the plugin's name and the
+   library's version, or why it cannot be loaded;
+2. ``python -m offloadkit check FACTORY --executor E --report DIR/NAME.json`` runs the batteries
+   (its output in ``DIR/NAME.log``); with ``--driver-faults``, ``... --driver-faults --report
+   DIR/NAME-faults.json`` too.
+
+A library that does not import here (the adapter's ``LibraryMissing``: the check ends with exit
+status 4), that the adapter refuses here (``Unsupported``: a build without the part it drives), or
+whose adapter has nothing to run on the executor is *not run here*: its column of the matrix says
+so, with the reason, and that is never a failure.
+
+Then ``DIR/conformance.json``, the description ``offloadkit conformance`` reads (per library: the
+version, the factory, what the adapter adds, the reports, and the library's classifications from
+``--classified FILE``; a classification of a property skipped here, or of driver faults this run
+did not check, is left out with a note in the library's row), and last ``offloadkit conformance
+DIR/conformance.json -o DIR/CONFORMANCE.md``, run with offloadkit's C++ command: ``--offloadkit
+PATH``, else the one ``OFFLOADKIT`` names, else ``offloadkit`` on ``PATH``.
+
+The classifications file (``offloadkit/adapters/classified.json`` by default)::
+
+    {"format": "offloadkit.classified", "format_version": 1,
+     "libraries": {"NAME": [{"property": "feature/property", "class": "defect|limitation",
+                             "evidence": "...", "upstream": "owner/repo#N"}]}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from . import adapters
+from .cli import USAGE, _Parser, absolute_factory
+
+PROG = "offloadkit ecosystem"
+COMPLETE = 0
+UNCLASSIFIED = 1  # as `offloadkit conformance`: a failure unclassified or a classification stale
+CANNOT_RUN = 3
+ADAPTER_ERROR = 4
+FILE_ERROR = 5
+#: When several apply, the exit status is the first of these.
+PRECEDENCE = (FILE_ERROR, ADAPTER_ERROR, CANNOT_RUN, UNCLASSIFIED)
+
+CLASSIFIED_FORMAT = "offloadkit.classified"
+CLASSIFIED_KEYS = ("property", "class", "evidence", "upstream")
+CLASSES = ("defect", "limitation")
+DEFAULT_CLASSIFIED = os.path.join(os.path.dirname(os.path.abspath(adapters.__file__)),
+                                  "classified.json")
+DEFAULT_OUT = "offloadkit-ecosystem"
+EXECUTORS = ("auto", "host", "cuda")
+TITLE = "The ecosystem's offload libraries"
+
+EPILOG = """\
+libraries (offloadkit.adapters.ADAPTERS):
+{table}
+
+A library that does not import here, or that its adapter refuses here, is "not run here" in the
+matrix, with the reason: never a failure. The checks' output is in DIR/NAME.log.
+
+exit status: 0 the matrix is complete (every failure classified); 1 it was written, but a failure
+is unclassified or a classification is stale; 2 bad usage; 3 cannot run here: --executor cuda
+without a usable GPU, or offloadkit's C++ command not found (nothing runs), or a check's executor
+cannot run; 4 an adapter cannot be loaded for another reason than its library, or a check ended
+without a verdict (its column says why; the matrix is written); 5 a file cannot be read or
+written (the classifications, DIR, a report offloadkit conformance refuses); 128+N interrupted by
+signal N. Where several apply: 5, 4, 3, then 1.
+"""
+
+
+class Parser(_Parser):
+    """The check command's wording, and an unknown option named with the valid ones."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            option = message[len("unrecognized arguments: "):].split()[0]
+            valid = ", ".join(a.option_strings[-1] for a in self._actions if a.option_strings)
+            message = f"{option}: unknown option: valid options are {valid}"
+        super().error(message)
+
+
+def parser() -> Parser:
+    table = "\n".join(f"  {a.name:<26} {a.feature:<10} {a.factory}" for a in adapters.ADAPTERS)
+    p = Parser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+               allow_abbrev=False, epilog=EPILOG.format(table=table),
+               description="Checks every library offloadkit.adapters drives, as installed in "
+                           "this interpreter, and writes their conformance matrix "
+                           "(DIR/CONFORMANCE.md) with offloadkit's C++ `conformance` command.")
+    p.add_argument("--executor", metavar="NAME", default="auto",
+                   help="auto, host or cuda (default auto: cuda where a GPU is usable)")
+    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
+                   help=f"where the reports, logs, conformance.json and CONFORMANCE.md are "
+                        f"written (default ./{DEFAULT_OUT})")
+    p.add_argument("--classified", metavar="FILE", default=DEFAULT_CLASSIFIED,
+                   help="the classifications of the libraries' failures (default: the "
+                        "package's offloadkit/adapters/classified.json)")
+    p.add_argument("--offloadkit", metavar="PATH",
+                   help="offloadkit's C++ command (default: OFFLOADKIT, else offloadkit on PATH)")
+    p.add_argument("--cases", metavar="N", help="cases per property, 1..1000000 (default: each "
+                                                "property's own)")
+    p.add_argument("--timeout", metavar="SECONDS",
+                   help="a property's time limit, 1..86400 (default: the check's, 600)")
+    p.add_argument("--only", metavar="NAME", action="append",
+                   help="only this library (repeatable)")
+    p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
+                   help="drive library NAME through this factory instead of its adapter's "
+                        "(repeatable)")
+    p.add_argument("--driver-faults", action="store_true",
+                   help="also each library's driver-fault table (cuda executor only), in "
+                        "DIR/NAME-faults.json")
+    return p
+
+
+def _integer(text: Optional[str], option: str, low: int, high: int, p: Parser) -> Optional[int]:
+    if text is None:
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        p.error(f"{option}: {text} is not an integer: valid range {low}..{high}")
+    if not low <= value <= high:
+        p.error(f"{option}: {value} is out of range: valid range {low}..{high}")
+    return value
+
+
+def check_values(p: Parser, o: argparse.Namespace) -> None:
+    """Reads every value, refusing a bad one with the option, the value and what is valid."""
+    names = [a.name for a in adapters.ADAPTERS]
+    if o.executor not in EXECUTORS:
+        p.error(f"--executor: {o.executor} is not one of the valid values {', '.join(EXECUTORS)}")
+    o.cases = _integer(o.cases, "--cases", 1, 1000000, p)
+    o.timeout = _integer(o.timeout, "--timeout", 1, 86400, p)
+    for name in o.only or []:
+        if name not in names:
+            p.error(f"--only: {name} is not one of the valid names {', '.join(names)}")
+    factories: Dict[str, str] = {}
+    for value in o.factory or []:
+        name, eq, factory = value.partition("=")
+        module, colon, function = factory.rpartition(":")
+        if not eq or not colon or not module or not function:
+            p.error(f"--factory: '{value}' is not NAME=MODULE:FACTORY (e.g. "
+                    f"vllm=./my_vllm.py:make)")
+        if name not in names:
+            p.error(f"--factory: {name} is not one of the valid names {', '.join(names)}")
+        if name in factories:
+            p.error(f"--factory: {name} is given twice")
+        factories[name] = absolute_factory(factory)
+    o.factory = factories
+    if o.driver_faults and o.executor == "host":
+        p.error("--driver-faults: needs the cuda executor (--executor cuda, or auto on a machine "
+                "with a usable GPU), not --executor host")
+
+
+def progress(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
+
+
+class Stop(Exception):
+    """Ends the run before the matrix: the message and the exit status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+# ---- offloadkit's C++ command -----------------------------------------------------------------
+
+
+def find_offloadkit(option: Optional[str], environ: Dict[str, str]) -> str:
+    """The C++ command: --offloadkit, else OFFLOADKIT (a path or a name on PATH), else offloadkit
+    on PATH. Stop (exit status 3) where there is none, or where it is not the C++ command (the
+    Python package's console script has no `conformance`)."""
+    if option:
+        where, value = "--offloadkit", option
+    elif environ.get("OFFLOADKIT"):
+        where, value = "OFFLOADKIT", environ["OFFLOADKIT"]
+    else:
+        where, value = "PATH", "offloadkit"
+    path = value if os.sep in value else shutil.which(value, path=environ.get("PATH"))
+    if path is None or not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise Stop(f"offloadkit's C++ command not found ({where}: {value}"
+                   f"{'' if os.sep in value else ' is not on PATH'}): name it with --offloadkit "
+                   f"PATH or OFFLOADKIT=PATH (a build's tools/offloadkit, or the installed one)",
+                   CANNOT_RUN)
+    try:
+        probe = subprocess.run([path, "conformance", "--help"], capture_output=True, text=True,
+                               timeout=60)
+        is_cxx = probe.returncode == 0 and "offloadkit.conformance" in probe.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        is_cxx = False
+    if not is_cxx:
+        raise Stop(f"{path} ({where}) is not offloadkit's C++ command: its `conformance --help` "
+                   f"does not describe the conformance matrix (the Python package's console "
+                   f"script has no conformance command): name the C++ command with --offloadkit "
+                   f"PATH or OFFLOADKIT=PATH", CANNOT_RUN)
+    return path
+
+
+def resolve_executor(requested: str, cuda_unavailable: str) -> Tuple[str, str]:
+    """The executor every check runs on, and why; Stop (3) for cuda where it cannot run."""
+    if requested == "host":
+        return "host", "asked for with --executor host"
+    if requested == "cuda":
+        if cuda_unavailable:
+            raise Stop(f"--executor cuda: the cuda executor cannot run here ({cuda_unavailable})",
+                       CANNOT_RUN)
+        return "cuda", "asked for with --executor cuda"
+    if cuda_unavailable:
+        return "host", f"auto: no usable GPU ({cuda_unavailable})"
+    return "cuda", "auto: a GPU is usable"
+
+
+# ---- the classifications ----------------------------------------------------------------------
+
+
+def read_classified(path: str, names: Sequence[str]) -> Dict[str, List[Dict[str, str]]]:
+    """The classifications file, by library name; Stop (5) naming the file and the JSON pointer
+    where it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise Stop(f"--classified: {path}: cannot be read: {e.strerror}", FILE_ERROR) from e
+    except ValueError as e:
+        raise Stop(f"--classified: {path}: not valid JSON: {e}", FILE_ERROR) from e
+
+    def fail(at: str, why: str) -> NoReturn:
+        raise Stop(f"--classified: {path}: at {at or '/'}: {why}", FILE_ERROR)
+
+    if not isinstance(doc, dict):
+        fail("", "must be an object")
+    for key in doc:
+        if key not in ("format", "format_version", "libraries"):
+            fail(f"/{key}", "is not a known key: valid keys are format, format_version, "
+                            "libraries")
+    if doc.get("format") != CLASSIFIED_FORMAT:
+        fail("/format", f"must be \"{CLASSIFIED_FORMAT}\"")
+    if doc.get("format_version") != 1:
+        fail("/format_version", "must be 1")
+    libraries = doc.get("libraries", {})
+    if not isinstance(libraries, dict):
+        fail("/libraries", "must be an object of library names")
+    out: Dict[str, List[Dict[str, str]]] = {}
+    for name, entries in libraries.items():
+        at = f"/libraries/{name}"
+        if name not in names:
+            fail(at, f"{name} is not one of the adapters' names {', '.join(names)}")
+        if not isinstance(entries, list):
+            fail(at, "must be an array of classifications")
+        seen = set()
+        for i, entry in enumerate(entries):
+            here = f"{at}/{i}"
+            if not isinstance(entry, dict):
+                fail(here, "must be an object")
+            for key in entry:
+                if key not in CLASSIFIED_KEYS:
+                    fail(f"{here}/{key}", "is not a known key: valid keys are "
+                                          f"{', '.join(CLASSIFIED_KEYS)}")
+            for key in ("property", "class", "evidence"):
+                if not isinstance(entry.get(key), str) or not entry[key]:
+                    fail(here, f"needs the key \"{key}\" (a string that is not empty)")
+            if "/" not in entry["property"]:
+                fail(f"{here}/property", f"'{entry['property']}' is not feature/property")
+            if entry["class"] not in CLASSES:
+                fail(f"{here}/class", f"'{entry['class']}' is not one of the valid classes "
+                                      f"{', '.join(CLASSES)}")
+            if entry["property"] in seen:
+                fail(f"{here}/property", f"'{entry['property']}' is classified twice")
+            seen.add(entry["property"])
+        out[name] = entries
+    return out
+
+
+# ---- one library ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the run of one library gave: its reports, or why it was not run here."""
+
+    name: str
+    factory: str
+    adds: str
+    version: str = ""
+    reports: List[str] = dataclasses.field(default_factory=list)  # file names in DIR
+    not_run: str = ""
+    notes: List[str] = dataclasses.field(default_factory=list)
+    status: int = COMPLETE  # what this library adds to the exit status: 0, 3, 4 or 5
+    summary: str = ""
+
+
+def last_message(output: str, prefix: str = "offloadkit check: ") -> str:
+    """The last line the check wrote about itself (``offloadkit check: ...``), else its last
+    line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        at = line.find(prefix)
+        if at >= 0:
+            return line[at + len(prefix):]
+    return lines[-1] if lines else "(no output)"
+
+
+def ended(rc: int) -> str:
+    return f"was killed by signal {-rc}" if rc < 0 else f"ended with exit status {rc}"
+
+
+def verdict_of_check(rc: int, probe: Dict[str, Any], report_written: bool,
+                     output: str) -> Tuple[str, int]:
+    """How a check's end reads: ("", 0) a report to put in the matrix, else (why the library is
+    not run here, the exit status it adds). ``probe`` is what plugin-info said of the factory."""
+    if rc in (0, 1):  # every property ran: 1 is a property that does not hold
+        if report_written:
+            return "", COMPLETE
+        return (f"the check {ended(rc)} but wrote no report: "
+                f"{last_message(output)}"), ADAPTER_ERROR
+    if rc == 4:  # the factory cannot be loaded, or has nothing to run on this executor
+        if not probe.get("ok"):
+            if probe.get("here"):
+                return probe["message"], COMPLETE
+            return (f"the adapter cannot be loaded: {probe.get('error', '?')}: "
+                    f"{probe.get('message', '')}"), ADAPTER_ERROR
+        return last_message(output), COMPLETE
+    if rc == 3:
+        return f"the executor cannot run here: {last_message(output)}", CANNOT_RUN
+    return f"the check {ended(rc)} without a verdict: {last_message(output)}", ADAPTER_ERROR
+
+
+def run_logged(command: List[str], log_path: str) -> Tuple[int, str]:
+    """Runs a child with its output into log_path; (its exit status, its output)."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        return rc, log.read()
+
+
+def probe_factory(factory: str) -> Dict[str, Any]:
+    """plugin-info of the factory, in a child process of this interpreter."""
+    done = subprocess.run([sys.executable, "-m", "offloadkit", "plugin-info", factory],
+                          capture_output=True, text=True)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "here": False, "error": f"plugin-info {ended(done.returncode)}",
+                "message": last_message(done.stdout + done.stderr, prefix="\0")}
+
+
+def report_summary(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    if doc.get("kind") == "driver_faults":
+        return "driver faults: " + ", ".join(
+            f"{f.get('feature')} {f.get('counts', {})}" for f in doc.get("features", []))
+    return str(doc.get("summary", {}).get("text", ""))
+
+
+def check_library(adapter: adapters.Adapter, factory: str, o: argparse.Namespace, executor: str,
+                  out: str) -> Outcome:
+    """Runs one library's checks into out/NAME.json (and NAME-faults.json)."""
+    outcome = Outcome(adapter.name, factory, adapter.adds)
+    if factory != adapter.factory:
+        outcome.notes.append(f"factory given with --factory (the adapter's: {adapter.factory})")
+    runs = [("", [])]
+    if o.driver_faults:
+        runs.append(("-faults", ["--driver-faults"]))
+    for suffix, _ in runs:  # a report of an earlier run is never read as this run's
+        for ext in (".json", ".log"):
+            path = os.path.join(out, adapter.name + suffix + ext)
+            if os.path.lexists(path):
+                os.remove(path)
+    probe = probe_factory(factory)
+    if probe.get("ok"):
+        outcome.version = probe.get("version") or ""
+    else:
+        try:
+            outcome.version = importlib.metadata.version(adapter.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    common = ["--executor", executor]
+    if o.cases is not None:
+        common.append(f"--cases={o.cases}")
+    if o.timeout is not None:
+        common.append(f"--timeout={o.timeout}")
+    for suffix, extra in runs:
+        report = adapter.name + suffix + ".json"
+        log = os.path.join(out, adapter.name + suffix + ".log")
+        command = [sys.executable, "-m", "offloadkit", "check", factory] + common + extra + [
+            "--report", os.path.join(out, report)]
+        started = time.monotonic()
+        rc, output = run_logged(command, log)
+        why, status = verdict_of_check(rc, probe, os.path.isfile(os.path.join(out, report)),
+                                       output)
+        took = f"{time.monotonic() - started:.0f} s"
+        if not why:
+            outcome.reports.append(report)
+            summary = report_summary(os.path.join(out, report))
+            outcome.summary = outcome.summary or summary
+            progress(f"  {adapter.name}{suffix}: {summary or 'report written'} (exit {rc}; "
+                     f"{os.path.join(out, report)})")
+        elif not suffix:
+            outcome.not_run, outcome.status = why, status
+            progress(f"  {adapter.name}: not run here: {why} ({took}; exit {rc}; {log})")
+            break
+        else:
+            outcome.notes.append(f"driver faults not checked: {why}")
+            outcome.status = max(outcome.status, status)
+            progress(f"  {adapter.name}{suffix}: not checked: {why} ({took}; exit {rc}; {log})")
+    return outcome
+
+
+# ---- the description --------------------------------------------------------------------------
+
+
+def verdicts(out: str, reports: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+    """feature/property -> (verdict, reason) from a library's reports (a driver-fault report
+    gives feature/driver_faults)."""
+    found: Dict[str, Tuple[str, str]] = {}
+    for report in reports:
+        try:
+            with open(os.path.join(out, report), encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue  # offloadkit conformance refuses it, naming why
+        if doc.get("kind") == "driver_faults":
+            for f in doc.get("features", []):
+                found[f"{f.get('feature')}/driver_faults"] = ("checked", "")
+        for row in doc.get("properties", []):
+            found[f"{row.get('feature')}/{row.get('property')}"] = (
+                str(row.get("verdict")), str(row.get("reason") or ""))
+    return found
+
+
+def applicable(outcome: Outcome, entries: Sequence[Dict[str, str]], out: str,
+               driver_faults: bool) -> List[Dict[str, str]]:
+    """The classifications the matrix can judge in this run: not those of a property skipped
+    here, nor of driver faults this run did not check (each left out with a note)."""
+    seen = verdicts(out, outcome.reports)
+    kept = []
+    for entry in entries:
+        prop = entry["property"]
+        verdict, reason = seen.get(prop, ("", ""))
+        if prop.endswith("/driver_faults") and prop not in seen and not (
+                driver_faults and any(r.endswith("-faults.json") for r in outcome.reports)):
+            outcome.notes.append(f"the classification of {prop} not applied: driver faults "
+                                 "were not checked in this run")
+        elif verdict == "skipped":
+            outcome.notes.append(f"the classification of {prop} not applied: skipped here "
+                                 f"({reason})")
+        else:
+            kept.append(entry)
+    return kept
+
+
+def description(outcomes: Sequence[Outcome], classified: Dict[str, List[Dict[str, str]]],
+                out: str, driver_faults: bool) -> Dict[str, Any]:
+    """The document `offloadkit conformance` reads (format offloadkit.conformance, 1)."""
+    libraries = []
+    for o in outcomes:
+        lib: Dict[str, Any] = {"name": o.name}
+        if o.version:
+            lib["version"] = o.version
+        lib["adapter"] = o.factory
+        if o.not_run:
+            lib["not_run"] = o.not_run
+        else:
+            lib.setdefault("version", "unknown")
+            lib["reports"] = list(o.reports)
+            kept = applicable(o, classified.get(o.name, []), out, driver_faults)
+            if kept:
+                lib["classified"] = kept
+        lib["notes"] = "; ".join([o.adds] + o.notes)
+        libraries.append(lib)
+    return {"format": "offloadkit.conformance", "format_version": 1, "title": TITLE,
+            "libraries": libraries}
+
+
+def exit_status(statuses: Sequence[int]) -> int:
+    for status in PRECEDENCE:
+        if status in statuses:
+            return status
+    return COMPLETE
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def run(o: argparse.Namespace) -> int:
+    from .cli import native
+
+    selected = [a for a in adapters.ADAPTERS if not o.only or a.name in o.only]
+    offloadkit = find_offloadkit(o.offloadkit, dict(os.environ))
+    classified = read_classified(o.classified, [a.name for a in adapters.ADAPTERS])
+    executor, why = resolve_executor(o.executor, native().cuda_unavailable_reason())
+    if o.driver_faults and executor != "cuda":
+        progress(f"note: --driver-faults needs the cuda executor; {why}: driver faults are not "
+                 "checked")
+        o.driver_faults = False
+    out = os.path.abspath(o.out)
+    try:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "conformance.json"), "w", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise Stop(f"--out: {o.out}: cannot be written: {e.strerror}", FILE_ERROR) from e
+    progress(f"{len(selected)} libraries on the {executor} executor ({why}); classifications "
+             f"{o.classified}; offloadkit {offloadkit}; into {out}")
+    outcomes = []
+    for i, adapter in enumerate(selected, 1):
+        factory = o.factory.get(adapter.name, adapter.factory)
+        progress(f"[{i}/{len(selected)}] {adapter.name}: {factory}")
+        outcomes.append(check_library(adapter, factory, o, executor, out))
+
+    doc = description(outcomes, classified, out, o.driver_faults)
+    description_path = os.path.join(out, "conformance.json")
+    matrix = os.path.join(out, "CONFORMANCE.md")
+    try:
+        with open(description_path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        raise Stop(f"{description_path}: cannot be written: {e.strerror}", FILE_ERROR) from e
+    if os.path.lexists(matrix):
+        os.remove(matrix)
+    progress(f"the matrix: {offloadkit} conformance conformance.json -o CONFORMANCE.md, in {out}")
+    # Run in DIR, so that the matrix names its reports relative to it (a matrix that is copied
+    # elsewhere names no folder of this machine).
+    done = subprocess.run([offloadkit, "conformance", "conformance.json", "-o", "CONFORMANCE.md"],
+                          capture_output=True, text=True, cwd=out)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    statuses = [outcome.status for outcome in outcomes]
+    if done.returncode in (COMPLETE, UNCLASSIFIED):
+        statuses.append(done.returncode)
+    else:
+        progress(f"offloadkit conformance {ended(done.returncode)}: the matrix is not written")
+        statuses.append(FILE_ERROR)
+    for outcome in outcomes:
+        state = f"not run here: {outcome.not_run}" if outcome.not_run else outcome.summary
+        print(f"{outcome.name}: {state}")
+    return exit_status(statuses)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m offloadkit ecosystem [options]``. Returns the exit status."""
+    p = parser()
+    o = p.parse_args(list(argv))
+    check_values(p, o)
+    try:
+        return run(o)
+    except Stop as e:
+        sys.stderr.write(f"{PROG}: {e}\n")
+        return e.status
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+
+
+# ---- plugin-info: what the runner asks of a factory, in a child process -----------------------
+
+
+def plugin_info(argv: Sequence[str]) -> int:
+    """``plugin-info MODULE:FACTORY``: loads the factory and prints one JSON line: ``{"ok": true,
+    "name", "version", "features"}``, or ``{"ok": false, "here": true when the library cannot
+    be used here (LibraryMissing, Unsupported), "error", "message"}`` with exit status 4."""
+    from . import protocol
+    from ._bridge import load_factory
+
+    if len(argv) != 1:
+        sys.stderr.write("offloadkit plugin-info: needs MODULE:FACTORY alone\n")
+        return USAGE
+    try:
+        plugin = load_factory(absolute_factory(argv[0]))()
+    except Exception as e:  # the factory's own error is the answer
+        here = isinstance(e, (adapters.LibraryMissing, adapters.Unsupported))
+        print(json.dumps({"ok": False, "here": here,
+                          "error": f"{type(e).__module__}.{type(e).__qualname__}",
+                          "message": str(e)}))
+        return 4
+    print(json.dumps({"ok": True, "name": str(getattr(plugin, "name", "")),
+                      "version": str(getattr(plugin, "version", "")),
+                      "features": [f for f in protocol.FEATURES
+                                   if getattr(plugin, f, None) is not None]}))
+    return 0

@@ -1,0 +1,96 @@
+# Tests of `python -m offloadkit ecosystem` (labels cpu, python, adapters), included by
+# python/bridge/tests/CMakeLists.txt after adapters.cmake, inside its python_module block (venv,
+# venv_python, module_work, python_check_timeout, module_tests): the whole path from the installed
+# package to CONFORMANCE.md, in the test venv, on the host executor, with this build's offloadkit
+# command. The region libraries run through their stand-ins (--factory, standin_factories.py);
+# torchtune, TRL and Megatron-LM through their real adapters, whose libraries the venv cannot
+# import: their columns say "not run" with the ImportError, and that is not a failure.
+set(ecosystem_data ${CMAKE_CURRENT_LIST_DIR}/ecosystem)
+set(ecosystem_out ${module_work}/ecosystem)
+set(standins ${CMAKE_CURRENT_LIST_DIR}/standin_factories.py)
+set(ecosystem_run "-m offloadkit ecosystem --executor host --cases 3 --offloadkit $<TARGET_FILE:offloadkit>")
+set(on_standins
+  "--factory torch_memory_saver=${standins}:torch_memory_saver"
+  "--factory torch_memory_saver-retain=${standins}:torch_memory_saver_retain"
+  "--factory vllm=${standins}:vllm")
+string(JOIN " " on_standins ${on_standins})
+
+# Every library with the shipped classifications: torch_memory_saver's defaults fail many_cycles
+# (a pinned backup per pause, a documented limitation), its retain_cpu_backup column holds it, vLLM's
+# three properties that hold two regions at once fail (one live region per process), every failure
+# is classified (exit 0), and the libraries the venv lacks are columns of "not run" with the reason.
+set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\|")
+set(expect
+  "6 libraries .3 not run here., 14 properties, 4 failures, every one classified"
+  "\\| torch_memory_saver \\| 0\\.0\\.10b1\\+offloadkit\\.standin \\| `${standins}:torch_memory_saver` \\| the library's defaults[^|]*\\| host \\|[^|]+UTC \\|[^|]+\\| 9 hold, 1 fail, 4 n/a \\|"
+  "\\| torchtune \\| - \\| `offloadkit\\.adapters\\.torchtune:make_single_stream` \\|[^|]+\\| - \\| - \\| - \\| not run: offloadkit\\.adapters\\.torchtune: the library module 'torchtune\\.training' cannot be imported here .No module named 'torchtune'.[^|]*\\|"
+  "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| megatron \\|"
+  "\\| `region/swap_keeps_both` \\| holds \\| holds \\| \\*\\*\\[fails: limitation\\]\\(#vllm-region-swap-keeps-both\\)\\*\\* \\| ${nr}"
+  "\\| `region/many_cycles` \\| \\*\\*\\[fails: limitation\\]\\(#torch-memory-saver-region-many-cycles\\)\\*\\* \\| holds \\| holds \\| ${nr}"
+  "## Not run here"
+  "<a id=.megatron-not-run.></a>\\*\\*megatron\\*\\* \\(`offloadkit\\.adapters\\.megatron:make`\\): offloadkit\\.adapters\\.megatron: the library module 'megatron\\.core' cannot be imported here"
+  "### torch_memory_saver: region/many_cycles \\(limitation\\)\n\n- evidence: torch_memory_saver's README \\(.CPU Backup.\\)[^\n]*\n- report: `torch_memory_saver\\.json` \\(executor host\\)\n- seed: `[0-9]+`\n- reproduce: `[^`]*-m offloadkit check --executor host --feature region --implementation torch_memory_saver --property many_cycles")
+string(JOIN ".*" expect ${expect})
+add_test(NAME python_module.ecosystem_standins
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${ecosystem_run} ${on_standins} --out ${ecosystem_out}/standins"
+          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/standins/CONFORMANCE.md "-DEXPECT_FILE=${expect}"
+          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .6 libraries, 14 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
+          "-DEXPECT_ERR=\\[1/6\\] torch_memory_saver: .*\\[6/6\\] megatron: "
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+
+# Without a classification the same failure makes the run exit 1, listed as a problem; a
+# classification of a property that holds is stale (exit 1).
+add_test(NAME python_module.ecosystem_unclassified
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${ecosystem_run} ${on_standins} --only torch_memory_saver --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/unclassified"
+          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/unclassified/CONFORMANCE.md
+          "-DEXPECT_FILE=1 libraries, 14 properties, 1 failures; 1 problem.*\\| `region/many_cycles` \\| \\*\\*\\[FAILS, unclassified\\].*## Problems\n\n- torch_memory_saver: region/many_cycles fails and is not classified"
+          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver: region/many_cycles fails and is not classified"
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+add_test(NAME python_module.ecosystem_stale
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${ecosystem_run} ${on_standins} --only torch_memory_saver-retain --classified ${ecosystem_data}/stale.json --out ${ecosystem_out}/stale"
+          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/stale/CONFORMANCE.md
+          "-DEXPECT_FILE=\\| `region/many_cycles` \\| holds \\|.*## Problems\n\n- torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
+          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
+  python_module.ecosystem_stale PROPERTIES LABELS "cpu;python;adapters"
+  TIMEOUT ${python_check_timeout})
+list(APPEND module_tests python_module.ecosystem_standins python_module.ecosystem_unclassified
+  python_module.ecosystem_stale)
+
+# Refused before anything runs, with nothing on stdout: bad usage (2), offloadkit's C++ command
+# not found (3), a classifications file that is not one (5).
+set(ecosystem_usage_cases
+  "executor|-m offloadkit ecosystem --executor gpu|offloadkit ecosystem: --executor: gpu is not one of the valid values auto, host, cuda"
+  "cases_zero|-m offloadkit ecosystem --cases 0|offloadkit ecosystem: --cases: 0 is out of range: valid range 1..1000000"
+  "only|-m offloadkit ecosystem --only tms|offloadkit ecosystem: --only: tms is not one of the valid names torch_memory_saver, torch_memory_saver-retain, vllm, torchtune, trl, megatron"
+  "factory_shape|-m offloadkit ecosystem --factory vllm|offloadkit ecosystem: --factory: 'vllm' is not NAME=MODULE:FACTORY"
+  "factory_name|-m offloadkit ecosystem --factory vlm=a.py:make|offloadkit ecosystem: --factory: vlm is not one of the valid names"
+  "faults_on_host|-m offloadkit ecosystem --driver-faults --executor host|offloadkit ecosystem: --driver-faults: needs the cuda executor"
+  "unknown_option|-m offloadkit ecosystem --fast|offloadkit ecosystem: --fast: unknown option: valid options are --help, --executor"
+  "missing_value|-m offloadkit ecosystem --out|offloadkit ecosystem: --out: needs a value"
+  "not_found|-m offloadkit ecosystem --offloadkit ${ecosystem_out}/no-such-offloadkit|offloadkit ecosystem: offloadkit's C.. command not found .--offloadkit: [^)]*/no-such-offloadkit.: name it with --offloadkit PATH or OFFLOADKIT=PATH|3"
+  "classified|-m offloadkit ecosystem --offloadkit $<TARGET_FILE:offloadkit> --classified ${ecosystem_data}/bad_class.json|offloadkit ecosystem: --classified: [^:]*bad_class.json: at /libraries/vllm/0/class: 'adapter' is not one of the valid classes defect, limitation|5")
+offloadkit_usage_tests(python_module.ecosystem_usage. COMMAND ${venv_python}
+  LABELS cpu python adapters cli CASES ${ecosystem_usage_cases})
+foreach(entry IN LISTS ecosystem_usage_cases)
+  string(REGEX REPLACE "\\|.*" "" name "${entry}")
+  list(APPEND module_tests python_module.ecosystem_usage.${name})
+endforeach()
+# `offloadkit` on PATH is the package's console script here (the venv's bin), which has no
+# conformance command: named as not the C++ command (exit 3).
+add_test(NAME python_module.ecosystem_console_script
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python} "-DARGS=-m offloadkit ecosystem"
+          "-DEXPECT=offloadkit ecosystem: ${venv}/bin/offloadkit .PATH. is not offloadkit's C\\+\\+ command"
+          -DEXPECT_RC=3 -P ${PROJECT_SOURCE_DIR}/tools/expect_usage_error.cmake)
+set_tests_properties(python_module.ecosystem_console_script PROPERTIES
+  LABELS "cpu;python;adapters;cli" TIMEOUT 60 ENVIRONMENT "PATH=${venv}/bin;OFFLOADKIT=")
+add_test(NAME python_module.ecosystem_help
+  COMMAND ${CMAKE_COMMAND} -E env ${venv_python} -m offloadkit ecosystem --help)
+set_tests_properties(python_module.ecosystem_help PROPERTIES LABELS "cpu;python;adapters;cli"
+  TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "usage: offloadkit ecosystem .*--executor NAME.*--classified FILE.*--offloadkit PATH.*--factory NAME=MODULE:FACTORY.*--driver-faults.*torch_memory_saver +region +offloadkit.adapters.torch_memory_saver:make.*megatron +activation.*exit status: 0 the matrix is complete")
+list(APPEND module_tests python_module.ecosystem_console_script python_module.ecosystem_help)

@@ -1,0 +1,273 @@
+"""``python -m offloadkit ecosystem``'s parts that need no extension module: the adapters' table
+against the modules and the package docstring, the shipped classifications, how a check's end is
+read, which classifications a run can judge, the description and the exit status. The whole
+pipeline (real checks over the stand-ins, offloadkit's C++ conformance command) is ctest's
+python_module.ecosystem_* (ecosystem.cmake).
+
+    PYTHONPATH=python python3 -m unittest discover -s python/tests/adapters -p "test_*.py"
+"""
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import stat
+import tempfile
+import unittest
+
+from offloadkit import adapters, ecosystem
+from offloadkit.protocol import FEATURES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+NAMES = [a.name for a in adapters.ADAPTERS]
+MISSING = {"ok": False, "here": True, "error": "offloadkit.adapters.LibraryMissing",
+           "message": "offloadkit.adapters.trl: the library module 'trl' cannot be imported here "
+                      "(No module named 'trl')"}
+BROKEN = {"ok": False, "here": False, "error": "builtins.AttributeError",
+          "message": "module 'vllm' has no attribute 'x'"}
+LOADED = {"ok": True, "name": "trl", "version": "1.0", "features": ["activation"]}
+
+
+class AdapterTableTest(unittest.TestCase):
+    def test_each_entry_names_its_module_factory_library_and_distribution(self):
+        self.assertEqual(len(NAMES), len(set(NAMES)))
+        for a in adapters.ADAPTERS:
+            with self.subTest(a.name):
+                module_name, _, function = a.factory.partition(":")
+                module = importlib.import_module(module_name)
+                self.assertTrue(callable(getattr(module, function)))
+                self.assertEqual(module.LIBRARY, a.library)
+                self.assertEqual(module.DISTRIBUTION, a.distribution)
+                self.assertIn(a.feature, FEATURES)
+                self.assertTrue(a.adds)
+                self.assertRegex(a.name, r"^[a-z0-9_-]+$")  # a file name and an anchor
+
+    def test_the_package_docstring_runs_exactly_the_tables_factories(self):
+        doc = adapters.__doc__
+        block = doc[doc.index("Running against the real libraries"):]
+        block = block[:block.index("and the same with")]
+        commands = set(re.findall(r"offloadkit check (\S+)", block))
+        self.assertEqual(commands, {a.factory for a in adapters.ADAPTERS})
+        for a in adapters.ADAPTERS:
+            module, _, function = a.factory.partition(":")
+            self.assertIn(f"``{module}`` ({a.feature})", doc)
+            self.assertIn(f"``{function}``", doc)
+
+
+class ClassifiedTest(unittest.TestCase):
+    def write(self, doc):
+        f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        self.addCleanup(os.remove, f.name)
+        json.dump(doc, f) if not isinstance(doc, str) else f.write(doc)
+        f.close()
+        return f.name
+
+    def refused(self, doc, message):
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.read_classified(self.write(doc), NAMES)
+        self.assertEqual(caught.exception.status, ecosystem.FILE_ERROR)
+        self.assertRegex(str(caught.exception), message)
+
+    def test_the_shipped_file_reads_and_is_installed_with_the_package(self):
+        classified = ecosystem.read_classified(ecosystem.DEFAULT_CLASSIFIED, NAMES)
+        self.assertEqual(classified["torch_memory_saver"][0]["property"], "region/many_cycles")
+        self.assertEqual({e["property"] for e in classified["vllm"]},
+                         {"region/swap_keeps_both", "region/multi_device",
+                          "region/adjacent_allocations"})
+        for entries in classified.values():
+            for entry in entries:
+                self.assertNotIn("upstream", entry)  # none has an upstream issue yet
+        with open(os.path.join(ROOT, "setup.py")) as f:
+            self.assertIn('"offloadkit.adapters": ["classified.json"]', f.read())
+
+    def test_what_is_refused_names_the_pointer(self):
+        base = {"format": "offloadkit.classified", "format_version": 1}
+        entry = {"property": "region/many_cycles", "class": "defect", "evidence": "x"}
+        self.refused("{", "not valid JSON")
+        self.refused(dict(base, libraries={"vlm": []}),
+                     "at /libraries/vlm: vlm is not one of the adapters' names torch_memory_saver")
+        self.refused(dict(base, libraries={"vllm": [dict(entry, **{"class": "bug"})]}),
+                     "at /libraries/vllm/0/class: 'bug' is not one of the valid classes defect, "
+                     "limitation")
+        self.refused(dict(base, libraries={"vllm": [dict(entry, issue="1")]}),
+                     "at /libraries/vllm/0/issue: is not a known key")
+        self.refused(dict(base, libraries={"vllm": [entry, entry]}),
+                     "at /libraries/vllm/1/property: 'region/many_cycles' is classified twice")
+        self.refused(dict(base, libraries={"vllm": [{"property": "many_cycles"}]}),
+                     "needs the key \"class\"")
+        self.refused({"format": "other"}, "at /format: must be")
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.read_classified("/nonexistent/classified.json", NAMES)
+        self.assertIn("cannot be read", str(caught.exception))
+
+
+class CheckEndTest(unittest.TestCase):
+    def test_how_each_end_reads(self):
+        v = ecosystem.verdict_of_check
+        out = "...\noffloadkit check: Python plugin trl has no property to run on the host executor"
+        # Properties ran (1: one does not hold): the report goes into the matrix.
+        self.assertEqual(v(0, LOADED, True, ""), ("", 0))
+        self.assertEqual(v(1, LOADED, True, ""), ("", 0))
+        self.assertEqual(v(1, MISSING, True, ""), ("", 0))
+        why, status = v(1, LOADED, False, out)
+        self.assertEqual(status, ecosystem.ADAPTER_ERROR)
+        self.assertIn("wrote no report", why)
+        # Exit status 4: the library does not import (never a failure), the adapter is broken,
+        # or there is nothing to run on this executor.
+        self.assertEqual(v(4, MISSING, False, "anything"), (MISSING["message"], 0))
+        why, status = v(4, BROKEN, False, "")
+        self.assertEqual(status, ecosystem.ADAPTER_ERROR)
+        self.assertIn("the adapter cannot be loaded: builtins.AttributeError", why)
+        self.assertEqual(v(4, LOADED, False, out),
+                         ("Python plugin trl has no property to run on the host executor", 0))
+        why, status = v(3, LOADED, False, "offloadkit check: the cuda executor is unavailable")
+        self.assertEqual((why, status), ("the executor cannot run here: the cuda executor is "
+                                         "unavailable", ecosystem.CANNOT_RUN))
+        why, status = v(-11, LOADED, True, "Segmentation fault")
+        self.assertEqual(status, ecosystem.ADAPTER_ERROR)
+        self.assertIn("was killed by signal 11", why)
+        self.assertEqual(v(2, LOADED, False, "")[1], ecosystem.ADAPTER_ERROR)
+
+    def test_the_exit_status_takes_the_worst(self):
+        self.assertEqual(ecosystem.exit_status([0, 0, 0]), 0)
+        self.assertEqual(ecosystem.exit_status([0, 1]), 1)
+        self.assertEqual(ecosystem.exit_status([1, 3, 0]), 3)
+        self.assertEqual(ecosystem.exit_status([3, 4, 1]), 4)
+        self.assertEqual(ecosystem.exit_status([4, 5]), 5)
+
+
+def report(kind, rows):
+    doc = {"format": "offloadkit.report", "format_version": 1, "kind": kind}
+    doc["properties" if kind == "properties" else "features"] = rows
+    return doc
+
+
+class DescriptionTest(unittest.TestCase):
+    def setUp(self):
+        self.out = tempfile.mkdtemp()
+        with open(os.path.join(self.out, "vllm.json"), "w") as f:
+            json.dump(report("properties", [
+                {"feature": "region", "property": "swap_keeps_both", "verdict": "fails"},
+                {"feature": "region", "property": "multi_device", "verdict": "skipped",
+                 "reason": "needs two GPUs"},
+                {"feature": "region", "property": "round_trip", "verdict": "holds"}]), f)
+        with open(os.path.join(self.out, "vllm-faults.json"), "w") as f:
+            json.dump(report("driver_faults", [{"feature": "region", "cases": []}]), f)
+
+    def outcome(self, reports):
+        return ecosystem.Outcome("vllm", "offloadkit.adapters.vllm:make", "a tag per region",
+                                 version="0.9", reports=reports)
+
+    def test_a_classification_the_run_cannot_judge_is_left_out_with_a_note(self):
+        entries = [{"property": p, "class": "limitation", "evidence": "docs"}
+                   for p in ("region/swap_keeps_both", "region/multi_device",
+                             "region/driver_faults", "region/renamed_property")]
+        o = self.outcome(["vllm.json"])
+        kept = ecosystem.applicable(o, entries, self.out, driver_faults=False)
+        # A property no report has stays: offloadkit conformance calls it stale.
+        self.assertEqual([e["property"] for e in kept],
+                         ["region/swap_keeps_both", "region/renamed_property"])
+        self.assertEqual(len(o.notes), 2)
+        self.assertIn("region/multi_device not applied: skipped here (needs two GPUs)",
+                      o.notes[0])
+        self.assertIn("region/driver_faults not applied: driver faults were not checked",
+                      o.notes[1])
+        o = self.outcome(["vllm.json", "vllm-faults.json"])
+        kept = ecosystem.applicable(o, entries, self.out, driver_faults=True)
+        self.assertIn("region/driver_faults", [e["property"] for e in kept])
+
+    def test_libraries_run_and_not_run(self):
+        ran = self.outcome(["vllm.json"])
+        missing = ecosystem.Outcome("trl", "offloadkit.adapters.trl:make_single_stream",
+                                    "one object per case", not_run=MISSING["message"])
+        classified = {"vllm": [{"property": "region/swap_keeps_both", "class": "limitation",
+                                "evidence": "docs"}],
+                      "trl": [{"property": "activation/round_trip", "class": "defect",
+                               "evidence": "x"}]}
+        doc = ecosystem.description([ran, missing], classified, self.out, False)
+        self.assertEqual(doc["format"], "offloadkit.conformance")
+        vllm, trl = doc["libraries"]
+        self.assertEqual(vllm["reports"], ["vllm.json"])
+        self.assertEqual(vllm["version"], "0.9")
+        self.assertEqual(vllm["classified"], classified["vllm"])
+        self.assertEqual(vllm["adapter"], "offloadkit.adapters.vllm:make")
+        # Not run: its reason, no reports and no classifications (it has no failures).
+        self.assertEqual(trl, {"name": "trl",
+                               "adapter": "offloadkit.adapters.trl:make_single_stream",
+                               "not_run": MISSING["message"], "notes": "one object per case"})
+
+
+class UsageTest(unittest.TestCase):
+    def usage(self, args):
+        p = ecosystem.parser()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as caught:
+            ecosystem.check_values(p, p.parse_args(args))
+        self.assertEqual(caught.exception.code, 2)
+        return err.getvalue()
+
+    def test_bad_values_are_named_with_what_is_valid(self):
+        self.assertIn("--executor: gpu is not one of the valid values auto, host, cuda",
+                      self.usage(["--executor", "gpu"]))
+        self.assertIn("--cases: 0 is out of range: valid range 1..1000000",
+                      self.usage(["--cases", "0"]))
+        self.assertIn("--timeout: 1e3 is not an integer", self.usage(["--timeout", "1e3"]))
+        self.assertIn("--only: tms is not one of the valid names torch_memory_saver, ",
+                      self.usage(["--only", "tms"]))
+        self.assertIn("--factory: 'vllm' is not NAME=MODULE:FACTORY",
+                      self.usage(["--factory", "vllm"]))
+        self.assertIn("--factory: tms is not one of the valid names",
+                      self.usage(["--factory", "tms=a.py:make"]))
+        self.assertIn("--factory: vllm is given twice",
+                      self.usage(["--factory", "vllm=a:b", "--factory", "vllm=c:d"]))
+        self.assertIn("--driver-faults: needs the cuda executor",
+                      self.usage(["--driver-faults", "--executor", "host"]))
+        self.assertIn("--fast: unknown option: valid options are --help, --executor",
+                      self.usage(["--fast"]))
+
+    def test_a_factory_file_is_made_absolute(self):
+        p = ecosystem.parser()
+        o = p.parse_args(["--factory", "vllm=tests/f.py:make", "--cases", "5"])
+        ecosystem.check_values(p, o)
+        self.assertEqual(o.factory, {"vllm": os.path.abspath("tests/f.py") + ":make"})
+        self.assertEqual(o.cases, 5)
+
+
+class CommandTest(unittest.TestCase):
+    def test_the_cxx_command_is_found_or_named(self):
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.find_offloadkit(None, {"PATH": "/nonexistent"})
+        self.assertEqual(caught.exception.status, ecosystem.CANNOT_RUN)
+        self.assertIn("offloadkit's C++ command not found (PATH: offloadkit is not on PATH)",
+                      str(caught.exception))
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.find_offloadkit("/nonexistent/offloadkit", {"OFFLOADKIT": "/bin/true"})
+        self.assertIn("(--offloadkit: /nonexistent/offloadkit)", str(caught.exception))
+        # A command without `conformance` (the Python package's console script, say).
+        folder = tempfile.mkdtemp()
+        fake = os.path.join(folder, "offloadkit")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho 'offloadkit: conformance: unknown command' >&2\nexit 2\n")
+        os.chmod(fake, stat.S_IRWXU)
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.find_offloadkit(None, {"OFFLOADKIT": fake})
+        self.assertIn(f"{fake} (OFFLOADKIT) is not offloadkit's C++ command",
+                      str(caught.exception))
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho '{\"format\": \"offloadkit.conformance\"}'\n")
+        self.assertEqual(ecosystem.find_offloadkit(None, {"PATH": folder}), fake)
+
+    def test_the_executor(self):
+        self.assertEqual(ecosystem.resolve_executor("auto", "no driver")[0], "host")
+        self.assertEqual(ecosystem.resolve_executor("auto", "")[0], "cuda")
+        self.assertEqual(ecosystem.resolve_executor("host", "")[0], "host")
+        with self.assertRaises(ecosystem.Stop) as caught:
+            ecosystem.resolve_executor("cuda", "no driver")
+        self.assertEqual(caught.exception.status, ecosystem.CANNOT_RUN)
+
+
+if __name__ == "__main__":
+    unittest.main()
