@@ -63,24 +63,21 @@ What the library does not let the adapter do
   the allocation) are translated by ``offloadkit.adapters.translate``.
 """
 
-import itertools
 import os
 from typing import Any, Mapping, Optional
 
 from ..errors import OutOfRange, StateError
-from ..protocol import CUDA_EXECUTOR, Plugin, Region
-from ..types import RegionInfo
+from ..protocol import CUDA_EXECUTOR, Plugin
 from . import Unsupported, import_library, library_call, library_version
+from ._tagged_region import TaggedTensorRegion
 
 LIBRARY = "torch_memory_saver"
 DISTRIBUTION = "torch_memory_saver"
 COMMIT = "4a43c97771f139db0215c1378e8a0b50e679d23d"
 PAUSE_MODES = ("preserve", "discard")
 
-_tags = itertools.count(1)
 
-
-class TorchMemorySaverRegion(Region):
+class TorchMemorySaverRegion(TaggedTensorRegion):
     """One ``torch.empty`` allocated in a ``torch_memory_saver.region`` of its own tag."""
 
     implementation = "torch_memory_saver"
@@ -88,36 +85,18 @@ class TorchMemorySaverRegion(Region):
                               "fixed_pause_mode", "synchronous", "no_graphs"})
 
     def __init__(self, executor: Any, config: Any):
-        if config.bytes < 1:
-            raise OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
-        if not 0 <= config.device < executor.device_count:
-            raise OutOfRange(f"device = {config.device} is outside [0, {executor.device_count})")
+        super().__init__(executor, config)
         mode = config.fixed_mode or "preserve"
         if mode not in PAUSE_MODES:
             raise OutOfRange(f"fixed_mode = {mode!r} is not one of {', '.join(PAUSE_MODES)}")
         library = import_library(LIBRARY, "offloadkit.adapters.torch_memory_saver")
         torch = import_library("torch", "offloadkit.adapters.torch_memory_saver")
-        self.executor = executor
         self.saver = library.torch_memory_saver
         self.mode = mode
-        self.tag = f"offloadkit-region-{next(_tags)}"
-        self.size = int(config.bytes)
-        self.device = int(config.device)
-        granularity = executor.granularity(self.device)
-        self.footprint = -(-self.size // granularity) * granularity
-        self.captures = 0
-        with library_call(f"torch_memory_saver.region(tag={self.tag!r}, "
-                          f"enable_cpu_backup={mode == 'preserve'})"):
-            with torch.cuda.device(self.device):
-                with self.saver.region(tag=self.tag, enable_cpu_backup=mode == "preserve"):
-                    self.tensor: Optional[Any] = torch.empty(
-                        self.size, dtype=torch.uint8, device=torch.device("cuda", self.device))
-        self.address = int(self.tensor.data_ptr())
-        self.state = "active"
-
-    def info(self) -> RegionInfo:
-        return RegionInfo(self.address, self.size, self.device, self.state, self.footprint,
-                          self.captures)
+        backup = mode == "preserve"
+        self._allocate(torch, f"torch_memory_saver.region(tag={self.tag!r}, "
+                              f"enable_cpu_backup={backup})",
+                       lambda: self.saver.region(tag=self.tag, enable_cpu_backup=backup))
 
     def pause(self, mode: str, stream: Any) -> None:
         if mode != self.mode:

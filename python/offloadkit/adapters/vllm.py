@@ -58,13 +58,12 @@ the adapter reports that as ``Unsupported``.
 """
 
 import gc
-import itertools
 from typing import Any, Optional
 
 from ..errors import OutOfRange
-from ..protocol import CUDA_EXECUTOR, Plugin, Region
-from ..types import RegionInfo
+from ..protocol import CUDA_EXECUTOR, Plugin
 from . import Unsupported, import_library, library_call, library_version
+from ._tagged_region import TaggedTensorRegion
 
 LIBRARY = "vllm"
 DISTRIBUTION = "vllm"
@@ -72,8 +71,6 @@ MODULE = "vllm.device_allocator.cumem"
 COMMIT = "010c211270c004db49f91933849804821d153e4d"
 EXTENSION_COMMIT = "0035e224f4bb39065187bddf4b5ae20ffe1bf945"
 PAUSE_MODES = ("preserve", "discard")
-
-_tags = itertools.count(1)
 
 
 def _allocator_class() -> Any:
@@ -84,7 +81,7 @@ def _allocator_class() -> Any:
     return cumem.CuMemAllocator
 
 
-class CuMemAllocatorRegion(Region):
+class CuMemAllocatorRegion(TaggedTensorRegion):
     """One ``torch.empty`` allocated in ``CuMemAllocator.use_memory_pool`` under its own tag."""
 
     implementation = "vllm-cumem"
@@ -95,10 +92,7 @@ class CuMemAllocatorRegion(Region):
     live: Optional["CuMemAllocatorRegion"] = None
 
     def __init__(self, executor: Any, config: Any):
-        if config.bytes < 1:
-            raise OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
-        if not 0 <= config.device < executor.device_count:
-            raise OutOfRange(f"device = {config.device} is outside [0, {executor.device_count})")
+        super().__init__(executor, config)
         holder = CuMemAllocatorRegion.live
         if holder is not None:
             raise Unsupported(
@@ -109,25 +103,9 @@ class CuMemAllocatorRegion(Region):
         torch = import_library("torch", "offloadkit.adapters.vllm")
         with library_call("CuMemAllocator.get_instance()"):
             self.allocator = cls.get_instance()
-        self.executor = executor
-        self.tag = f"offloadkit-region-{next(_tags)}"
-        self.size = int(config.bytes)
-        self.device = int(config.device)
-        granularity = executor.granularity(self.device)
-        self.footprint = -(-self.size // granularity) * granularity
-        self.captures = 0
-        with library_call(f"CuMemAllocator.use_memory_pool(tag={self.tag!r})"):
-            with torch.cuda.device(self.device):
-                with self.allocator.use_memory_pool(tag=self.tag):
-                    self.tensor: Optional[Any] = torch.empty(
-                        self.size, dtype=torch.uint8, device=torch.device("cuda", self.device))
-        self.address = int(self.tensor.data_ptr())
-        self.state = "active"
+        self._allocate(torch, f"CuMemAllocator.use_memory_pool(tag={self.tag!r})",
+                       lambda: self.allocator.use_memory_pool(tag=self.tag))
         CuMemAllocatorRegion.live = self
-
-    def info(self) -> RegionInfo:
-        return RegionInfo(self.address, self.size, self.device, self.state, self.footprint,
-                          self.captures)
 
     def pause(self, mode: str, stream: Any) -> None:
         if mode not in PAUSE_MODES:
