@@ -76,6 +76,24 @@ class python_object {
     return call_python(decl_->owner, method, std::forward<F>(f));
   }
 
+  /// Runs `f`, then `refresh` (which reads the object's state into the cache its getters answer
+  /// from), also when `f` raised: the state after a failed call matters as much as after a good
+  /// one. A failure to read it then is kept for the next call; `f`'s own error is the one thrown.
+  template <class F, class Refresh>
+  void then_refresh(F&& f, Refresh&& refresh) {
+    try {
+      f();
+    } catch (py::error_already_set&) {
+      try {
+        refresh();
+      } catch (py::error_already_set& e) {
+        keep("info", e);
+      }
+      throw;
+    }
+    refresh();
+  }
+
   /// A Python error raised where it cannot be thrown (noexcept entries), kept for the next call.
   void keep(const char* method, py::error_already_set& e) noexcept {
     pending_->store(describe_python_error(decl_->owner + "." + method, e));
@@ -263,23 +281,10 @@ class python_region final : public region::offload_region, python_object {
     c.captures = t[5].cast<std::size_t>();
     info_ = c;
   }
-  /// The state after a failed call matters as much as after a good one; a failure to read it
-  /// then is kept for the next call (the call's own error is the one thrown now).
+  /// A call after which the cached state is read again (then_refresh).
   template <class F>
   void with_refresh(const char* method, F&& f) {
-    call(method, [&] {
-      try {
-        f();
-      } catch (py::error_already_set&) {
-        try {
-          refresh();
-        } catch (py::error_already_set& e) {
-          keep("info", e);
-        }
-        throw;
-      }
-      refresh();
-    });
+    call(method, [&] { then_refresh(std::forward<F>(f), [this] { refresh(); }); });
   }
 
   void do_pause(region::pause_mode mode, stream_ref s) override {
@@ -359,17 +364,8 @@ class python_arena final : public arena::offloader, python_object {
         tensors.append(buffer(set[i].data, set[i].bytes, s.device, s));
       }
       py::object result;
-      try {
-        result = impl_.attr(method)(tensors, make_stream(s));
-      } catch (py::error_already_set&) {
-        try {
-          refresh();
-        } catch (py::error_already_set& e) {
-          keep("info", e);
-        }
-        throw;
-      }
-      refresh();
+      then_refresh([&] { result = impl_.attr(method)(tensors, make_stream(s)); },
+                   [this] { refresh(); });
       py::tuple ev = names().support.attr("event_of")(result);
       return event_ref{
           reinterpret_cast<void*>(static_cast<std::uintptr_t>(ev[0].cast<std::uint64_t>())),
