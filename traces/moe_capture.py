@@ -243,24 +243,6 @@ def train(args):
 
 # ---- the end-to-end check ---------------------------------------------------------------------
 
-def expand(doc):
-    """A schedule document with "F"/"B" chunk entries written out as "S"/"R" steps and row_bytes
-    one per layer, so that two files compare by content."""
-    layers = doc["pipeline"]["layers"]
-    steps = []
-    for s in doc["steps"]:
-        if s[0] == "F":
-            steps += [["S", s[1], layer, s[2]] for layer in range(layers)]
-        elif s[0] == "B":
-            steps += [["R", s[1], layer, s[2]] for layer in reversed(range(layers))]
-        else:
-            steps.append(list(s))
-    out = dict(doc, steps=steps)
-    if isinstance(out["row_bytes"], int):
-        out["row_bytes"] = [out["row_bytes"]] * layers
-    return out
-
-
 HOST_WAITS = ("context", "stream", "event")
 
 
@@ -317,10 +299,12 @@ def check(args, train_argv):
     if conv.returncode != 0:
         failures.append(f"schedule-from-trace failed: {conv.stderr.strip()}")
     else:
+        from offloadkit.schedule import expanded
+
         with open(os.path.join(out, "recorder.json"), encoding="utf-8") as f:
-            a = expand(json.load(f))
+            a = expanded(json.load(f))
         with open(os.path.join(out, "trace.json"), encoding="utf-8") as f:
-            b = expand(json.load(f))
+            b = expanded(json.load(f))
         report["schedules_equal"] = a == b
         if a != b:
             failures.append("the recorder's schedule and the trace's schedule differ")

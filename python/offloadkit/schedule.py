@@ -61,6 +61,26 @@ MAX_NAME_BYTES = 4096
 MAX_RING_SLOTS = 1 << 24
 
 
+def expanded(doc: dict) -> dict:
+    """The schedule document ``doc`` (a dict of the format) with its "F"/"B" chunk entries written
+    out as "S"/"R" steps, one per layer, and ``row_bytes`` as one entry per layer: the form in
+    which two writers' files (the recorder's, ``offloadkit schedule-from-trace``'s) compare by
+    content."""
+    layers = doc["pipeline"]["layers"]
+    steps = []
+    for s in doc["steps"]:
+        if s[0] == "F":
+            steps += [["S", s[1], layer, s[2]] for layer in range(layers)]
+        elif s[0] == "B":
+            steps += [["R", s[1], layer, s[2]] for layer in reversed(range(layers))]
+        else:
+            steps.append(list(s))
+    out = dict(doc, steps=steps)
+    if isinstance(out["row_bytes"], int):
+        out["row_bytes"] = [out["row_bytes"]] * layers
+    return out
+
+
 class ScheduleError(LogicError):
     """A recording the schedule format cannot express; ``where`` is a JSON pointer into the file
     it would have written ("/steps/17", "/rows/3") and ``reason`` names the bad value and the

@@ -246,25 +246,11 @@ class DeviceRowsRecorderTest(unittest.TestCase):
                             os.path.join(d, "s.json")], check=True, capture_output=True)
             with open(os.path.join(d, "s.json"), encoding="utf-8") as f:
                 from_trace = json.load(f)
-        self.assertEqual(expand(from_trace), expand(rec.to_dict()))
+        from offloadkit.schedule import expanded
+
+        self.assertEqual(expanded(from_trace), expanded(rec.to_dict()))
 
 
-def expand(doc):
-    """A schedule document with its "F"/"B" chunk entries written out as "S"/"R" steps, and
-    row_bytes as one entry per layer, so that two writers' files compare by content."""
-    layers = doc["pipeline"]["layers"]
-    steps = []
-    for s in doc["steps"]:
-        if s[0] == "F":
-            steps += [["S", s[1], layer, s[2]] for layer in range(layers)]
-        elif s[0] == "B":
-            steps += [["R", s[1], layer, s[2]] for layer in reversed(range(layers))]
-        else:
-            steps.append(list(s))
-    out = dict(doc, steps=steps)
-    if isinstance(out["row_bytes"], int):
-        out["row_bytes"] = [out["row_bytes"]] * layers
-    return out
 
 
 class BufferTest(unittest.TestCase):
