@@ -16,7 +16,9 @@ real profile, and has a ``make`` factory::
   OffloadActivations``; factories ``make`` (refused) and ``make_single_stream``.
 - ``offloadkit.adapters.megatron`` (activation): Megatron-LM's fine-grained activation
   offloading (``megatron.core.pipeline_parallel.fine_grained_activation_offload``: the manager's
-  chunk handler, its groups and its hooks' targets); factory ``make``.
+  chunk handler, its groups and its hooks' targets); factories ``make`` (Megatron's default
+  threshold, which keeps every tensor the batteries make) and ``make_offload_all`` (threshold 1
+  element, the ecosystem's column).
 
 Each module's docstring names the library commit it was written against, the profile it declares
 and why, and what the adapter adds that the library does not do itself.
@@ -66,7 +68,7 @@ from its own source or package, never from offloadkit)::
         --executor cuda --report torchtune.json
     python -m offloadkit check offloadkit.adapters.trl:make_single_stream --executor cuda \\
         --report trl.json
-    python -m offloadkit check offloadkit.adapters.megatron:make --executor cuda \\
+    python -m offloadkit check offloadkit.adapters.megatron:make_offload_all --executor cuda \\
         --report megatron.json
 
 and the same with ``--driver-faults`` for the driver-fault table of each. ``ADAPTERS`` below is
@@ -119,10 +121,12 @@ ADAPTERS = (
     Adapter("trl", "offloadkit.adapters.trl:make_single_stream", "activation", "trl", "trl",
             "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
             "one library object per case"),
-    Adapter("megatron", "offloadkit.adapters.megatron:make", "activation", "megatron.core",
-            "megatron-core",
-            "fine-grained activation offloading, one chunk on a fresh manager, layers as "
-            "groups; the warmup iteration only; a second live object refused"),
+    Adapter("megatron", "offloadkit.adapters.megatron:make_offload_all", "activation",
+            "megatron.core", "megatron-core",
+            "fine-grained activation offloading with min_offloaded_tensor_size = 1 (the default "
+            "1048576 elements keeps every tensor the batteries make), one chunk on a fresh "
+            "manager, layers as groups; the warmup iteration only; a second live object "
+            "refused"),
 )
 
 
