@@ -109,7 +109,9 @@ def parser() -> Parser:
     p.add_argument("--offloadkit", metavar="PATH",
                    help="offloadkit's C++ command (default: OFFLOADKIT, else offloadkit on PATH)")
     p.add_argument("--cases", metavar="N", help="cases per property, 1..1000000 (default: each "
-                                                "property's own)")
+                                                "property's own; not for the driver-fault "
+                                                "countdown, which runs N = 0, 1, 2, ... until a "
+                                                "case reaches no call N)")
     p.add_argument("--timeout", metavar="SECONDS",
                    help="a property's time limit, 1..86400 (default: the check's, 600)")
     p.add_argument("--only", metavar="NAME", action="append",
@@ -371,6 +373,19 @@ def report_summary(path: str) -> str:
     return str(doc.get("summary", {}).get("text", ""))
 
 
+def check_command(factory: str, o: argparse.Namespace, executor: str, extra: Sequence[str],
+                  report: str) -> List[str]:
+    """The check's command line: the batteries' (``extra`` empty) or the driver-fault countdown's
+    (``extra`` ``--driver-faults``). The countdown has no cases per property (it runs N = 0, 1,
+    2, ... until a case reaches no call N) and refuses --cases: only the properties get it."""
+    command = [sys.executable, "-m", "offloadkit", "check", factory, "--executor", executor]
+    if o.cases is not None and "--driver-faults" not in extra:
+        command.append(f"--cases={o.cases}")
+    if o.timeout is not None:
+        command.append(f"--timeout={o.timeout}")
+    return command + list(extra) + ["--report", report]
+
+
 def check_library(adapter: adapters.Adapter, factory: str, o: argparse.Namespace, executor: str,
                   out: str) -> Outcome:
     """Runs one library's checks into out/NAME.json (and NAME-faults.json)."""
@@ -393,16 +408,10 @@ def check_library(adapter: adapters.Adapter, factory: str, o: argparse.Namespace
             outcome.version = importlib.metadata.version(adapter.distribution)
         except importlib.metadata.PackageNotFoundError:
             pass
-    common = ["--executor", executor]
-    if o.cases is not None:
-        common.append(f"--cases={o.cases}")
-    if o.timeout is not None:
-        common.append(f"--timeout={o.timeout}")
     for suffix, extra in runs:
         report = adapter.name + suffix + ".json"
         log = os.path.join(out, adapter.name + suffix + ".log")
-        command = [sys.executable, "-m", "offloadkit", "check", factory] + common + extra + [
-            "--report", os.path.join(out, report)]
+        command = check_command(factory, o, executor, extra, os.path.join(out, report))
         started = time.monotonic()
         rc, output = run_logged(command, log)
         why, status = verdict_of_check(rc, probe, os.path.isfile(os.path.join(out, report)),

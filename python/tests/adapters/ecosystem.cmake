@@ -55,6 +55,16 @@ add_test(NAME python_module.ecosystem_stale
           "-DEXPECT_FILE=\\| `region/many_cycles` \\| holds \\|.*## Problems\n\n- torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
           "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+# The driver-fault countdown's command line as the ecosystem builds it (with --cases and
+# --timeout) is accepted by the check: it stops only where the cuda back end cannot run (exit 3,
+# CUDA_VISIBLE_DEVICES emptied), never at bad usage, which left every fault column "not checked".
+add_test(NAME python_module.ecosystem_fault_command
+  COMMAND ${venv_python} ${CMAKE_CURRENT_LIST_DIR}/ecosystem_fault_command.py
+          ${standins}:torch_memory_saver)
+set_tests_properties(python_module.ecosystem_fault_command PROPERTIES
+  LABELS "cpu;python;adapters" TIMEOUT 300)
+list(APPEND module_tests python_module.ecosystem_fault_command)
+
 set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
   python_module.ecosystem_stale PROPERTIES LABELS "cpu;python;adapters"
   TIMEOUT ${python_check_timeout})
