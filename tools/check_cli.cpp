@@ -41,6 +41,11 @@ using ::offloadkit::detail::indent;
 using ::offloadkit::detail::join;
 
 constexpr int default_timeout_s = 600;
+/// --shutdown-grace's default: how long a property's process may take to exit once its result
+/// is written (interpreter exit, CUDA teardown) before it is killed and recorded as hung at exit.
+/// Far below the time limit, so that a library that hangs at exit costs this, not --timeout, per
+/// property.
+constexpr int default_shutdown_grace_s = 30;
 constexpr long max_timeout_s = 86400;
 constexpr long max_cases = 1000000;
 /// The descriptor a child finds its result file on.
@@ -68,6 +73,7 @@ struct check_options {
   bool shrink = true;
   int timeout_s = default_timeout_s;
   bool timeout_given = false;
+  int shutdown_grace_s = default_shutdown_grace_s;
   bool in_process = false;
   bool list = false;
   bool run_one = false;
@@ -124,6 +130,14 @@ std::string check_footer() {
          "prints it with --in-process under gdb, which stops at the crash or lets you\n"
          "interrupt the hang.\n"
          "\n"
+         "Shutdown: a process that crashes, exits with an unexpected status or hangs after it\n"
+         "wrote its property's result (interpreter exit, CUDA teardown, a static destructor)\n"
+         "keeps the property's own verdict; the way it ended is a shutdown finding, listed once\n"
+         "per feature and way of ending after the table (which properties, the output's last\n"
+         "lines, a command that replays one), in the --report's \"shutdown\" section, and it\n"
+         "makes the exit status 1. A process still running --shutdown-grace seconds after its\n"
+         "result is killed and recorded as hung at exit.\n"
+         "\n"
          "Black-box instruments: the children run under offloadkit's driver-call interposer\n"
          "(liboffloadkit_interpose.so, looked for beside the command, in <prefix>/lib, and in\n"
          "the build tree; OFFLOADKIT_INTERPOSE_LIBRARY=PATH names it, =none turns it off),\n"
@@ -142,12 +156,13 @@ std::string check_footer() {
          "checkout), else exit status 3.\n"
          "\n"
          "exit status of check: 0 all passed; 1 a property failed, crashed, exited early or timed\n"
-         "out; 2 bad usage; 3 the executor cannot run here, or (--python) no interpreter with\n"
-         "this offloadkit package can be started; 4 the plugin or Python implementation cannot\n"
-         "be loaded or has nothing to run on this executor;\n"
-         "5 the --report file cannot be written (it is opened before anything runs); 128+N\n"
-         "interrupted by signal N (130 for Ctrl-C, after a table, and the report, of the\n"
-         "properties that finished)\n";
+         "out, or a process crashed or hung at exit after its result (a shutdown finding), or\n"
+         "(--driver-faults) a case is not clean; 2 bad usage; 3 the executor cannot run here,\n"
+         "or (--python) no interpreter with this offloadkit package can be started; 4 the\n"
+         "plugin or Python implementation cannot be loaded or has nothing to run on this\n"
+         "executor; 5 the --report file cannot be written (it is opened before anything runs);\n"
+         "128+N interrupted by signal N (130 for Ctrl-C, after a table, and the report, of\n"
+         "the properties that finished)\n";
 }
 
 /// The check command's options, read into `o` when the app parses.
@@ -205,6 +220,15 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
                   "stop a property still running after SECONDS, in 1.." +
                       std::to_string(max_timeout_s) + "\n(default " +
                       std::to_string(default_timeout_s) + ")")
+      ->type_name("SECONDS")
+      ->transform(integer_range(1, max_timeout_s));
+  app->add_option("--shutdown-grace", o.shutdown_grace_s,
+                  "how long a property's (or a fault case's) process may\n"
+                  "take to exit after writing its result, in 1.." +
+                      std::to_string(max_timeout_s) +
+                      "; past it,\n"
+                      "it is killed and recorded as hung at exit (default " +
+                      std::to_string(default_shutdown_grace_s) + ")")
       ->type_name("SECONDS")
       ->transform(integer_range(1, max_timeout_s));
   app->add_flag("--in-process", o.in_process,
@@ -370,7 +394,12 @@ struct property_row {
   /// ("crashed: signal 11 (SIGSEGV)", "timed out after 600 s", ...).
   std::string abnormal_end;
   bool has_result = true;  ///< false: the process ended before it reported an outcome
-  std::string output;      ///< the tail of the child's stdout and stderr (isolated runs)
+  /// How its process ended after it reported an outcome, when that was not as a process that
+  /// reported it ends ("crashed: signal 11 (SIGSEGV) after its result"): a shutdown finding, not
+  /// the property's verdict. Empty otherwise.
+  std::string shutdown;
+  bool in_child = false;  ///< it ran in a process of its own (a shutdown could be seen)
+  std::string output;     ///< the tail of the child's stdout and stderr (isolated runs)
   double seconds = 0;
 };
 
@@ -392,15 +421,36 @@ replay_commands replay_for(const property_row& row, const check_program& program
   return r;
 }
 
+/// A row as the report shows it: a failure with the commands that replay it and the last lines
+/// of its output.
+report_row report_row_of(const property_row& row, const check_program& program,
+                         const check_options& opt) {
+  report_row r;
+  r.outcome = row.outcome;
+  r.seconds = row.seconds;
+  r.abnormal_end = row.abnormal_end;
+  r.has_result = row.has_result;
+  r.shutdown = row.shutdown;
+  if ((!row.outcome.passed && !row.outcome.skipped) || !row.shutdown.empty()) {
+    r.output = last_lines(row.output, output_lines_shown);
+    const auto commands = replay_for(row, program, opt);
+    r.reproduce = commands.replay;
+    r.debug = commands.debug;
+  }
+  return r;
+}
+
 void print_row_result(const property_row& row, const check_program& program,
                       const check_options& opt) {
   const auto& o = row.outcome;
+  // The way out is said where it happened; the finding itself is listed once, after the table.
+  const std::string shutdown = row.shutdown.empty() ? "" : "; shutdown: " + row.shutdown;
   if (o.passed) {
-    std::cout << "ok (" << o.cases_run << " cases, " << seconds(row.seconds) << ")\n";
+    std::cout << "ok (" << o.cases_run << " cases, " << seconds(row.seconds) << shutdown << ")\n";
     return;
   }
   if (o.skipped) {
-    std::cout << o.message << "\n";
+    std::cout << o.message << (shutdown.empty() ? "" : " (" + shutdown.substr(2) + ")") << "\n";
     return;
   }
   if (!row.has_result) {
@@ -412,7 +462,7 @@ void print_row_result(const property_row& row, const check_program& program,
               << indent(o.message, "      ") << "\n";
   } else {
     std::cout << "FAILED (case " << o.cases_run << " of " << o.cases_planned << ", "
-              << seconds(row.seconds) << ")\n"
+              << seconds(row.seconds) << shutdown << ")\n"
               << indent(o.message, "      ") << "\n";
   }
   const std::string tail = last_lines(row.output, output_lines_shown);
@@ -490,6 +540,20 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
             << seconds(total_s) << "\n";
   // What the plugin did not give to check is said next to the counts, never counted as passed.
   for (const auto& n : notes) std::cout << "not checked: " << n << "\n";
+  std::vector<report_row> reported;
+  reported.reserve(rows.size());
+  for (const auto& row : rows) reported.push_back(report_row_of(row, program, opt));
+  const std::vector<report_shutdown_finding> shutdown = shutdown_findings_of(reported);
+  for (const auto& f : shutdown) {
+    std::cout << "shutdown: " << f.feature << ": " << f.properties.size() << " of " << f.of
+              << " properties' processes " << f.end
+              << " (their verdicts stand): " << join(f.properties, ", ") << "\n";
+    if (!f.output.empty()) {
+      std::cout << "      last lines of " << f.properties.front() << "'s output:\n"
+                << indent(f.output, "      | ") << "\n";
+    }
+    std::cout << "      reproduce: " << f.reproduce << "\n";
+  }
   if (failed > 0) {
     std::cout << "replay a failure with:\n";
     for (const auto& row : rows) {
@@ -499,7 +563,7 @@ int print_summary(const std::vector<property_row>& rows, double total_s,
       if (!commands.debug.empty()) std::cout << "    in a debugger: " << commands.debug << "\n";
     }
   }
-  return failed == 0 ? exit_status::ok : exit_status::check_failed;
+  return failed == 0 && shutdown.empty() ? exit_status::ok : exit_status::check_failed;
 }
 
 // ---- the child's result ------------------------------------------------------------------------
@@ -594,6 +658,7 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
   property_row row;
   row.output = run.output;
   row.seconds = run.seconds;
+  row.in_child = true;
 
   std::string unreadable;
   if (!result_text.empty()) {
@@ -612,16 +677,11 @@ property_row row_from_child(const check_case& c, const check_config& cfg,
     const int expected =
         row.outcome.passed || row.outcome.skipped ? exit_status::ok : exit_status::check_failed;
     if (run.how == child_run::end::exited && run.exit_code == expected) return row;
-    // It reported, then went wrong on the way out (executor teardown, static destructors, a
-    // thread the code under test left running): a failure of the code under test all the same.
-    row.abnormal_end = ended + " after its result";
-    const std::string then = "then the process " + ended + " while shutting down";
-    row.outcome.message =
-        row.outcome.passed
-            ? "the property passed " + std::to_string(row.outcome.cases_run) + " case(s), " + then
-            : row.outcome.message + "\n" + then;
-    row.outcome.passed = false;
-    row.outcome.skipped = false;
+    // It reported, then went wrong on the way out (executor teardown, interpreter exit, static
+    // destructors, a thread the code under test left running): a defect of the code under test,
+    // but of its shutdown, not of the property, whose cases all ran to the result it reported.
+    // The property keeps its verdict; the run lists the way out once, as a shutdown finding.
+    row.shutdown = run.past_grace ? ended : ended + " after its result";
     return row;
   }
 
@@ -731,6 +791,7 @@ driver_fault_request driver_fault_request_of(const check_program& program,
   r.executor = opt.executor;
   if (opt.fault_call >= 0) r.only_call = static_cast<std::uint64_t>(opt.fault_call);
   r.timeout_s = opt.timeout_s;
+  r.shutdown_grace_s = opt.shutdown_grace_s;
   r.run_one = opt.run_one;
   r.result_fd = opt.result_fd;
   r.forwarded = opt.forwarded;
@@ -757,24 +818,6 @@ report_header report_header_of(const check_program& program, const std::vector<s
   h.cases = opt.cases > 0 ? std::to_string(opt.cases) + " per property (--cases)"
                           : "each property's own count";
   return h;
-}
-
-/// A row as the report shows it: a failure with the commands that replay it and the last lines
-/// of its output.
-report_row report_row_of(const property_row& row, const check_program& program,
-                         const check_options& opt) {
-  report_row r;
-  r.outcome = row.outcome;
-  r.seconds = row.seconds;
-  r.abnormal_end = row.abnormal_end;
-  r.has_result = row.has_result;
-  if (!row.outcome.passed && !row.outcome.skipped) {
-    r.output = last_lines(row.output, output_lines_shown);
-    const auto commands = replay_for(row, program, opt);
-    r.reproduce = commands.replay;
-    r.debug = commands.debug;
-  }
-  return r;
 }
 
 }  // namespace
@@ -866,6 +909,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     r.header.seed = cfg.seed;
     r.header.seed_fresh = opt.seed == 0;
     r.header.isolation = isolation;
+    r.shutdown_observed = !opt.in_process;
     r.profiles = profiles_of(cases);
     for (const auto& row : rows) r.rows.push_back(report_row_of(row, program, opt));
     r.selected = cases.size();
@@ -918,7 +962,8 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
       result->clear();
       const child_run run =
           run_child(child_arguments(program, opt, executor_name, c, cfg.seed), timeout,
-                    result->fd(), child_result_fd, std::size_t{64} * 1024, black_box.environment());
+                    result->fd(), child_result_fd, std::size_t{64} * 1024, black_box.environment(),
+                    std::chrono::seconds(opt.shutdown_grace_s));
       if (run.how == child_run::end::interrupted) {
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
         const double total =

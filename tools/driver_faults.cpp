@@ -90,6 +90,9 @@ oi::process_end to_process_end(const child_run& run, int timeout_s) {
     case child_run::end::timed_out:
     case child_run::end::interrupted:
       p.end = oi::process_end::how::timed_out;
+      p.past_grace = run.past_grace;
+      p.grace_s =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(run.grace).count());
       break;
   }
   return p;
@@ -350,7 +353,8 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
       std::cout << "  N=" << n << " ... " << std::flush;
       const child_run run =
           run_child(argv, timeout, result.fd(), child_result_fd, std::size_t{64} * 1024,
-                    oi::countdown_case_environment(interposer, n, report_path, true));
+                    oi::countdown_case_environment(interposer, n, report_path, true),
+                    std::chrono::seconds(r.shutdown_grace_s));
       if (run.how == child_run::end::interrupted) {
         std::cout << "interrupted by " << signal_name(run.signal) << "\n";
         interrupted_by = run.signal;
@@ -438,8 +442,12 @@ int driver_faults_main(const check_program& program, const driver_fault_request&
       std::cout << "the count did not finish: " << fr.result.stopped << "\n";
       if (fr.result.stopped != "interrupted") clean = false;
     }
+    for (const auto& f : fault_shutdown_findings(fr.result.rows)) {
+      clean = false;
+      std::cout << "shutdown: " << fault_shutdown_text(f) << "\n";
+    }
     for (const auto& row : fr.result.rows) {
-      if (row.cls == oi::fault_class::clean) continue;
+      if (row.cls == oi::fault_class::clean && row.shutdown.empty()) continue;
       clean = false;
       std::cout << "  N=" << row.n << " " << (row.call.empty() ? "(no call N)" : row.call) << ": "
                 << to_string(row.cls) << ": " << row.detail << "\n";

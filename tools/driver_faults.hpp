@@ -23,7 +23,8 @@ struct driver_fault_request {
   std::string executor = "auto";
   std::optional<std::uint64_t> only_call;  ///< --fault-call: this case alone
   int timeout_s = 600;
-  bool run_one = false;  ///< a child: run one case of `feature`
+  int shutdown_grace_s = 30;  ///< --shutdown-grace: a case's time to exit after its result
+  bool run_one = false;       ///< a child: run one case of `feature`
   int result_fd = -1;
   /// Options every child gets and every reproduce command shows (--plugin or --python, and
   /// --driver-faults), each name followed by its value.

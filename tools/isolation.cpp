@@ -145,7 +145,8 @@ std::string format_seconds(std::chrono::milliseconds d) {
 
 child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                     int extra_fd, int child_fd, std::size_t output_tail_bytes,
-                    const std::vector<std::string>& environment) {
+                    const std::vector<std::string>& environment,
+                    std::chrono::milliseconds after_result) {
   if (argv.empty()) throw std::invalid_argument("run_child: empty argv");
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
@@ -209,7 +210,10 @@ child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseco
 
   const interrupt_guard guard;
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + timeout;
+  auto deadline = start + timeout;
+  // The descriptor whose first bytes start the grace (the caller's own; the child has a copy).
+  const int watched = after_result.count() > 0 ? extra_fd : -1;
+  bool result_seen = false;
   pid_t pid = -1;
   if (int err = posix_spawn(&pid, args[0], &setup.actions, &setup.attr, args.data(), env.data());
       err != 0) {
@@ -230,6 +234,17 @@ child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseco
       break;
     }
     const auto now = std::chrono::steady_clock::now();
+    if (watched >= 0 && !result_seen) {
+      struct stat st {};
+      if (::fstat(watched, &st) == 0 && st.st_size > 0) {
+        result_seen = true;
+        if (now + after_result < deadline) {
+          deadline = now + after_result;
+          run.past_grace = true;  // kept only if the deadline below is the one reached
+          run.grace = after_result;
+        }
+      }
+    }
     if (now >= deadline) {
       run.how = child_run::end::timed_out;
       break;
@@ -267,6 +282,7 @@ child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseco
     run.output.erase(0, run.output.size() - output_tail_bytes);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (run.how != child_run::end::timed_out) run.past_grace = false;
   if (ended_by_itself) {
     if (WIFSIGNALED(status)) {
       run.how = child_run::end::signaled;
@@ -299,6 +315,9 @@ std::string describe_end(const child_run& run, std::chrono::milliseconds timeout
     case child_run::end::signaled:
       return "crashed: signal " + std::to_string(run.signal) + " (" + signal_name(run.signal) + ")";
     case child_run::end::timed_out:
+      if (run.past_grace) {
+        return "still running " + format_seconds(run.grace) + " after its result (killed)";
+      }
       return "timed out after " + format_seconds(timeout);
     case child_run::end::interrupted:
       return "interrupted by " + signal_name(run.signal);

@@ -23,6 +23,10 @@ struct child_run {
   end how = end::exited;
   int exit_code = 0;
   int signal = 0;
+  /// timed_out only: it was stopped because it was still running `after_result` after it wrote
+  /// its result (run_child's `after_result`), not at the time limit.
+  bool past_grace = false;
+  std::chrono::milliseconds grace{0};  ///< the `after_result` it ran past
   /// The last bytes (at most run_child's `output_tail_bytes`) the child wrote to stdout and
   /// stderr, in the order it wrote them: both are one pipe.
   std::string output;
@@ -34,18 +38,23 @@ struct child_run {
 /// `child_fd`, in this process's environment with the NAME=VALUE entries of `environment` added
 /// (replacing variables of the same name). Waits for it to end, at most `timeout`. Never returns
 /// while a process of the child's group can still be running: the group is killed once the child
-/// has ended (a leftover grandchild holding the pipe would otherwise keep the run waiting). Throws
-/// std::system_error when the child cannot be started.
+/// has ended (a leftover grandchild holding the pipe would otherwise keep the run waiting). With a
+/// positive `after_result` and an `extra_fd`, the child has that long to end once something is
+/// written to `extra_fd` (its result): a child that hangs on its way out after its result is
+/// stopped then, not at `timeout` (past_grace). Throws std::system_error when the child cannot be
+/// started.
 child_run run_child(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                     int extra_fd = -1, int child_fd = -1,
                     std::size_t output_tail_bytes = std::size_t{64} * 1024,
-                    const std::vector<std::string>& environment = {});
+                    const std::vector<std::string>& environment = {},
+                    std::chrono::milliseconds after_result = std::chrono::milliseconds::zero());
 
 /// "SIGSEGV" for 11, "signal 77" for a number without a name.
 std::string signal_name(int signal);
 
 /// One line for a child that ended without a usable result: "crashed: signal 11 (SIGSEGV)",
-/// "exited with code 1", "timed out after 600 s", "interrupted by SIGINT".
+/// "exited with code 1", "timed out after 600 s", "interrupted by SIGINT"; for one stopped past
+/// its `after_result` grace, "still running 30 s after its result (killed)".
 std::string describe_end(const child_run& run, std::chrono::milliseconds timeout);
 
 /// The path of the running executable (/proc/self/exe resolved), so that a child runs exactly

@@ -97,14 +97,22 @@ verdict_counts count_verdicts(const std::vector<report_row>& rows) {
   return c;
 }
 
+/// "region: 9 of 9 properties' processes crashed: signal 11 (SIGSEGV) after its result".
+std::string shutdown_text(const report_shutdown_finding& f) {
+  return f.feature + ": " + std::to_string(f.properties.size()) + " of " + std::to_string(f.of) +
+         " properties' processes " + f.end;
+}
+
 std::string summary_line(const check_report& r) {
   const verdict_counts c = count_verdicts(r.rows);
+  const auto shutdown = shutdown_findings_of(r.rows);
   std::string s = std::to_string(c.holds) + " hold, " + std::to_string(c.fails) + " fail, " +
                   std::to_string(c.not_applicable) + " not applicable, " +
                   std::to_string(c.skipped) + " skipped (" + std::to_string(r.rows.size()) +
                   " properties";
   if (r.rows.size() != r.selected) s += " of " + std::to_string(r.selected) + " selected";
   s += ", " + seconds_text(r.seconds) + ")";
+  for (const auto& f : shutdown) s += "; shutdown: " + shutdown_text(f);
   if (!r.stopped.empty()) s += "; the run stopped early: " + r.stopped;
   return s;
 }
@@ -147,6 +155,11 @@ std::string summary_line(const fault_report& r) {
                   " feature(s), " + seconds_text(r.seconds) + ": " +
                   (all_rows_clean(r) ? "every case clean" : "NOT every case clean") + " (" +
                   class_counts_text(all) + ")";
+  for (const auto& f : r.features) {
+    for (const auto& finding : fault_shutdown_findings(f.rows)) {
+      s += "; shutdown: " + f.feature + ": " + fault_shutdown_text(finding);
+    }
+  }
   if (!r.stopped.empty()) s += "; the run stopped early: " + r.stopped;
   return s;
 }
@@ -262,6 +275,20 @@ std::string render_markdown(const check_report& r) {
     os << "\n";
     for (const auto& n : r.notes) os << "- not checked: " << md_cell(n) << "\n";
   }
+  if (r.shutdown_observed) {
+    os << "\n## Shutdown\n\n";
+    const auto shutdown = shutdown_findings_of(r.rows);
+    if (shutdown.empty()) os << "Every property's process exited cleanly after its result.\n";
+    for (const auto& f : shutdown) {
+      os << "### " << md_cell(shutdown_text(f)) << "\n\n"
+         << "Each property's own verdict stands: its cases ran to the result it reported; the "
+            "process went wrong on its way out.\n\n"
+         << "- properties: " << md_cell(join(f.properties, ", ")) << "\n"
+         << "- reproduce: " << md_code(f.reproduce) << "\n";
+      if (!f.output.empty()) os << "\nlast lines of its output:\n\n" << md_block(f.output);
+      os << "\n";
+    }
+  }
 
   const verdict_counts c = count_verdicts(r.rows);
   if (c.fails > 0) {
@@ -321,6 +348,13 @@ std::string render_markdown(const fault_report& r) {
     }
     md_table(os, {"N", "failed call", "class", "detail", "time"}, rows);
     os << "\n" << class_counts_text(f.rows) << "\n";
+    for (const auto& finding : fault_shutdown_findings(f.rows)) {
+      const auto& row = f.rows.at(finding.first);
+      os << "\n### " << md_cell(f.feature) << " shutdown\n\n"
+         << md_cell(fault_shutdown_text(finding)) << ". Each case keeps the class its result "
+         << "gives.\n\n- reproduce: " << md_code(f.reproduce.at(finding.first)) << "\n";
+      if (!row.output.empty()) os << "\nlast lines of its output:\n\n" << md_block(row.output);
+    }
     if (!f.complete && !f.stopped.empty()) {
       os << "\nthe count did not finish: " << md_cell(f.stopped) << "\n";
     }
@@ -371,6 +405,13 @@ json row_json(const report_row& row) {
     if (!row.debug.empty()) j["debug"] = row.debug;
     j["output"] = row.output;
   }
+  // How its process ended after its result, when not cleanly (its verdict stands): the run's
+  // "shutdown" section gathers these.
+  j["shutdown"] = row.shutdown.empty() ? json(nullptr) : json(row.shutdown);
+  if (!row.shutdown.empty() && o.passed) {
+    j["reproduce"] = row.reproduce;
+    j["output"] = row.output;
+  }
   return j;
 }
 
@@ -389,16 +430,32 @@ std::string render_json(const check_report& r) {
   json rows = json::array();
   for (const auto& row : r.rows) rows.push_back(row_json(row));
   const verdict_counts c = count_verdicts(r.rows);
+  const auto found = shutdown_findings_of(r.rows);
+  json findings = json::array();
+  for (const auto& f : found) {
+    findings.push_back({{"feature", f.feature},
+                        {"end", f.end},
+                        {"properties", f.properties},
+                        {"of", f.of},
+                        {"reproduce", f.reproduce},
+                        {"output", f.output}});
+  }
+  // null: not seen (--in-process); otherwise whether every property's process exited cleanly.
+  const json shutdown = r.shutdown_observed
+                            ? json{{"clean", found.empty()}, {"findings", std::move(findings)}}
+                            : json(nullptr);
   const json j = {{"format", json_format_name},
                   {"format_version", json_format_version},
                   {"kind", "properties"},
                   {"header", header_json(r.header)},
                   {"profiles", profiles},
                   {"properties", rows},
+                  {"shutdown", shutdown},
                   {"not_checked", r.notes},
                   {"summary",
                    {{"holds", c.holds},
                     {"fails", c.fails},
+                    {"shutdown_findings", found.size()},
                     {"not_applicable", c.not_applicable},
                     {"skipped", c.skipped},
                     {"properties", r.rows.size()},
@@ -430,8 +487,21 @@ std::string render_json(const fault_report& r) {
         also.push_back({{"class", interpose::to_string(f.cls)}, {"detail", f.detail}});
       }
       jr["also"] = std::move(also);
+      jr["shutdown"] = row.shutdown.empty() ? json(nullptr) : json(row.shutdown);
+      if (!row.shutdown.empty()) jr["output"] = row.output;
       rows.push_back(std::move(jr));
     }
+    json findings = json::array();
+    for (const auto& finding : fault_shutdown_findings(f.rows)) {
+      findings.push_back({{"end", finding.end},
+                          {"cases", finding.cases},
+                          {"of", finding.of},
+                          {"without_fault", finding.without_fault},
+                          {"text", fault_shutdown_text(finding)},
+                          {"reproduce", f.reproduce.at(finding.first)},
+                          {"output", f.rows.at(finding.first).output}});
+    }
+    const bool shutdown_clean = findings.empty();
     json counts = json::object();
     for (const auto& [name, n] : class_counts(f.rows)) counts[name] = n;
     cases += f.rows.size();
@@ -441,6 +511,7 @@ std::string render_json(const fault_report& r) {
                         {"declared", profile_json(f.profile)},
                         {"cases", rows},
                         {"counts", counts},
+                        {"shutdown", {{"clean", shutdown_clean}, {"findings", findings}}},
                         {"complete", f.complete},
                         {"stopped", f.stopped}});
   }
@@ -496,8 +567,9 @@ void html_profiles(std::ostream& os, const std::vector<report_profile>& profiles
 std::string render_html(const check_report& r) {
   std::ostringstream os;
   const verdict_counts c = count_verdicts(r.rows);
+  const auto shutdown = shutdown_findings_of(r.rows);
   html_begin(os, "offloadkit conformance report", summary_line(r),
-             c.fails > 0 || !r.stopped.empty());
+             c.fails > 0 || !r.stopped.empty() || !shutdown.empty());
   html_header(os, r.header);
   html_profiles(os, r.profiles);
   os << "<h2>Properties</h2>\n<table>\n<tr><th>feature</th><th>implementation</th><th>property</th>"
@@ -520,6 +592,22 @@ std::string render_html(const check_report& r) {
     os << "<ul>\n";
     for (const auto& n : r.notes) os << "<li>not checked: " << html(n) << "</li>\n";
     os << "</ul>\n";
+  }
+  if (r.shutdown_observed) {
+    os << "<h2>Shutdown</h2>\n";
+    if (shutdown.empty()) {
+      os << "<p>Every property's process exited cleanly after its result.</p>\n";
+    }
+    for (const auto& f : shutdown) {
+      os << "<h3 class=\"fails\">" << html(shutdown_text(f)) << "</h3>\n"
+         << "<p>Each property's own verdict stands: its cases ran to the result it reported; the "
+            "process went wrong on its way out.</p>\n<ul>\n<li>properties: "
+         << html(join(f.properties, ", ")) << "</li>\n<li>reproduce: <code>" << html(f.reproduce)
+         << "</code></li>\n</ul>\n";
+      if (!f.output.empty()) {
+        os << "<p>last lines of its output:</p>\n<pre>" << html(f.output) << "</pre>\n";
+      }
+    }
   }
   if (c.fails > 0) {
     os << "<h2>Failures</h2>\n";
@@ -563,7 +651,9 @@ std::string class_css(interpose::fault_class cls) {
 
 std::string render_html(const fault_report& r) {
   std::ostringstream os;
-  html_begin(os, "offloadkit driver-fault report", summary_line(r), !all_rows_clean(r));
+  bool shutdown = false;
+  for (const auto& f : r.features) shutdown = shutdown || !fault_shutdown_findings(f.rows).empty();
+  html_begin(os, "offloadkit driver-fault report", summary_line(r), !all_rows_clean(r) || shutdown);
   html_header(os, r.header);
   os << "<p>interposer: <code>" << html(r.interposer) << "</code></p>\n";
   std::vector<report_profile> profiles;
@@ -582,6 +672,16 @@ std::string render_html(const fault_report& r) {
          << "</td></tr>\n";
     }
     os << "</table>\n<p>" << html(class_counts_text(f.rows)) << "</p>\n";
+    for (const auto& finding : fault_shutdown_findings(f.rows)) {
+      os << "<h3 class=\"bad\">" << html(f.feature) << " shutdown</h3>\n<p>"
+         << html(fault_shutdown_text(finding))
+         << ". Each case keeps the class its result gives.</p>\n<p>reproduce: <code>"
+         << html(f.reproduce.at(finding.first)) << "</code></p>\n";
+      const auto& row = f.rows.at(finding.first);
+      if (!row.output.empty()) {
+        os << "<p>last lines of its output:</p>\n<pre>" << html(row.output) << "</pre>\n";
+      }
+    }
     if (!f.complete && !f.stopped.empty()) {
       os << "<p>the count did not finish: " << html(f.stopped) << "</p>\n";
     }
@@ -608,6 +708,65 @@ std::string render_html(const fault_report& r) {
 }
 
 }  // namespace
+
+std::vector<report_shutdown_finding> shutdown_findings_of(const std::vector<report_row>& rows) {
+  std::vector<report_shutdown_finding> out;
+  for (const auto& row : rows) {
+    if (row.shutdown.empty()) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&row](const report_shutdown_finding& f) {
+      return f.feature == row.outcome.feature && f.end == row.shutdown;
+    });
+    if (it == out.end()) {
+      report_shutdown_finding f;
+      f.feature = row.outcome.feature;
+      f.end = row.shutdown;
+      f.output = row.output;
+      f.reproduce = row.reproduce;
+      it = out.insert(out.end(), std::move(f));
+    }
+    it->properties.push_back(row.outcome.name);
+  }
+  for (auto& f : out) {
+    // The properties of the feature that ran to a result in a process of their own.
+    f.of = static_cast<std::size_t>(std::count_if(rows.begin(), rows.end(), [&f](const auto& r) {
+      return r.outcome.feature == f.feature && r.has_result && !r.outcome.not_applicable;
+    }));
+  }
+  return out;
+}
+
+std::vector<fault_shutdown_finding> fault_shutdown_findings(
+    const std::vector<interpose::case_row>& rows) {
+  std::vector<fault_shutdown_finding> out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    if (row.shutdown.empty()) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&row](const fault_shutdown_finding& f) {
+      return f.end == row.shutdown;
+    });
+    if (it == out.end()) {
+      fault_shutdown_finding f;
+      f.end = row.shutdown;
+      f.first = i;
+      f.of = rows.size();
+      it = out.insert(out.end(), std::move(f));
+    }
+    it->cases.push_back(row.n);
+    if (row.call.empty()) it->without_fault = true;
+  }
+  return out;
+}
+
+std::string fault_shutdown_text(const fault_shutdown_finding& f) {
+  std::vector<std::string> n;
+  n.reserve(f.cases.size());
+  for (const auto c : f.cases) n.push_back(std::to_string(c));
+  return std::to_string(f.cases.size()) + " of " + std::to_string(f.of) +
+         " cases' processes (N=" + join(n, ", ") + ") " + f.end +
+         (f.without_fault ? ", including the case with no failure injected (the implementation's "
+                            "shutdown, whatever the fault)"
+                          : ", only cases with a failure injected (the fault may be its cause)");
+}
 
 // ---- the file --------------------------------------------------------------------------------
 

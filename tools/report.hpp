@@ -97,9 +97,12 @@ struct report_row {
   /// (SIGSEGV)"); empty otherwise.
   std::string abnormal_end;
   bool has_result = true;  ///< false: the process ended before it reported an outcome
-  std::string output;      ///< the last lines of its output (failures only)
-  std::string reproduce;   ///< the command that replays it (failures only)
-  std::string debug;       ///< the same under a debugger, for an abnormal end
+  /// How its process ended after it reported its outcome, when not as it should ("crashed:
+  /// signal 11 (SIGSEGV) after its result"): a shutdown finding, never the row's verdict.
+  std::string shutdown;
+  std::string output;     ///< the last lines of its output (failures and shutdown findings only)
+  std::string reproduce;  ///< the command that replays it (failures and shutdown findings only)
+  std::string debug;      ///< the same under a debugger, for an abnormal end
 };
 
 /// The verdict of a row as the report words it: "holds", "fails", "not applicable", "skipped".
@@ -113,7 +116,39 @@ struct check_report {
   std::vector<std::string> notes;  ///< "stash: not provided by the plugin", ...
   double seconds = 0;
   std::string stopped;  ///< why the run ended early ("interrupted by SIGINT"); empty otherwise
+  /// The properties ran in processes of their own, so that how each exited was seen (not with
+  /// --in-process): the report's "shutdown" section says whether every one exited cleanly.
+  bool shutdown_observed = false;
 };
+
+/// The shutdown findings of a run: per feature and way of ending, the rows whose processes ended
+/// that way after their results, of how many rows of the feature ran in a process.
+struct report_shutdown_finding {
+  std::string feature;
+  std::string end;  ///< "crashed: signal 11 (SIGSEGV) after its result"
+  std::vector<std::string> properties;
+  std::size_t of = 0;
+  std::string output;     ///< the first one's last lines
+  std::string reproduce;  ///< the first one's replay command
+};
+std::vector<report_shutdown_finding> shutdown_findings_of(const std::vector<report_row>& rows);
+
+/// The shutdown findings of one feature's countdown: per way of ending after the result, the
+/// cases (N) whose processes ended that way, of how many cases ran.
+struct fault_shutdown_finding {
+  std::string end;  ///< "crashed: signal 11 (SIGSEGV) after its result"
+  std::vector<std::uint64_t> cases;
+  std::size_t of = 0;
+  /// The case that reached no call N (no failure injected) is one of them: the implementation's
+  /// shutdown fails on its own, not because of a fault.
+  bool without_fault = false;
+  std::size_t first = 0;  ///< the index of the first such row
+};
+std::vector<fault_shutdown_finding> fault_shutdown_findings(
+    const std::vector<interpose::case_row>& rows);
+/// "2 of 3 cases (N=0, 2) crashed: ... after its result, including the case with no failure
+/// injected (the implementation's shutdown, whatever the fault)".
+std::string fault_shutdown_text(const fault_shutdown_finding& f);
 
 /// One feature's countdown under --driver-faults.
 struct fault_report_feature {

@@ -247,6 +247,25 @@ void note_framework_cache(case_row& row, const case_run& run) {
                 run.scenario->framework_cache;
 }
 
+/// How a process that wrote its result then ended: "crashed: signal 11 (SIGSEGV) after its
+/// result", "exited with code 3 after its result", "still running 30 s after its result
+/// (killed)".
+std::string shutdown_of(const process_end& p) {
+  switch (p.end) {
+    case process_end::how::signaled:
+      return "crashed: signal " + std::to_string(p.signal) + " (" + p.signal_name +
+             ") after its result";
+    case process_end::how::timed_out:
+      return p.past_grace
+                 ? "still running " + std::to_string(p.grace_s) + " s after its result (killed)"
+                 : "still running at the time limit (" + std::to_string(p.timeout_s) +
+                       " s) after its result";
+    case process_end::how::exited:
+      break;
+  }
+  return "exited with code " + std::to_string(p.exit_code) + " after its result";
+}
+
 case_row classify_without_notes(std::uint64_t n, const case_run& run) {
   case_row row;
   row.n = n;
@@ -256,8 +275,16 @@ case_row classify_without_notes(std::uint64_t n, const case_run& run) {
   if (injected) row.call = *run.report->failed_function;
   const std::string after = after_failure(run.report);
 
-  // A process that died or hung says nothing more: its ledger was never completed.
-  switch (run.process.end) {
+  const bool exited_cleanly =
+      run.process.end == process_end::how::exited && run.process.exit_code == 0;
+  if (run.scenario && !exited_cleanly) {
+    // The scenario's result is in: the case is what it says. How the process then ended is the
+    // implementation's shutdown (interpreter exit, a static destructor), not the fault's outcome.
+    row.shutdown = shutdown_of(run.process);
+  }
+  // A process that died or hung before its result says nothing more: its ledger was never
+  // completed.
+  switch (row.shutdown.empty() ? run.process.end : process_end::how::exited) {
     case process_end::how::signaled:
       row.cls = fault_class::crashed;
       row.detail = "signal " + std::to_string(run.process.signal) + " (" + run.process.signal_name +
@@ -277,16 +304,30 @@ case_row classify_without_notes(std::uint64_t n, const case_run& run) {
     row.detail = run.scenario->unusable;
     return row;
   }
-  if (run.process.exit_code != 0) {
-    // A black box's exit status is all it says; a scenario's comes after its result.
-    found.push_back({fault_class::exited, "exit code " + std::to_string(run.process.exit_code) +
-                                              (run.scenario ? " after its result" : "") + after});
+  if (!run.scenario && run.process.exit_code != 0) {
+    // A black box's exit status is all it says.
+    found.push_back(
+        {fault_class::exited, "exit code " + std::to_string(run.process.exit_code) + after});
   }
   if (run.scenario) {
     for (fault_finding& f : judge_scenario(*run.scenario)) found.push_back(std::move(f));
   }
-  // The ledger is read whatever else went wrong: a case can fail its retry and leak too.
-  if (auto ledger = judge_ledger(run)) found.push_back(std::move(*ledger));
+  // The ledger is read whatever else went wrong: a case can fail its retry and leak too. One a
+  // shutdown left unfinished cannot be judged, which the detail says instead.
+  std::string unjudged;
+  if (auto ledger = judge_ledger(run)) {
+    if (!row.shutdown.empty() && ledger->cls == fault_class::unknown) {
+      unjudged = "leaks not judged: " + ledger->detail + " (the process did not exit cleanly)";
+    } else {
+      found.push_back(std::move(*ledger));
+    }
+  }
+  const auto add_shutdown = [&row, &unjudged] {
+    if (!unjudged.empty()) row.detail += (row.detail.empty() ? "" : "; ") + unjudged;
+    if (!row.shutdown.empty()) {
+      row.detail += (row.detail.empty() ? "" : "; ") + std::string("shutdown: ") + row.shutdown;
+    }
+  };
   if (!found.empty()) {
     row.cls = found.front().cls;
     row.detail = found.front().detail;
@@ -294,6 +335,7 @@ case_row classify_without_notes(std::uint64_t n, const case_run& run) {
     for (const fault_finding& f : row.also) {
       row.detail += "; also " + std::string(to_string(f.cls)) + ": " + f.detail;
     }
+    add_shutdown();
     return row;
   }
   row.cls = fault_class::clean;
@@ -311,6 +353,7 @@ case_row classify_without_notes(std::uint64_t n, const case_run& run) {
   } else {
     row.detail = "exit code 0";
   }
+  add_shutdown();
   return row;
 }
 

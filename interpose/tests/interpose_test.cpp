@@ -726,9 +726,18 @@ TEST(Classify, ExitAfterTheResultAbsorbedErrorsAndAnOverflowedLedger) {
   run.report = complete_report(true);
   run.scenario = oi::scenario_result{};
   run.process.exit_code = 3;
+  // The result is in: the case is what it says (clean); the exit is its shutdown.
   oi::case_row row = oi::classify(2, run);
+  EXPECT_EQ(row.cls, oi::fault_class::clean);
+  EXPECT_EQ(row.shutdown, "exited with code 3 after its result");
+  EXPECT_NE(row.detail.find("; shutdown: exited with code 3 after its result"), std::string::npos)
+      << row.detail;
+  // A black box has no result: its exit status is its outcome.
+  run.scenario.reset();
+  row = oi::classify(2, run);
   EXPECT_EQ(row.cls, oi::fault_class::exited);
-  EXPECT_EQ(row.detail.rfind("exit code 3 after its result", 0), 0u) << row.detail;
+  EXPECT_TRUE(row.shutdown.empty());
+  run.scenario = oi::scenario_result{};
 
   // A fault the implementation absorbed is clean, and the row says where it was absorbed.
   run.process.exit_code = 0;
@@ -746,6 +755,42 @@ TEST(Classify, ExitAfterTheResultAbsorbedErrorsAndAnOverflowedLedger) {
   EXPECT_NE(row.detail.find("(512 bytes)"), std::string::npos) << row.detail;
   EXPECT_NE(row.detail.find("the ledger overflowed: 4 creation(s) untracked"), std::string::npos)
       << row.detail;
+}
+
+TEST(Classify, ACrashOrAHangAfterTheResultIsTheCasesShutdownNotItsClass) {
+  oi::case_run run;
+  run.report = complete_report(true);
+  run.scenario = oi::scenario_result{};
+  run.scenario->data_ok = false;
+  run.scenario->problems = {"byte 3 differs"};
+  run.process.end = oi::process_end::how::signaled;
+  run.process.signal = 11;
+  run.process.signal_name = "SIGSEGV";
+  oi::case_row row = oi::classify(1, run);
+  EXPECT_EQ(row.cls, oi::fault_class::data_lost) << row.detail;
+  EXPECT_EQ(row.shutdown, "crashed: signal 11 (SIGSEGV) after its result");
+
+  // A crash that left the ledger unfinished: the result decides, the leaks are not judged.
+  run.scenario = oi::scenario_result{};
+  run.report->reason = "running";
+  row = oi::classify(1, run);
+  EXPECT_EQ(row.cls, oi::fault_class::clean) << row.detail;
+  EXPECT_NE(row.detail.find("leaks not judged: "), std::string::npos) << row.detail;
+
+  // A hang past the grace after the result.
+  run.process.end = oi::process_end::how::timed_out;
+  run.process.past_grace = true;
+  run.process.grace_s = 30;
+  row = oi::classify(1, run);
+  EXPECT_EQ(row.cls, oi::fault_class::clean) << row.detail;
+  EXPECT_EQ(row.shutdown, "still running 30 s after its result (killed)");
+
+  // Without a result the crash is the case's class, as before.
+  run.scenario.reset();
+  run.process.end = oi::process_end::how::signaled;
+  row = oi::classify(1, run);
+  EXPECT_EQ(row.cls, oi::fault_class::crashed);
+  EXPECT_TRUE(row.shutdown.empty());
 }
 
 TEST(Countdown, StopsAtTheCaseLimitAndWhenInterrupted) {

@@ -46,6 +46,9 @@ VALUE_OPTIONS = {
     "--property": ("NAME", "only the properties with this name"),
     "--timeout": ("SECONDS", "stop a property still running after SECONDS, in 1..86400 "
                              "(default 600)"),
+    "--shutdown-grace": ("SECONDS", "how long a property's process may take to exit after its "
+                                    "result, in 1..86400; past it, it is killed and recorded as "
+                                    "hung at exit (default 30)"),
     "--report": ("FILE", "also write a conformance report into FILE (.md, .json or .html)"),
     "--fault-call": ("N", "with --driver-faults: run case N alone"),
     "--python": ("MODULE:FACTORY", "the factory to check, as the C++ command takes it (the "
@@ -65,9 +68,13 @@ Each property runs in a child process of its own (sys.executable -m offloadkit),
 an exit() or a hang in the code under test ends only that property: it is one FAILED row with the
 last lines of its output, and the run goes on. Every failure prints the command that replays it.
 
-exit status: 0 every property holds; 1 a property failed; 2 bad usage; 3 the executor cannot run
-here; 4 the Python implementation cannot be loaded or has nothing to run; 5 the report cannot be
-written; 128+N interrupted by signal N.
+A process that crashes, exits with an unexpected status or hangs after it wrote its property's
+result (at interpreter exit, say) keeps the property's verdict: the way it ended is a shutdown
+finding, listed once per feature after the table and in the --report's "shutdown" section.
+
+exit status: 0 every property holds; 1 a property failed, or a shutdown finding; 2 bad usage; 3
+the executor cannot run here; 4 the Python implementation cannot be loaded or has nothing to run;
+5 the report cannot be written; 128+N interrupted by signal N.
 """
 
 

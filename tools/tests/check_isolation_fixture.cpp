@@ -76,6 +76,18 @@ void crashes_on_exit(executor& /*ex*/) {
   RC_ASSERT(registered);
 }
 
+/// Passes every case, then never exits (a thread of the code under test that exit waits for,
+/// say): stopped --shutdown-grace after its result, not at the time limit.
+void hangs_on_exit(executor& /*ex*/) {
+  static const bool registered = [] {
+    std::atexit([] {
+      for (;;) ::pause();
+    });
+    return true;
+  }();
+  RC_ASSERT(registered);
+}
+
 std::vector<check_case> fixture_cases(const std::string& /*executor_name*/) {
   std::vector<check_case> cases;
   auto add = [&cases](const char* name, void (*body)(executor&)) {
@@ -96,6 +108,7 @@ std::vector<check_case> fixture_cases(const std::string& /*executor_name*/) {
   add("exits_leaving_a_process", exits_leaving_a_process);
   add("crashes_on_exit", crashes_on_exit);
   add("passes_last", passes);
+  add("hangs_on_exit", hangs_on_exit);
   return cases;
 }
 

@@ -2,7 +2,9 @@
 # misbehave on purpose):
 #   cmake -DFIXTURE=<path of check_isolation_fixture> -P expect_isolation.cmake
 # Checks that the run finishes, that each misbehaving property is one FAILED row naming its
-# signal, exit code or time limit, that the passing property after them is reported ok, that the
+# signal, exit code or time limit, that the passing property after them is reported ok, that a
+# process that crashes or hangs at exit after its result keeps its property's verdict and is one
+# shutdown finding (a hang stopped --shutdown-grace after the result, not at --timeout), that the
 # exit status is 1, and that the printed reproduce commands replay the failures exactly.
 cmake_minimum_required(VERSION 3.25)
 
@@ -48,8 +50,9 @@ macro(reproduce_of property)
   endif()
 endmacro()
 
-# 1. The whole run: every property, each in its own process, two seconds before a hang is stopped.
-run_fixture(check --executor host --seed 42 --timeout 2)
+# 1. The whole run: every property, each in its own process, two seconds before a hang is stopped,
+#    one second for a process to exit after its result.
+run_fixture(check --executor host --seed 42 --timeout 2 --shutdown-grace 1)
 if(NOT rc EQUAL 1)
   fail("expected exit status 1 from the run, got '${rc}'")
 endif()
@@ -67,26 +70,34 @@ expect_match("${out}" "${row}hangs +\\| host +\\| +- \\| FAILED, timed out after
              "a hang is one row naming the time limit")
 expect_match("${out}" "${row}exits_leaving_a_process +\\| host +\\| +- \\| FAILED, exited with code 0 without a result +\\| 42\n"
              "a process left holding the output does not hold up the run")
-expect_match("${out}" "${row}crashes_on_exit +\\| host +\\| +5 \\| FAILED, crashed: signal 11 \\(SIGSEGV\\) after its result +\\| 42\n"
-             "a crash after the result is one row")
+expect_match("${out}" "${row}crashes_on_exit +\\| host +\\| +5 \\| ok +\\|\n"
+             "a crash after the result keeps the property's verdict")
+expect_match("${out}" "crashes_on_exit \\.\\.\\. ok \\(5 cases, [0-9.]+ s; shutdown: crashed: signal 11 \\(SIGSEGV\\) after its result\\)"
+             "the progress line says how the process ended")
 expect_match("${out}" "${row}passes_last +\\| host +\\| +5 \\| ok +\\|\n"
              "the property after the crashes still runs and passes")
-expect_match("${out}" "\n2 passed, 7 failed, " "the summary counts every row")
+expect_match("${out}" "${row}hangs_on_exit +\\| host +\\| +5 \\| ok +\\|\n"
+             "a hang after the result keeps the property's verdict")
+expect_match("${out}" "\n4 passed, 6 failed, " "the summary counts every row")
+expect_match("${out}" "\nshutdown: fixture: 1 of 5 properties' processes crashed: signal 11 \\(SIGSEGV\\) after its result \\(their verdicts stand\\): crashes_on_exit\n"
+             "a crash at exit is one shutdown finding")
+expect_match("${out}" "\nshutdown: fixture: 1 of 5 properties' processes still running 1 s after its result \\(killed\\) \\(their verdicts stand\\): hangs_on_exit\n(      [^\n]*\n)*      reproduce: check_isolation_fixture check [^\n]*--property hangs_on_exit"
+             "a hang at exit is one shutdown finding, stopped by the grace")
 expect_match("${out}" "      \\| fixture: about to store to an unmapped address\n"
              "a crash shows the last lines of its output")
 expect_match("${out}" "      \\| fixture: giving up with exit\\(1\\)\n"
              "an early exit shows the last lines of its output")
-# One row per property: nine rows, and the progress lines came out whole (no child output between
+# One row per property: ten rows, and the progress lines came out whole (no child output between
 # a property's name and its result).
 string(REGEX MATCHALL "\n${row}" rows "${out}")
 list(LENGTH rows row_count)
-if(NOT row_count EQUAL 9)
-  fail("expected 9 table rows, got ${row_count}")
+if(NOT row_count EQUAL 10)
+  fail("expected 10 table rows, got ${row_count}")
 endif()
-string(REGEX MATCHALL "\n\\[[0-9]/9\\] fixture/misbehaving [a-z_]+ \\.\\.\\. (ok|FAILED) \\(" progress "${out}")
+string(REGEX MATCHALL "\n\\[ ?[0-9]+/10\\] fixture/misbehaving [a-z_]+ \\.\\.\\. (ok|FAILED) \\(" progress "${out}")
 list(LENGTH progress progress_count)
-if(NOT progress_count EQUAL 9)
-  fail("expected 9 whole progress lines, got ${progress_count}")
+if(NOT progress_count EQUAL 10)
+  fail("expected 10 whole progress lines, got ${progress_count}")
 endif()
 set(whole_run "${out}")
 
@@ -143,5 +154,17 @@ foreach(mode "" "--in-process")
   run_fixture(check --executor host --property passes_first --cases 2 --seed 5 ${mode})
   expect_match("${out}" "passes_first \\.\\.\\. ok \\(2 cases" "--cases 2 ${mode} runs 2 cases")
 endforeach()
+
+# 4. A process that hangs at exit costs --shutdown-grace, not --timeout: with a minute's limit the
+#    run ends within seconds (execute_process gives it 20), the property ok, the hang a finding.
+execute_process(COMMAND ${FIXTURE} check --executor host --seed 42 --property hangs_on_exit
+                        --timeout 60 --shutdown-grace 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 20)
+if(NOT rc EQUAL 1)
+  fail("expected exit status 1 (a shutdown finding) within 20 s from hangs_on_exit, got '${rc}'")
+endif()
+expect_match("${out}" "\n1 passed, 0 failed, " "the property holds")
+expect_match("${out}" "\nshutdown: fixture: 1 of 1 properties' processes still running 1 s after its result \\(killed\\)"
+             "the hang at exit is stopped by the grace")
 
 message(STATUS "crash isolation works:\n${whole_run}")

@@ -43,7 +43,7 @@ endfunction()
 # 1. The whole run.
 file(REMOVE "${OUT}.json")
 execute_process(COMMAND ${FIXTURE} check --executor host --seed 42 --timeout 2
-                        --report ${OUT}.json
+                        --shutdown-grace 1 --report ${OUT}.json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
 if(NOT rc EQUAL 1)
   fail("expected exit status 1, got '${rc}'")
@@ -55,8 +55,39 @@ expect_row(2 segfaults fails "crashed: signal 11 \\(SIGSEGV\\)")
 expect_row(3 aborts fails "crashed: signal 6 \\(SIGABRT\\)")
 expect_row(4 exits fails "exited with code 1 without a result")
 expect_row(5 hangs fails "timed out after 2 s")
-expect_row(7 crashes_on_exit fails "crashed: signal 11 \\(SIGSEGV\\) after its result")
+expect_row(7 crashes_on_exit holds "")
 expect_row(8 passes_last holds "")
+expect_row(9 hangs_on_exit holds "")
+json_get(crash_end properties 7 shutdown)
+json_get(hang_end properties 9 shutdown)
+json_get(findings shutdown findings)
+string(JSON n_findings LENGTH "${findings}")
+json_get(clean shutdown clean)
+json_get(first_feature shutdown findings 0 feature)
+json_get(first_end shutdown findings 0 end)
+json_get(first_properties shutdown findings 0 properties)
+json_get(first_of shutdown findings 0 of)
+json_get(first_reproduce shutdown findings 0 reproduce)
+json_get(n_summary summary shutdown_findings)
+if(NOT crash_end STREQUAL "crashed: signal 11 (SIGSEGV) after its result" OR
+   NOT hang_end STREQUAL "still running 1 s after its result (killed)" OR
+   NOT n_findings EQUAL 2 OR NOT clean STREQUAL "OFF" OR NOT first_feature STREQUAL "fixture" OR
+   NOT first_end STREQUAL crash_end OR NOT first_properties MATCHES "^\\[ *\"crashes_on_exit\" *\\]$" OR
+   NOT first_of EQUAL 5 OR NOT first_reproduce MATCHES "--property crashes_on_exit" OR
+   NOT n_summary EQUAL 2)
+  fail("the shutdown findings: rows '${crash_end}' '${hang_end}', ${n_findings} findings "
+       "(clean ${clean}): ${findings}")
+endif()
+# Markdown and HTML say the same, in a section of their own.
+file(REMOVE "${OUT}.md")
+execute_process(COMMAND ${FIXTURE} check --executor host --seed 42 --property crashes_on_exit
+                        --report ${OUT}.md
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+file(READ "${OUT}.md" md)
+if(NOT rc EQUAL 1 OR NOT md MATCHES "\\| crashes_on_exit \\| holds \\|" OR
+   NOT md MATCHES "\n## Shutdown\n\n### fixture: 1 of 1 properties' processes crashed: signal 11 \\(SIGSEGV\\) after its result\n.*- properties: crashes_on_exit\n- reproduce: `check_isolation_fixture check")
+  fail("the Markdown report's shutdown section (exit ${rc}):\n${md}")
+endif()
 json_get(output properties 2 output)
 json_get(debug properties 2 debug)
 json_get(reported properties 2 reported_result)
@@ -89,8 +120,8 @@ string(JSON n LENGTH "${rows}")
 json_get(selected summary selected)
 json_get(complete summary complete)
 json_get(stopped summary stopped)
-if(NOT n EQUAL 5 OR NOT selected EQUAL 9 OR NOT complete STREQUAL "OFF" OR
-   NOT stopped STREQUAL "interrupted by SIGINT after 5 of 9 properties")
+if(NOT n EQUAL 5 OR NOT selected EQUAL 10 OR NOT complete STREQUAL "OFF" OR
+   NOT stopped STREQUAL "interrupted by SIGINT after 5 of 10 properties")
   fail("the interrupted run's report: ${n} of ${selected} rows, complete ${complete}, "
        "stopped '${stopped}'")
 endif()

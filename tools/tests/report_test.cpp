@@ -314,5 +314,37 @@ TEST(FaultReport, EveryCaseWithItsClassInEachFormat) {
   EXPECT_TRUE(contains(page, "<td>cuMemCreate</td><td class=\"clean\">clean</td>")) << page;
 }
 
+TEST(FaultReport, ACrashAfterTheResultIsTheFeaturesShutdownFindingInEachFormat) {
+  fault_report r = sample_fault_report();
+  auto& rows = r.features.at(0).rows;
+  rows[0].shutdown = "crashed: signal 11 (SIGSEGV) after its result";
+  rows[0].output = "tearing down\n";
+  rows[2].shutdown = rows[0].shutdown;  // the case with no failure injected too
+  const auto j = nlohmann::json::parse(render_report(r, report_format::json));
+  const auto& feature = j.at("features").at(0);
+  EXPECT_EQ(feature.at("cases").at(0).at("class"), "clean");
+  EXPECT_EQ(feature.at("cases").at(0).at("shutdown"), rows[0].shutdown);
+  EXPECT_TRUE(feature.at("cases").at(1).at("shutdown").is_null());
+  const auto& shutdown = feature.at("shutdown");
+  EXPECT_EQ(shutdown.at("clean"), false);
+  ASSERT_EQ(shutdown.at("findings").size(), 1U);
+  const auto& finding = shutdown.at("findings").at(0);
+  EXPECT_EQ(finding.at("cases"), nlohmann::json::array({0, 2}));
+  EXPECT_EQ(finding.at("of"), 3);
+  EXPECT_EQ(finding.at("without_fault"), true);
+  EXPECT_EQ(finding.at("reproduce"), "offloadkit check --fault-call 0");
+  EXPECT_EQ(finding.at("output"), "tearing down\n");
+  EXPECT_TRUE(contains(finding.at("text").get<std::string>(),
+                       "2 of 3 cases' processes (N=0, 2) crashed: signal 11 (SIGSEGV) after its "
+                       "result, including the case with no failure injected"));
+  EXPECT_TRUE(
+      contains(j.at("summary").at("text").get<std::string>(), "; shutdown: region: 2 of 3"));
+
+  const std::string md = render_report(r, report_format::markdown);
+  EXPECT_TRUE(contains(md, "### region shutdown\n\n2 of 3 cases' processes (N=0, 2)")) << md;
+  const std::string page = render_report(r, report_format::html);
+  EXPECT_TRUE(contains(page, "<h3 class=\"bad\">region shutdown</h3>")) << page;
+}
+
 }  // namespace
 }  // namespace offloadkit::tools

@@ -109,7 +109,11 @@ struct process_end {
   int signal = 0;
   std::string signal_name;  ///< "SIGSEGV"
   int timeout_s = 0;        ///< the limit a timed-out process ran past
-  std::string output;       ///< the tail of its stdout and stderr
+  /// timed_out only: it was stopped `grace_s` after it wrote its result (a hang on its way out),
+  /// not at the time limit.
+  bool past_grace = false;
+  int grace_s = 0;
+  std::string output;  ///< the tail of its stdout and stderr
   double seconds = 0;
 };
 
@@ -155,6 +159,10 @@ struct case_row {
   /// Every other class that applies to the case, in the same order: a case can fail its retry
   /// and leak. The ledger is read for every case whose process ended on its own.
   std::vector<fault_finding> also;
+  /// How the process ended after its scenario wrote its result, when not with exit status 0
+  /// ("crashed: signal 11 (SIGSEGV) after its result"): a shutdown finding, apart from the class,
+  /// which the result decides. Empty otherwise.
+  std::string shutdown;
   std::string output;  ///< the tail of the process's output, shown for rows that are not clean
   double seconds = 0;
 };
@@ -162,7 +170,10 @@ struct case_row {
 /// Judges case `n` by how its process ended, what its scenario said (when it wrote a result: a
 /// black box is judged by its exit status) and the interposer's ledger, and reports every class
 /// that applies (cls, then also). The run that reached no call N is judged the same way: a leak
-/// or a failed check there needs no fault at all.
+/// or a failed check there needs no fault at all. A case whose scenario wrote its result is
+/// classified by that result even when its process then crashed, hung or exited non-zero: that
+/// end is the row's `shutdown`, a finding of its own (its ledger, when the crash left it
+/// unfinished, is not judged, and the detail says so).
 case_row classify(std::uint64_t n, const case_run& run);
 
 struct countdown_result {
