@@ -126,6 +126,42 @@ void put(library_cells& lib, const std::string& library, const std::string& prop
   lib.cells.emplace(property, std::move(c));
 }
 
+/// A library's shutdown finding of one feature, `feature/shutdown`: one cell, whichever of its
+/// reports saw it (the properties' processes, the driver-fault cases'). A report that saw a clean
+/// shutdown gives "holds"; one that saw a finding makes the cell fail, its details added up.
+void put_shutdown(library_cells& lib, const std::string& property, cell c,
+                  std::vector<std::string>& order, std::set<std::string>& seen) {
+  const auto it = lib.cells.find(property);
+  if (it == lib.cells.end()) {
+    if (seen.insert(property).second) order.push_back(property);
+    lib.cells.emplace(property, std::move(c));
+    return;
+  }
+  cell& had = it->second;
+  if (c.verdict != "fails") return;
+  if (had.verdict != "fails") {
+    had = std::move(c);
+    return;
+  }
+  had.detail += "\n" + c.detail;
+  had.report += ", " + c.report;
+}
+
+/// "region: 9 of 9 properties' processes crashed: signal 11 (SIGSEGV) after its result
+/// (a, b, ...)" and the output's last lines, for one finding of a properties report.
+std::string shutdown_detail(const json& finding) {
+  std::string properties;
+  for (const json& p : finding.value("properties", json::array())) {
+    properties += (properties.empty() ? "" : ", ") + (p.is_string() ? p.get<std::string>() : "?");
+  }
+  std::string d = std::to_string(finding.value("properties", json::array()).size()) + " of " +
+                  text_of(finding, "of") + " properties' processes " + text_of(finding, "end") +
+                  " (" + properties + "); each property's verdict stands";
+  const std::string output = text_of(finding, "output");
+  if (!output.empty()) d += "\nlast lines of its output:\n" + output;
+  return d;
+}
+
 void read_report(const std::string& path, const std::string& library, library_cells& lib,
                  std::vector<std::string>& order, std::set<std::string>& seen) {
   const json j = read_json(path, "the report");
@@ -155,6 +191,33 @@ void read_report(const std::string& path, const std::string& library, library_ce
       }
       put(lib, library, text_of(row, "feature") + "/" + text_of(row, "property"), std::move(c),
           order, seen);
+    }
+    // The shutdown, where the report saw it (properties in processes of their own; a report of
+    // an older offloadkit has no "shutdown" and gives no such row): one row per feature that ran.
+    const json shutdown = j.value("shutdown", json());
+    if (shutdown.is_object()) {
+      std::vector<std::string> features;
+      for (const json& row : j.value("properties", json::array())) {
+        const std::string verdict = text_of(row, "verdict");
+        const std::string feature = text_of(row, "feature");
+        if ((verdict == "holds" || verdict == "fails") &&
+            std::find(features.begin(), features.end(), feature) == features.end()) {
+          features.push_back(feature);
+        }
+      }
+      for (const auto& feature : features) {
+        cell c;
+        c.verdict = "holds";
+        c.report = path;
+        c.executor = executor;
+        for (const json& f : shutdown.value("findings", json::array())) {
+          if (text_of(f, "feature") != feature) continue;
+          c.detail += (c.detail.empty() ? "" : "\n") + shutdown_detail(f);
+          if (c.reproduce.empty()) c.reproduce = text_of(f, "reproduce");
+          c.verdict = "fails";
+        }
+        put_shutdown(lib, feature + "/shutdown", std::move(c), order, seen);
+      }
     }
   } else if (kind == "driver_faults") {
     for (const json& f : j.value("features", json::array())) {
@@ -190,6 +253,22 @@ void read_report(const std::string& path, const std::string& library, library_ce
       c.detail = what;
       c.reproduce = first_reproduce;
       put(lib, library, text_of(f, "feature") + "/driver_faults", std::move(c), order, seen);
+      const json shutdown = f.value("shutdown", json());
+      if (shutdown.is_object()) {
+        cell s;
+        s.verdict = "holds";
+        s.report = path;
+        s.executor = executor;
+        for (const json& finding : shutdown.value("findings", json::array())) {
+          s.verdict = "fails";
+          s.detail += (s.detail.empty() ? "" : "\n") + std::string("driver-fault cases: ") +
+                      text_of(finding, "text");
+          const std::string output = text_of(finding, "output");
+          if (!output.empty()) s.detail += "\nlast lines of its output:\n" + output;
+          if (s.reproduce.empty()) s.reproduce = text_of(finding, "reproduce");
+        }
+        put_shutdown(lib, text_of(f, "feature") + "/shutdown", std::move(s), order, seen);
+      }
     }
   } else {
     throw input_error(path + ": report kind '" + kind +
@@ -568,7 +647,11 @@ int conformance_main(const std::vector<std::string>& args) {
         "                                  \"evidence\": \"...\", \"upstream\": "
         "\"owner/repo#N\"}]}]}\n"
         "Report paths are relative to the description's folder. A driver-fault report gives one\n"
-        "row per feature, feature/driver_faults. A library that could not be checked here has\n"
+        "row per feature, feature/driver_faults. A report that saw how the properties' (or the\n"
+        "fault cases') processes exited gives feature/shutdown: it holds when every one exited\n"
+        "cleanly after its result, and fails, once per library and feature, when one crashed,\n"
+        "hung or exited non-zero at exit; classify it as any failure. A library that could not be "
+        "checked here has\n"
         "\"not_run\": \"why\" instead of reports and classifications (its version may be left\n"
         "out): its column says \"not run\", and the reason is listed under the matrix.\n\n" +
             exit_status_text() +

@@ -21,8 +21,8 @@ string(JOIN " " on_standins ${on_standins})
 # is classified (exit 0), and the libraries the venv lacks are columns of "not run" with the reason.
 set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\|")
 set(expect
-  "6 libraries .3 not run here., 14 properties, 4 failures, every one classified"
-  "\\| torch_memory_saver \\| 0\\.0\\.10b1\\+offloadkit\\.standin \\| `${standins}:torch_memory_saver` \\| the library's defaults[^|]*\\| host \\|[^|]+UTC \\|[^|]+\\| 9 hold, 1 fail, 4 n/a \\|"
+  "6 libraries .3 not run here., 15 properties, 4 failures, every one classified"
+  "\\| torch_memory_saver \\| 0\\.0\\.10b1\\+offloadkit\\.standin \\| `${standins}:torch_memory_saver` \\| the library's defaults[^|]*\\| host \\|[^|]+UTC \\|[^|]+\\| 10 hold, 1 fail, 4 n/a \\|"
   "\\| torchtune \\| - \\| `offloadkit\\.adapters\\.torchtune:make_single_stream` \\|[^|]+\\| - \\| - \\| - \\| not run: offloadkit\\.adapters\\.torchtune: the library module 'torchtune\\.training' cannot be imported here .No module named 'torchtune'.[^|]*\\|"
   "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| megatron \\|"
   "\\| `region/swap_keeps_both` \\| holds \\| holds \\| \\*\\*\\[fails: limitation\\]\\(#vllm-region-swap-keeps-both\\)\\*\\* \\| ${nr}"
@@ -35,7 +35,7 @@ add_test(NAME python_module.ecosystem_standins
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
           "-DARGS=${ecosystem_run} ${on_standins} --out ${ecosystem_out}/standins"
           -DEXPECT_RC=0 -DFILE=${ecosystem_out}/standins/CONFORMANCE.md "-DEXPECT_FILE=${expect}"
-          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .6 libraries, 14 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
+          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .6 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
           "-DEXPECT_ERR=\\[1/6\\] torch_memory_saver: .*\\[6/6\\] megatron: "
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 
@@ -45,7 +45,7 @@ add_test(NAME python_module.ecosystem_unclassified
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
           "-DARGS=${ecosystem_run} ${on_standins} --only torch_memory_saver --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/unclassified"
           -DEXPECT_RC=1 -DFILE=${ecosystem_out}/unclassified/CONFORMANCE.md
-          "-DEXPECT_FILE=1 libraries, 14 properties, 1 failures; 1 problem.*\\| `region/many_cycles` \\| \\*\\*\\[FAILS, unclassified\\].*## Problems\n\n- torch_memory_saver: region/many_cycles fails and is not classified"
+          "-DEXPECT_FILE=1 libraries, 15 properties, 1 failures; 1 problem.*\\| `region/many_cycles` \\| \\*\\*\\[FAILS, unclassified\\].*## Problems\n\n- torch_memory_saver: region/many_cycles fails and is not classified"
           "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver: region/many_cycles fails and is not classified"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 add_test(NAME python_module.ecosystem_stale
@@ -65,11 +65,33 @@ set_tests_properties(python_module.ecosystem_fault_command PROPERTIES
   LABELS "cpu;python;adapters" TIMEOUT 300)
 list(APPEND module_tests python_module.ecosystem_fault_command)
 
+# A library whose every property holds while each property's process crashes at interpreter exit
+# (standin_factories.crashes_at_exit): one region/shutdown row fails (its properties hold), with
+# the crash and the properties in its evidence; unclassified it makes the run exit 1, classified
+# (ecosystem/shutdown.json) the matrix is complete (exit 0).
+set(shutdown_run "${ecosystem_run} --only torch_memory_saver-retain --factory torch_memory_saver-retain=${standins}:crashes_at_exit")
+set(shutdown_matrix "\\| `region/many_cycles` \\| holds \\|.*\\| `region/shutdown` \\| \\*\\*\\[")
+add_test(NAME python_module.ecosystem_shutdown
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${shutdown_run} --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/shutdown"
+          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/shutdown/CONFORMANCE.md
+          "-DEXPECT_FILE=${shutdown_matrix}FAILS, unclassified\\].*### torch_memory_saver-retain: region/shutdown \\(UNCLASSIFIED\\).*10 of 10 properties' processes crashed: signal 11 \\(SIGSEGV\\) after its result \\(model_based, [^)]*adjacent_allocations\\); each property's verdict stands"
+          "-DEXPECT_OUT=torch_memory_saver-retain: 10 hold, 0 fail, 4 not applicable, 0 skipped [^\n]*; shutdown: region: 10 of 10 properties' processes crashed"
+          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver-retain: region/shutdown fails and is not classified"
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+add_test(NAME python_module.ecosystem_shutdown_classified
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${shutdown_run} --classified ${ecosystem_data}/shutdown.json --out ${ecosystem_out}/shutdown_classified"
+          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/shutdown_classified/CONFORMANCE.md
+          "-DEXPECT_FILE=1 failures, every one classified.*${shutdown_matrix}fails: defect\\]"
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale PROPERTIES LABELS "cpu;python;adapters"
+  python_module.ecosystem_stale python_module.ecosystem_shutdown
+  python_module.ecosystem_shutdown_classified PROPERTIES LABELS "cpu;python;adapters"
   TIMEOUT ${python_check_timeout})
 list(APPEND module_tests python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale)
+  python_module.ecosystem_stale python_module.ecosystem_shutdown
+  python_module.ecosystem_shutdown_classified)
 
 # Refused before anything runs, with nothing on stdout: bad usage (2), offloadkit's C++ command
 # not found (3), a classifications file that is not one (5).

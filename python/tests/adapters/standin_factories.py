@@ -61,3 +61,29 @@ def torch_memory_saver_retain() -> Plugin:
     from offloadkit.adapters import torch_memory_saver as adapter
 
     return _region_on_host(adapter.make_retain_cpu_backup())
+
+
+def crashes_at_exit() -> Plugin:
+    """torch_memory_saver_retain (every property holds) whose process, once it has created a
+    region, crashes at interpreter exit (SIGSEGV from an atexit handler), as torch_memory_saver's
+    hook mode does on a GPU: every property's result is in before the crash, so each property
+    holds and the crash is one shutdown finding. The process that only lists the properties
+    creates no region and exits cleanly."""
+    import atexit
+    import signal
+
+    plugin = torch_memory_saver_retain()
+    region = plugin.region
+
+    class CrashesAtExit(region):
+        armed = False
+
+        def __init__(self, executor, config):
+            super().__init__(executor, config)
+            if not CrashesAtExit.armed:
+                CrashesAtExit.armed = True
+                atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+
+    CrashesAtExit.__name__ = CrashesAtExit.__qualname__ = region.__name__
+    plugin.region = CrashesAtExit
+    return plugin
