@@ -11,13 +11,21 @@ Registered through the ``pytest11`` entry point of an installed offloadkit, or l
 - on the command line: ``pytest --offloadkit my_pkg.offload:make``.
 
 Either gives one pytest item per property and executor (``[host]``, ``[cuda]``), named
-``feature/implementation/property``. Each item runs ``python -m offloadkit check`` for that one
-property in a child process of this interpreter (which runs the property in a child of its own):
+``feature/implementation/property``, and after them one ``shutdown[EXECUTOR]`` item per battery.
+Each item runs ``python -m offloadkit check`` for that one property in a child process of this
+interpreter (which runs the property in a child of its own):
 a crash or a hang of the code under test fails that item only. A failing item shows the seed, the
 shrunk counterexample and the command that replays it. A property that cannot run here (the cuda
 executor without a usable GPU, a property that needs two GPUs on one) is *skipped* with the
 reason, never passed; one the implementation's declared profile rules out is skipped as "not
 applicable".
+
+A property's process that crashes, hangs or exits with an unexpected status *after* its result
+(at interpreter exit, say) does not fail the property's item: its verdict is its cases'. The
+battery's ``shutdown[EXECUTOR]`` item, run after its properties, fails once for all of them,
+naming how the processes ended, which properties, the last lines of the output and a command that
+replays one; it passes when every process exited cleanly (and is skipped when none ran). With
+``-p no:randomly`` or any plugin that reorders items, it must still run after the properties.
 
 Options: ``--offloadkit MODULE:FACTORY`` (repeatable), ``--offloadkit-seed N`` (default: one fresh
 seed for the session, in the header), ``--offloadkit-cases N``, ``--offloadkit-executor
@@ -148,6 +156,10 @@ class _Session:
                                         "my_pkg.offload:make)")
         self.rows: List[Dict[str, Any]] = []
         self.listings: Dict[Any, Dict[str, Any]] = {}
+        # Per battery and executor: how many of its properties ran in a process, and the rows
+        # whose processes went wrong after their results.
+        self.ran: Dict[Any, int] = {}
+        self.shutdowns: Dict[Any, List[Dict[str, Any]]] = {}
 
     def listing(self, factory: str, executor: str) -> Dict[str, Any]:
         """The properties of `factory` on `executor` (python -m offloadkit list-cases, in a child
@@ -225,6 +237,7 @@ class BatteryCollector(pytest.Collector):
                 yield BatteryItem.from_parent(self, name=name, spec=self.spec, executor=executor,
                                               case=case,
                                               cuda_unavailable=listing["cuda_unavailable"])
+            yield ShutdownItem.from_parent(self, name=f"shutdown[{executor}]", executor=executor)
 
 
 class BatteryFailure(Exception):
@@ -281,6 +294,11 @@ class BatteryItem(pytest.Item):
             raise BatteryFailure(f"python -m offloadkit check ended with exit status "
                                  f"{run.returncode} and no result:\n{run.stdout[-4000:]}")
         self._record(row)
+        key = (self.parent.nodeid, self.executor)
+        if row.get("reported_result", True) and row.get("verdict") != "not_applicable":
+            state.ran[key] = state.ran.get(key, 0) + 1
+        if row.get("shutdown"):  # the battery's shutdown item reports it, once
+            state.shutdowns.setdefault(key, []).append(row)
         verdict = row.get("verdict")
         if verdict == "holds":
             return
@@ -324,6 +342,46 @@ class BatteryItem(pytest.Item):
         return self.path, None, f"offloadkit {self.name}"
 
 
+class ShutdownItem(pytest.Item):
+    """How the processes of one battery's properties ended after their results, on one executor:
+    one finding for all of them, not a failure of each property."""
+
+    def __init__(self, *, executor: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.executor = executor
+        self.add_marker(executor)
+
+    def runtest(self) -> None:
+        state = _state(self.config)
+        key = (self.parent.nodeid, self.executor)
+        if not state.ran.get(key):
+            pytest.skip(f"no property of this battery ran in a process on the {self.executor} "
+                        "executor")
+        found = state.shutdowns.get(key, [])
+        if not found:
+            return
+        lines = []
+        for end in dict.fromkeys(r["shutdown"] for r in found):
+            rows = [r for r in found if r["shutdown"] == end]
+            first = rows[0]
+            lines += [f"{len(rows)} of {state.ran[key]} properties' processes on the "
+                      f"{self.executor} executor {end}; each property's verdict stands: "
+                      + ", ".join(f"{r['feature']}/{r['implementation']} {r['property']}"
+                                  for r in rows)]
+            if first.get("output"):
+                lines += ["", "last lines of its output:", first["output"].rstrip()]
+            lines += ["", f"reproduce: {first.get('reproduce', '')}", ""]
+        raise BatteryFailure("\n".join(lines).rstrip())
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, BatteryFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"offloadkit {self.name}"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     spec = getattr(obj, _BATTERY_ATTRIBUTE, None)
@@ -351,7 +409,14 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     document = {"format": "offloadkit.report", "kind": "properties", "source": "pytest",
                 "header": {"seed": state.seed, "seed_fresh": state.seed_fresh,
                            "cases": state.cases, "python": sys.executable},
-                "properties": state.rows, "summary": counts}
+                "properties": state.rows,
+                "shutdown": [{"battery": battery, "executor": executor, "ran": state.ran.get(
+                    (battery, executor), 0), "rows": [
+                    {"feature": r["feature"], "implementation": r["implementation"],
+                     "property": r["property"], "end": r["shutdown"],
+                     "reproduce": r.get("reproduce", "")} for r in rows]}
+                    for (battery, executor), rows in state.shutdowns.items()],
+                "summary": counts}
     with open(state.report, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=2)
         f.write("\n")

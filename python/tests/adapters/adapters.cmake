@@ -65,6 +65,15 @@ set_tests_properties(python_module.adapter_pytest PROPERTIES
   LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
   PASS_REGULAR_EXPRESSION "[0-9]+ passed" FAIL_REGULAR_EXPRESSION "[0-9]+ failed")
 list(APPEND module_tests python_module.adapter_pytest)
+# A battery whose properties hold while each property's process crashes at interpreter exit: the
+# property items pass, and the battery's shutdown[host] item fails once, naming the crash.
+add_test(NAME python_module.adapter_pytest_shutdown
+  COMMAND ${CMAKE_COMMAND} -E env ${venv_python} -m pytest -p no:cacheprovider -q -rf
+          ${adapters_dir}/pytest_shutdown_battery.py)
+set_tests_properties(python_module.adapter_pytest_shutdown PROPERTIES
+  LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+  PASS_REGULAR_EXPRESSION "10 of 10 properties' processes on the host executor crashed: signal 11 \\(SIGSEGV\\) after its result; each property's verdict stands.*\nFAILED [^\n]*::test_crashes_at_exit::shutdown\\[host\\]\n1 failed, 10 passed, 4 skipped")
+list(APPEND module_tests python_module.adapter_pytest_shutdown)
 
 # Through the command line: the libraries' default OffloadActivations(use_streams=True) is refused
 # with what the protocol lacks (exit status 4).
