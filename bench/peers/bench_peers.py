@@ -24,24 +24,37 @@ checker of Python code, not as their caller. Each of those programs measures its
 same plain pinned copies) in the same run, so offloadkit's speed-up over a peer is the ratio of the
 two fractions of the limit.
 
+Each peer (library) runs in a child process of its own (this program, this Python), because
+several of them are process-global: torch_memory_saver's hook mode, vLLM's CuMemAllocator
+singleton, Megatron-LM's offloading manager (whose import sets torch_memory_saver's hook mode).
+The parent imports no peer and no PyTorch; it gathers each child's rows. A child that crashes,
+exits early or runs past --peer-timeout fails that peer's rows it had not written, with how it
+ended and its last lines, and the run goes on; one that goes wrong after writing all its rows
+keeps them, and the way it ended is said under the table and in the row's "shutdown" (JSON).
+--in-process runs every peer in this process instead (for a debugger; the peers can interfere).
+
 A row that cannot run here says why (PyTorch, CUDA or a library that does not import: Python's
 ImportError text; no GPU; a library that refuses the operation: the adapter's message) and the
-program still exits 0.
+program still exits 0. A row whose contents come back wrong after its timed rounds (#wrong above
+0: bytes of a region, bf16 elements of the saved tensors) is a failed row, its figures kept in the
+JSON but not compared.
 
-Exit status: 0 ok (rows that cannot run here are skipped, with the reason), 1 a figure came back
-wrong, a measurement failed or --json could not be written, 2 bad usage.
+Exit status: 0 ok (rows that cannot run here are skipped, with the reason), 1 a row failed (its
+contents came back wrong, its measurement raised, its peer's process ended before it) or --json
+could not be written, 2 bad usage.
 """
 
 import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -56,6 +69,14 @@ from offloadkit._bridge import load_factory  # noqa: E402
 
 USAGE = 2
 MIB = 1 << 20
+#: How a peer's child process is started: this program in this Python (the tests put a stand-in
+#: setup in front of it). The child gets --peer-worker FEATURE NAME FACTORY --peer-out FILE and
+#: the measuring options.
+WORKER_COMMAND = [sys.executable, os.path.abspath(__file__)]
+#: --peer-timeout's default: a peer's child still running after this is killed, its rows failing.
+DEFAULT_PEER_TIMEOUT_S = 3600
+REGION_OPERATIONS = ("pause", "resume", "phase switch")
+ACTIVATION_OPERATIONS = ("forward", "backward")
 DEFAULT_SHAPES = ((4096, 4096), (4096, 16384), (8192, 8192))  # bench_activation_mlp's
 QUICK_SHAPE = (1024, 2048)
 
@@ -88,7 +109,8 @@ class Parser(argparse.ArgumentParser):
         sys.exit(USAGE)
 
     def options(self) -> List[str]:
-        return [a.option_strings[-1] for a in self._actions if a.option_strings]
+        return [a.option_strings[-1] for a in self._actions
+                if a.option_strings and a.help is not argparse.SUPPRESS]
 
 
 def integer(low: int, high: int) -> Any:
@@ -153,6 +175,17 @@ def parser() -> Parser:
     p.add_argument("--no-offloadkit", action="store_true",
                    help="leave offloadkit's own rows out (the peers alone)")
     p.add_argument("--json", metavar="FILE", help="also write every row to FILE as JSON")
+    p.add_argument("--peer-timeout", metavar="SECONDS", default=str(DEFAULT_PEER_TIMEOUT_S),
+                   help="a peer's process still running after SECONDS is killed and its rows "
+                        f"fail, 1..86400 (default {DEFAULT_PEER_TIMEOUT_S})")
+    p.add_argument("--in-process", action="store_true",
+                   help="every peer in this process, one after another, instead of each in a "
+                        "process of its own (for a debugger: process-global libraries can "
+                        "interfere)")
+    # The child side of a peer's process (WORKER_COMMAND): not for people.
+    p.add_argument("--peer-worker", nargs=3, metavar=("FEATURE", "NAME", "FACTORY"),
+                   help=argparse.SUPPRESS)
+    p.add_argument("--peer-out", metavar="FILE", help=argparse.SUPPRESS)
     return p
 
 
@@ -160,7 +193,7 @@ def check_values(p: Parser, o: argparse.Namespace) -> None:
     """Reads the numbers and names, refusing a bad one with the option, the value and the valid
     range."""
     for name, low, high in (("min_mib", 1, 1 << 20), ("max_mib", 1, 1 << 20), ("reps", 1, 100),
-                            ("blocks", 1, 64)):
+                            ("blocks", 1, 64), ("peer_timeout", 1, 86400)):
         try:
             setattr(o, name, integer(low, high)(getattr(o, name)))
         except argparse.ArgumentTypeError as e:
@@ -177,6 +210,12 @@ def check_values(p: Parser, o: argparse.Namespace) -> None:
                                   ("cuda", "host"))):
         if value not in valid:
             p.error(f"{option}: {value} is not one of the valid values {', '.join(valid)}")
+    if (o.peer_worker is None) != (o.peer_out is None):
+        p.error("--peer-worker and --peer-out go together: they are how bench_peers runs one "
+                "peer in a process of its own")
+    if o.peer_worker is not None and o.peer_worker[0] not in ("region", "activation"):
+        p.error(f"--peer-worker: {o.peer_worker[0]} is not one of the valid features region, "
+                "activation")
 
 
 def progress(text: str) -> None:
@@ -258,71 +297,224 @@ def shapes(o: argparse.Namespace) -> List[Tuple[int, int]]:
     return [QUICK_SHAPE] if o.quick else list(DEFAULT_SHAPES)
 
 
+def region_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: Optional[Any],
+                name: str, factory: str,
+                written: Optional[Callable[[List[Dict[str, Any]]], None]] = None
+                ) -> List[Dict[str, Any]]:
+    """One region peer's rows, every size; ``written`` sees the rows so far after each size."""
+    rows: List[Dict[str, Any]] = []
+    cls, version, refused = (None, "", why) if torch is None else feature_class(factory,
+                                                                              "region")
+    for nbytes in sizes(o):
+        if written is not None:
+            written(rows)
+        common = {"bytes": nbytes, "factory": factory, "version": version}
+        if cls is None:
+            for op in ("pause", "resume", "phase switch"):
+                rows.append(skipped("region", op, name, refused, **common))
+            continue
+        progress(f"region {name} {nbytes // MIB} MiB")
+        calls: Dict[str, int] = {}
+        try:
+            figures = measure.measure_region(dev, cls, nbytes, o.reps, calls)
+            for op in ("pause", "resume"):
+                rows.append(row("region", op, name, calls=dict(calls), **common,
+                                **figures[op]))
+        except Exception as e:
+            for op in ("pause", "resume"):
+                rows.append(failed("region", op, name, e, calls=dict(calls), **common))
+            traceback.print_exc()
+        calls = {}
+        try:
+            rows.append(row("region", "phase switch", name,
+                            **measure.measure_switch(dev, cls, nbytes, o.reps, calls),
+                            calls=calls, **common))
+        except adapters.Unsupported as e:  # the library's design, said by its adapter
+            rows.append(skipped("region", "phase switch", name, str(e), calls=calls,
+                                **common))
+        except Exception as e:
+            rows.append(failed("region", "phase switch", name, e, calls=calls, **common))
+            traceback.print_exc()
+    return rows
+
+
 def region_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
                  dev: Optional[Any]) -> List[Dict[str, Any]]:
-    rows = []
-    for name, factory in REGION_PEERS:
-        cls, version, refused = (None, "", why) if torch is None else feature_class(factory,
-                                                                                  "region")
-        for nbytes in sizes(o):
-            common = {"bytes": nbytes, "factory": factory, "version": version}
-            if cls is None:
-                for op in ("pause", "resume", "phase switch"):
-                    rows.append(skipped("region", op, name, refused, **common))
-                continue
-            progress(f"region {name} {nbytes // MIB} MiB")
-            calls: Dict[str, int] = {}
-            try:
-                figures = measure.measure_region(dev, cls, nbytes, o.reps, calls)
-                for op in ("pause", "resume"):
-                    rows.append(row("region", op, name, calls=dict(calls), **common,
-                                    **figures[op]))
-            except Exception as e:
-                for op in ("pause", "resume"):
-                    rows.append(failed("region", op, name, e, calls=dict(calls), **common))
-                traceback.print_exc()
-            calls = {}
-            try:
-                rows.append(row("region", "phase switch", name,
-                                **measure.measure_switch(dev, cls, nbytes, o.reps, calls),
-                                calls=calls, **common))
-            except adapters.Unsupported as e:  # the library's design, said by its adapter
-                rows.append(skipped("region", "phase switch", name, str(e), calls=calls,
-                                    **common))
-            except Exception as e:
-                rows.append(failed("region", "phase switch", name, e, calls=calls, **common))
-                traceback.print_exc()
+    """Every region peer in this process (--in-process)."""
+    return [r for name, factory in REGION_PEERS
+            for r in region_peer(o, torch, why, dev, name, factory)]
+
+
+def activation_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: Optional[Any],
+                    name: str, factory: str,
+                    written: Optional[Callable[[List[Dict[str, Any]]], None]] = None
+                    ) -> List[Dict[str, Any]]:
+    """One activation peer's rows, every shape; ``written`` sees the rows so far after each."""
+    rows: List[Dict[str, Any]] = []
+    cls, version, refused = (None, "", why) if torch is None else feature_class(
+        factory, "activation")
+    for hidden, tokens in shapes(o):
+        if written is not None:
+            written(rows)
+        saved = sum(r * c * 2 for b in measure.mlp_saved_shapes(o.blocks, hidden, tokens)
+                    for r, c in b)
+        common = {"hidden": hidden, "tokens": tokens, "blocks": o.blocks, "bytes": saved,
+                  "factory": factory, "version": version}
+        if cls is None:
+            for op in ("forward", "backward"):
+                rows.append(skipped("activation", op, name, refused, **common))
+            continue
+        progress(f"activation {name} {hidden}x{tokens}")
+        calls: Dict[str, int] = {}
+        try:
+            figures = measure.measure_activation(dev, cls, o.blocks, hidden, tokens, o.reps,
+                                                 calls)
+            for op in ("forward", "backward"):
+                rows.append(row("activation", op, name, calls=dict(calls), **common,
+                                **figures[op]))
+        except Exception as e:
+            for op in ("forward", "backward"):
+                rows.append(failed("activation", op, name, e, calls=dict(calls), **common))
+            traceback.print_exc()
     return rows
 
 
 def activation_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
                      dev: Optional[Any]) -> List[Dict[str, Any]]:
-    rows = []
-    for name, factory in ACTIVATION_PEERS:
-        cls, version, refused = (None, "", why) if torch is None else feature_class(
-            factory, "activation")
-        for hidden, tokens in shapes(o):
-            saved = sum(r * c * 2 for b in measure.mlp_saved_shapes(o.blocks, hidden, tokens)
-                        for r, c in b)
-            common = {"hidden": hidden, "tokens": tokens, "blocks": o.blocks, "bytes": saved,
-                      "factory": factory, "version": version}
-            if cls is None:
-                for op in ("forward", "backward"):
-                    rows.append(skipped("activation", op, name, refused, **common))
-                continue
-            progress(f"activation {name} {hidden}x{tokens}")
-            calls: Dict[str, int] = {}
+    """Every activation peer in this process (--in-process)."""
+    return [r for name, factory in ACTIVATION_PEERS
+            for r in activation_peer(o, torch, why, dev, name, factory)]
+
+
+# ---- each peer in a process of its own ------------------------------------------------------
+
+
+def _write_json(path: str, doc: Dict[str, Any]) -> None:
+    """Replaces ``path`` whole (a reader never sees half a document)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f)
+    os.replace(path + ".tmp", path)
+
+
+def worker_main(o: argparse.Namespace) -> int:
+    """The child side (--peer-worker FEATURE NAME FACTORY --peer-out FILE): one peer's rows,
+    written to FILE after each size or shape and once more, with "done", at the end."""
+    feature, name, factory = o.peer_worker
+    torch, why = load_torch()
+    dev = measure.Device(torch) if torch is not None else None
+    doc: Dict[str, Any] = {"device": dev.name if dev is not None else None,
+                           "torch": getattr(torch, "__version__", None), "rows": [],
+                           "done": False}
+
+    def written(rows: List[Dict[str, Any]]) -> None:
+        doc["rows"] = rows
+        _write_json(o.peer_out, doc)
+
+    measure_peer = region_peer if feature == "region" else activation_peer
+    rows = measure_peer(o, torch, why, dev, name, factory, written)
+    doc["done"] = True
+    written(rows)
+    return 0
+
+
+def planned(o: argparse.Namespace, feature: str) -> List[Tuple[Any, str]]:
+    """The (size or shape, operation) of every row a peer of ``feature`` gives."""
+    if feature == "region":
+        return [(nbytes, op) for nbytes in sizes(o) for op in REGION_OPERATIONS]
+    return [(s, op) for s in shapes(o) for op in ACTIVATION_OPERATIONS]
+
+
+def _where(r: Dict[str, Any]) -> Any:
+    return r.get("bytes") if r["feature"] == "region" else (r.get("hidden"), r.get("tokens"))
+
+
+def how_it_ended(rc: Optional[int], timeout_s: int) -> str:
+    if rc is None:
+        return f"was still running after {timeout_s} s (--peer-timeout) and was killed"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"crashed: signal {-rc} ({name})"
+    return f"exited with status {rc}"
+
+
+def measuring_options(o: argparse.Namespace) -> List[str]:
+    """The options that shape a peer's rows, for its child."""
+    args = ["--min-mib", str(o.min_mib), "--max-mib", str(o.max_mib), "--reps", str(o.reps),
+            "--blocks", str(o.blocks)]
+    if o.quick:
+        args.append("--quick")
+    if o.shape is not None:
+        args += ["--shape", f"{o.shape[0]}x{o.shape[1]}"]
+    return args
+
+
+def run_peer(o: argparse.Namespace, feature: str, name: str,
+             factory: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """One peer's rows from a child process of its own (WORKER_COMMAND), and what the child
+    said of the machine (device, torch). Rows the child did not write fail, naming how it ended
+    and its last lines; a child that went wrong after all its rows keeps them, each with
+    "shutdown" saying how it ended."""
+    with tempfile.TemporaryDirectory(prefix="bench_peers-peer-") as tmp:
+        out, log = os.path.join(tmp, "rows.json"), os.path.join(tmp, "output.log")
+        command = WORKER_COMMAND + ["--peer-worker", feature, name, factory, "--peer-out",
+                                    out] + measuring_options(o)
+        progress(f"{feature} {name}: in a process of its own")
+        with open(log, "w") as f:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=f,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                figures = measure.measure_activation(dev, cls, o.blocks, hidden, tokens, o.reps,
-                                                     calls)
-                for op in ("forward", "backward"):
-                    rows.append(row("activation", op, name, calls=dict(calls), **common,
-                                    **figures[op]))
-            except Exception as e:
-                for op in ("forward", "backward"):
-                    rows.append(failed("activation", op, name, e, calls=dict(calls), **common))
-                traceback.print_exc()
-    return rows
+                rc: Optional[int] = child.wait(timeout=o.peer_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                rc = None
+        with open(log, errors="replace") as f:
+            output = f.read()
+        sys.stderr.write(output)
+        doc: Dict[str, Any] = {}
+        if os.path.isfile(out):
+            with open(out) as f:
+                doc = json.load(f)
+    rows = list(doc.get("rows", []))
+    ended = how_it_ended(rc, o.peer_timeout)
+    if rc != 0 and doc.get("done"):
+        for r in rows:
+            r["shutdown"] = f"its process {ended} after writing its rows"
+        return rows, doc
+    if rc == 0 and doc.get("done"):
+        return rows, doc
+    tail = " | ".join(output.strip().splitlines()[-3:])
+    reason = f"the peer's process {ended} before this row" + (f": {tail}" if tail else "")
+    have = {(_where(r), r["operation"]) for r in rows}
+    for where, op in planned(o, feature):
+        if (where, op) in have:
+            continue
+        fields: Dict[str, Any] = {"factory": factory}
+        if feature == "region":
+            fields["bytes"] = where
+        else:
+            fields.update(hidden=where[0], tokens=where[1], blocks=o.blocks)
+        rows.append(row(feature, op, name, status="failed", reason=reason, **fields))
+    return rows, doc
+
+
+def judge_contents(rows: List[Dict[str, Any]]) -> None:
+    """A measured row whose contents came back wrong is a failed row: the figure of a copy that
+    lost data is no figure."""
+    for r in rows:
+        wrong = int(r.get("wrong", 0) or 0)
+        if r["status"] != "ok" or wrong <= 0:
+            continue
+        unit = "byte(s) of the region" if r["feature"] == "region" else \
+            "bf16 element(s) of the saved tensors"
+        of = f" of {r['bytes'] // (1 if r['feature'] == 'region' else 2)}" if r.get("bytes") \
+            else ""
+        r["status"] = "failed"
+        r["reason"] = (f"contents came back wrong: {wrong}{of} {unit} differ after the timed "
+                       "rounds")
 
 
 # ---- offloadkit's own rows, from its C++ benchmarks -------------------------------------------
@@ -501,6 +693,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_values(p, o)
     if o.quick:
         o.reps = min(o.reps, 2)
+    if o.peer_worker is not None:
+        return worker_main(o)
     if o.json:
         try:  # a file that cannot be written fails the run before it is measured
             with open(o.json, "w") as f:
@@ -509,33 +703,58 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write(f"bench_peers: --json {o.json}: cannot write the file: {e}\n")
             return 1
     started = time.time()
-    torch, why = load_torch()
-    dev = measure.Device(torch) if torch is not None else None
-    device = dev.name if dev is not None else "(no GPU through PyTorch)"
     rows: List[Dict[str, Any]] = []
+    machine: Dict[str, Any] = {}
+    torch, why, dev = None, "", None  # the parent imports no PyTorch unless --in-process
+    if o.in_process:
+        torch, why = load_torch()
+        dev = measure.Device(torch) if torch is not None else None
+        machine = {"device": dev.name if dev is not None else None,
+                   "torch": getattr(torch, "__version__", None)}
+
+    def peers(feature: str, table: Sequence[Tuple[str, str]]) -> List[Dict[str, Any]]:
+        if o.in_process:
+            measure_peer = region_peer if feature == "region" else activation_peer
+            return [r for name, factory in table
+                    for r in measure_peer(o, torch, why, dev, name, factory)]
+        out = []
+        for name, factory in table:
+            peer_rows, said = run_peer(o, feature, name, factory)
+            out += peer_rows
+            for key in ("device", "torch"):
+                if said.get(key) and not machine.get(key):
+                    machine[key] = said[key]
+        return out
+
     if o.feature in ("region", "all"):
         if not o.no_offloadkit:
             rows += offloadkit_region(o)
-        rows += region_peers(o, torch, why, dev)
+        rows += peers("region", REGION_PEERS)
     if o.feature in ("activation", "all"):
         if not o.no_offloadkit:
             rows += offloadkit_activation(o)
-        rows += activation_peers(o, torch, why, dev)
+        rows += peers("activation", ACTIVATION_PEERS)
     if o.feature == "all":
         rows.append(megatron_row())
+    device = machine.get("device") or "(no GPU through PyTorch)"
+    judge_contents(rows)
     add_speedups(rows)
     print(header(device, o))
     print()
     print(table(rows))
-    wrong = sum(int(r.get("wrong", 0)) for r in rows if r["status"] == "ok")
+    wrong = sum(int(r.get("wrong", 0) or 0) for r in rows)
     failures = sum(1 for r in rows if r["status"] == "failed")
     print(f"\n{sum(r['status'] == 'ok' for r in rows)} measured, "
           f"{sum(r['status'] == 'skipped' for r in rows)} skipped, {failures} failed; "
           f"#wrong {wrong}")
+    for name in dict.fromkeys(r["implementation"] for r in rows if r.get("shutdown")):
+        said = next(r["shutdown"] for r in rows if r["implementation"] == name and
+                    r.get("shutdown"))
+        print(f"shutdown: {name}: {said} (its rows stand)")
     status = 1 if wrong or failures else 0
     if o.json:
         doc = {"benchmark": "peers", "device": device,
-               "torch": getattr(torch, "__version__", None), "command": " ".join(
+               "torch": machine.get("torch"), "command": " ".join(
                    [os.path.basename(sys.argv[0] or "bench_peers.py")] + list(
                        sys.argv[1:] if argv is None else argv)),
                "rounds": o.reps, "statistic": "median", "of_limit": "limit_s / time_s",

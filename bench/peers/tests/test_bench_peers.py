@@ -4,15 +4,17 @@ moves exactly the bytes it should, every row the program prints and writes is we
 offloadkit's rows are merged from its benchmarks' JSON with the right speed-ups. Timings here are
 the host's and mean nothing; no test reads them.
 
-The stand-ins' device memory is ``HostMemory`` below: host memory (ctypes buffers) that counts the
-bytes every copy moves in each direction, and loses the contents of a range when it is unmapped,
-as releasing physical memory does.
+The stand-ins' device memory is ``HostMemory`` (standin_memory.py): host memory (ctypes buffers)
+that counts the bytes every copy moves in each direction, and loses the contents of a range when it
+is unmapped, as releasing physical memory does. MeasuringPathTest runs every peer in this process
+(--in-process), so that it can count each call's bytes; ProcessPerPeerTest runs the default way,
+each peer in a process of its own (standin_worker.py binds the stand-ins there), with planted
+peers that corrupt bytes, crash, go wrong at exit or leave process-global state behind.
 
     PYTHONPATH=python python3 -m unittest discover -s bench/peers/tests -p "test_*.py"
 """
 
 import contextlib
-import ctypes
 import io
 import json
 import os
@@ -31,8 +33,8 @@ for path in (os.path.dirname(HERE), STANDINS):
 import torch  # noqa: E402 (the stand-in)
 
 import bench_peers  # noqa: E402
-import offloadkit as ok  # noqa: E402
 from offloadkit import hooks  # noqa: E402
+from standin_memory import HostMemory  # noqa: E402
 from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
 from offloadkit.adapters import vllm as vllm_adapter  # noqa: E402
 
@@ -40,89 +42,6 @@ assert torch.__version__.endswith("offloadkit.standin"), torch.__file__
 MIB = 1 << 20
 REPS = 2
 BLOCKS, HIDDEN, TOKENS = 2, 64, 32
-
-
-class HostMemory:
-    """An executor of host memory for the stand-ins: allocations and reserved ranges are ctypes
-    buffers; ``moved`` counts the bytes copied device to host ("d2h"), host to device ("h2d") and
-    within either."""
-
-    backend = "host"
-    name = "host memory (tests)"
-    device_count = 1
-
-    def __init__(self):
-        self.ranges = {}  # address -> (ctypes buffer, nbytes, kind)
-        self.unmapped = set()
-        self.moved = {"d2h": 0, "h2d": 0, "d2d": 0, "h2h": 0}
-        self.streams = 0
-
-    def _new(self, nbytes, kind):
-        buf = ctypes.create_string_buffer(max(nbytes, 1))
-        address = ctypes.addressof(buf)
-        self.ranges[address] = (buf, nbytes, kind)
-        return address
-
-    def kind(self, address):
-        for base, (_, nbytes, kind) in self.ranges.items():
-            if base <= address < base + max(nbytes, 1):
-                if base in self.unmapped:
-                    raise RuntimeError(f"access to unmapped memory at {address:#x}")
-                return kind
-        raise RuntimeError(f"{address:#x} is no memory of this executor")
-
-    def granularity(self, device=0):
-        return 4096
-
-    def allocate(self, nbytes, kind="device", device=0):
-        return ok.Buffer(self._new(nbytes, kind), nbytes, kind, device, "host")
-
-    def deallocate(self, buffer):
-        del self.ranges[int(buffer)]
-
-    def reserve(self, nbytes, device=0):
-        address = self._new(nbytes, "device")
-        self.unmapped.add(address)
-        return address
-
-    def unreserve(self, address, nbytes):
-        del self.ranges[address]
-        self.unmapped.discard(address)
-
-    def create_physical(self, nbytes, device=0):
-        return ok.Physical(1, device, nbytes)
-
-    def release_physical(self, physical):
-        pass
-
-    def map(self, address, nbytes, physical):
-        self.unmapped.discard(address)
-
-    def unmap(self, address, nbytes):
-        ctypes.memset(address, 0xEE, nbytes)  # the contents go with the physical memory
-        self.unmapped.add(address)
-
-    def set_access(self, address, nbytes, device=0):
-        pass
-
-    def copy(self, dst, src, nbytes, stream):
-        way = ("d" if self.kind(int(src)) == "device" else "h") + "2" + (
-            "d" if self.kind(int(dst)) == "device" else "h")
-        ctypes.memmove(int(dst), int(src), nbytes)
-        self.moved[way] += nbytes
-
-    def fill(self, dst, value, nbytes, stream):
-        ctypes.memset(int(dst), value, nbytes)
-
-    def create_stream(self, device=0):
-        self.streams += 1
-        return ok.Stream(1000 + self.streams, device)
-
-    def destroy_stream(self, stream):
-        pass
-
-    def synchronize(self, stream):
-        pass
 
 
 class Calls:
@@ -207,7 +126,7 @@ class MeasuringPathTest(unittest.TestCase):
                     "--min-mib", "1", "--max-mib", "2", "--reps", str(REPS), "--blocks",
                     str(BLOCKS), "--shape", f"{HIDDEN}x{TOKENS}", "--bench-region", programs[0],
                     "--bench-activation-mlp", programs[1], "--offloadkit-executor", "host",
-                    "--json", cls.json_path])
+                    "--json", cls.json_path, "--in-process"])
         finally:
             cls.calls.restore()
         cls.stdout, cls.stderr = out.getvalue(), err.getvalue()
@@ -340,6 +259,97 @@ class MeasuringPathTest(unittest.TestCase):
                       self.stdout)
         for line in lines[1:]:
             self.assertEqual(line.count(" | "), 9, line)
+
+
+
+PLANTED = os.path.join(HERE, "planted_peers.py")
+WORKER = os.path.join(HERE, "standin_worker.py")
+#: Region peers of ProcessPerPeerTest: one the stand-ins measure cleanly, the planted ones.
+PLANTED_REGION_PEERS = (
+    ("torch_memory_saver", "offloadkit.adapters.torch_memory_saver:make_retain_cpu_backup"),
+    ("corrupting", PLANTED + ":corrupting"),
+    ("crashing", PLANTED + ":crashing"),
+    ("exits_badly", PLANTED + ":exits_badly"),
+    ("poisoning", PLANTED + ":poisoning"),
+    ("poisoned", PLANTED + ":poisoned"),
+)
+
+
+def run_peers(peers, *extra):
+    """bench_peers over `peers` (region only, no offloadkit rows), each peer in a process of its
+    own started through standin_worker.py; (exit status, stdout, stderr, rows)."""
+    saved = bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND
+    bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND = peers, [sys.executable, WORKER]
+    out, err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "peers.json")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = bench_peers.main(["--feature", "region", "--no-offloadkit",
+                                           "--min-mib", "1", "--max-mib", "1", "--reps", "1",
+                                           "--json", path] + list(extra))
+        finally:
+            bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND = saved
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+    return status, out.getvalue(), err.getvalue(), rows
+
+
+class ProcessPerPeerTest(unittest.TestCase):
+    """The default run: each peer in a process of its own, its rows gathered by the parent."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.status, cls.stdout, cls.stderr, cls.rows = run_peers(PLANTED_REGION_PEERS)
+
+    def rows_of(self, name):
+        rows = [r for r in self.rows if r["implementation"] == name]
+        self.assertEqual([r["operation"] for r in rows], ["pause", "resume", "phase switch"])
+        return rows
+
+    def test_the_run_fails_and_counts_the_failed_rows(self):
+        self.assertEqual(self.status, 1, self.stdout + self.stderr)
+        self.assertRegex(self.stdout, r"\n12 measured, 0 skipped, 6 failed; #wrong [1-9]")
+
+    def test_a_peer_measured_cleanly_is_gathered_from_its_process(self):
+        for r in self.rows_of("torch_memory_saver"):
+            self.assertEqual(r["status"], "ok", r)
+            self.assertEqual(r["wrong"], 0, r)
+            self.assertNotIn("shutdown", r)
+        self.assertIn("region torch_memory_saver: in a process of its own", self.stderr)
+
+    def test_rows_whose_bytes_come_back_wrong_fail(self):
+        for r in self.rows_of("corrupting"):
+            self.assertEqual(r["status"], "failed", r)
+            self.assertGreater(r["wrong"], 0, r)
+            self.assertRegex(r["reason"], r"^contents came back wrong: \d+ of 1048576 byte")
+        self.assertRegex(self.stdout, r"\| region \| pause \| 1 MiB \| corrupting \| – \|.*"
+                                      r"failed: contents came back wrong")
+
+    def test_a_peer_whose_process_crashes_fails_its_rows_and_the_run_goes_on(self):
+        for r in self.rows_of("crashing"):
+            self.assertEqual(r["status"], "failed", r)
+            self.assertRegex(r["reason"], r"^the peer's process crashed: signal 6 \(SIGABRT\) "
+                                          r"before this row: .*planted: aborting in pause")
+        for r in self.rows_of("poisoned"):  # a peer after the crash still runs
+            self.assertEqual(r["status"], "ok", r)
+
+    def test_a_process_that_goes_wrong_after_its_rows_keeps_them(self):
+        for r in self.rows_of("exits_badly"):
+            self.assertEqual(r["status"], "ok", r)
+            self.assertEqual(r["shutdown"],
+                             "its process exited with status 3 after writing its rows")
+        self.assertIn("shutdown: exits_badly: its process exited with status 3 after writing its "
+                      "rows (its rows stand)", self.stdout)
+
+    def test_process_global_state_of_one_peer_does_not_reach_the_next(self):
+        # In one process, the poisoning peer's import-time setting breaks the poisoned peer
+        # (as Megatron-LM's import set torch_memory_saver's hook mode): the isolation is real.
+        status, out, err, rows = run_peers(
+            (PLANTED_REGION_PEERS[4], PLANTED_REGION_PEERS[5]), "--in-process")
+        poisoned = [r for r in rows if r["implementation"] == "poisoned"]
+        self.assertEqual({r["status"] for r in poisoned}, {"failed"}, poisoned)
+        self.assertIn("hook_mode was set to 'torch'", poisoned[0]["reason"])
 
 
 if __name__ == "__main__":
