@@ -9,6 +9,10 @@
 # The activation adapters (torchtune, trl, megatron) have no battery entry: their hooks run on
 # PyTorch tensors (offloadkit.hooks), which the stand-ins do not provide; python_adapters.unit
 # checks them, and fails the round trip under Megatron's planted reload_drops_last_byte.
+# Megatron's paged stash adapter has none either (the stand-in torch's tensor operations run on
+# the host at once, outside the executor's stream order): python_adapters.unit checks its mapping
+# and profile over the stand-in of paged_stash.py (test_megatron_paged_stash.py, which needs
+# NumPy and is skipped without it), and catches the planted stashes_after_overflow.
 set(adapters_dir ${CMAKE_CURRENT_LIST_DIR})
 set(standins ${adapters_dir}/standin_factories.py)
 
