@@ -154,7 +154,7 @@ class Tensor:
         work is done."""
         import numpy as np
 
-        _standin_executor().synchronize(cuda.current_stream().cuda_stream)
+        _standin_executor().synchronize(cuda._handle(cuda.current_stream()))
         if self.nbytes == 0:
             return np.zeros(self.shape, dtype=_NUMPY[self.dtype.name])
         raw = (ctypes.c_char * self.nbytes).from_address(self._address)
@@ -231,9 +231,9 @@ class Tensor:
             raise RuntimeError(f"copy_: {src.nbytes} bytes into a tensor of {self.nbytes}")
         executor = _standin_executor()
         stream = cuda.current_stream()
-        executor.copy(self._address, src._address, self.nbytes, stream.cuda_stream)
+        executor.copy(self._address, src._address, self.nbytes, cuda._handle(stream))
         if not non_blocking:
-            executor.synchronize(stream.cuda_stream)
+            executor.synchronize(cuda._handle(stream))
         return self
 
     def to(self, target: Any, non_blocking: bool = False) -> "Tensor":
@@ -249,14 +249,14 @@ class Tensor:
     def fill_(self, value: float) -> "Tensor":
         pattern = self.dtype._pack(value)
         executor = _standin_executor()
-        stream = cuda.current_stream().cuda_stream
+        stream = cuda._handle(cuda.current_stream())
         executor.synchronize(stream)
         ctypes.memmove(self._address, pattern * (self.nbytes // len(pattern)), self.nbytes)
         return self
 
     def __ne__(self, value: object) -> _Count:  # type: ignore[override]
         pattern = self.dtype._pack(value)  # type: ignore[arg-type]
-        _standin_executor().synchronize(cuda.current_stream().cuda_stream)
+        _standin_executor().synchronize(cuda._handle(cuda.current_stream()))
         data = ctypes.string_at(self._address, self.nbytes)
         n = len(pattern)
         if data == pattern * (self.nbytes // n):
