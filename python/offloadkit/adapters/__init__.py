@@ -72,8 +72,8 @@ the conformance matrix (``offloadkit.ecosystem``), with the classifications of
 against stand-ins of the libraries' public APIs (``python/tests/adapters``): the region
 batteries over their stand-ins, the activation adapters' mapping, profile and error translation
 in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not provide), and the
-paged stash adapter's mapping, profile and error translation in unit tests over a stand-in of
-Megatron's module whose kernels run on the host.
+stash battery and unit tests over a stand-in of Megatron's paged stash module whose kernels run on
+the host.
 """
 
 import contextlib

@@ -443,6 +443,10 @@ def stash_class() -> type:
             self.buffer = None
             with library_call("PagedStashManager.release_stash_buffers()"):
                 manager.release_stash_buffers()  # synchronizes the device first
+            # What release_stash_buffers keeps ("Shared overflow / host_spill scalars are
+            # retained (small)", line 638) and the last count: the manager is the object's only.
+            manager.overflow = manager.host_spill = manager.num_tokens_tensor = None
+            manager.paged_tensors_to_reload.clear()
 
     return MegatronPagedStash
 
