@@ -16,7 +16,9 @@ real profile, and has a ``make`` factory::
   OffloadActivations``; factories ``make`` (refused) and ``make_single_stream``.
 - ``offloadkit.adapters.megatron`` (activation): Megatron-LM's fine-grained activation
   offloading (``megatron.core.pipeline_parallel.fine_grained_activation_offload``: the manager's
-  chunk handler, its groups and its hooks' targets); factory ``make``.
+  chunk handler, its groups and its hooks' targets); factories ``make`` (Megatron's default
+  threshold, which keeps every tensor the batteries make) and ``make_offload_all`` (threshold 1
+  element, the ecosystem's column).
 - ``offloadkit.adapters.megatron_paged_stash`` (stash): Megatron-LM's paged stash of MoE
   activations (``megatron.core.transformer.moe.paged_stash``: ``PagedStashManager``, its
   ``PagedStashBuffer`` and ``PagedTensor`` with their Triton kernels); factory ``make``.
@@ -59,7 +61,7 @@ from its own source or package, never from offloadkit)::
         --executor cuda --report torchtune.json
     python -m offloadkit check offloadkit.adapters.trl:make_single_stream --executor cuda \\
         --report trl.json
-    python -m offloadkit check offloadkit.adapters.megatron:make --executor cuda \\
+    python -m offloadkit check offloadkit.adapters.megatron:make_offload_all --executor cuda \\
         --report megatron.json
     python -m offloadkit check offloadkit.adapters.megatron_paged_stash:make --executor cuda \\
         --report megatron-paged-stash.json
@@ -116,10 +118,12 @@ ADAPTERS = (
     Adapter("trl", "offloadkit.adapters.trl:make_single_stream", "activation", "trl", "trl",
             "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
             "one library object per case"),
-    Adapter("megatron", "offloadkit.adapters.megatron:make", "activation", "megatron.core",
-            "megatron-core",
-            "fine-grained activation offloading, one chunk on a fresh manager, layers as "
-            "groups; the warmup iteration only; a second live object refused"),
+    Adapter("megatron", "offloadkit.adapters.megatron:make_offload_all", "activation",
+            "megatron.core", "megatron-core",
+            "fine-grained activation offloading with min_offloaded_tensor_size = 1 (the default "
+            "1048576 elements keeps every tensor the batteries make), one chunk on a fresh "
+            "manager, layers as groups; the warmup iteration only; a second live object "
+            "refused"),
     Adapter("megatron-paged-stash", "offloadkit.adapters.megatron_paged_stash:make", "stash",
             "megatron.core", "megatron-core",
             "paged stash, a manager of its own per object brought to its captured state, one "

@@ -1,10 +1,11 @@
 """What the adapters of torchtune's and TRL's ``OffloadActivations`` share: the library's
 saved-tensor hooks driven through ``offloadkit.saved_tensor_hooks``'s adapter, one library object
-per battery case, the library's errors translated, and each pack's decision (offloaded or kept)
-reported in ``stats()``."""
+per battery case, the library's errors translated, and each pack's decision (offloaded or kept,
+as the library's ``tracker`` records it) reported in ``stats()``."""
 
 from typing import Any, Callable, Dict, FrozenSet
 
+from ..errors import StateError
 from ..hooks import _HooksActivation
 from . import Unsupported, library_call
 
@@ -33,8 +34,6 @@ def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, 
             self.keep_threshold = threshold
             with library_call(f"{call}({_arguments(kwargs)})"):
                 self.library = library_class(**kwargs)
-            self._freed_in_call = False
-            self._packing: Any = None
 
         def pack_hook(self, tensor: Any) -> Any:
             with library_call(f"{call}.pack_hook"):
@@ -44,22 +43,10 @@ def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, 
             with library_call(f"{call}.unpack_hook"):
                 return self.library.unpack_hook(packed)
 
-        def _source_freed(self, nbytes: int, release: Callable[[], None]) -> None:
-            if release == self._packing:
-                self._freed_in_call = True
-            super()._source_freed(nbytes, release)
-
         def pack(self, tensor: Any, stream: Any) -> int:
-            # A pack whose source the library still references when its hook returns kept the
-            # tensor on the device (too small, a storage it tracks already, a parameter): that is
-            # the library's decision, reported as kept.
-            self._freed_in_call = False
-            self._packing = tensor.release
-            try:
-                handle = super().pack(tensor, stream)
-            finally:
-                self._packing = None
-            if not self._freed_in_call:
+            handle = super().pack(tensor, stream)
+            packed = self._packed[handle][0]
+            if not offloaded(self.library, packed):
                 self._stats.offloaded_bytes -= tensor.nbytes
                 self._stats.kept += 1
             return handle
@@ -68,6 +55,21 @@ def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, 
     OffloadActivationsHooks.implementation = implementation
     OffloadActivationsHooks.capabilities = capabilities
     return OffloadActivationsHooks
+
+
+def offloaded(library: Any, tensor_id: Any) -> bool:
+    """The library's own record of its decision for the pack that returned ``tensor_id``: both
+    libraries keep ``tracker[tensor_id] = (tensor, modified, ...)``, ``modified`` True where the
+    tensor was copied to the CPU, False where it was kept as it is (too small, a parameter or
+    buffer, a storage already tracked). Read there rather than inferred from whether the source
+    is still referenced, which a zero-element tensor (no memory) cannot tell."""
+    tracker = getattr(library, "tracker", None)
+    entry = tracker.get(tensor_id) if isinstance(tracker, dict) else None
+    if not isinstance(entry, tuple) or len(entry) < 2:
+        raise StateError(f"the library's tracker has no (tensor, modified, ...) entry for the "
+                         f"tensor id {tensor_id!r} its pack_hook returned (tracker entry: "
+                         f"{entry!r})")
+    return bool(entry[1])
 
 
 def _arguments(kwargs: Dict[str, Any]) -> str:

@@ -98,6 +98,8 @@ CAPABILITIES = frozenset({CUDA_EXECUTOR, "opaque_predicate", "origin_device"})
 GROUP = "core_attn"
 #: Megatron's default ``min_offloaded_tensor_size`` (elements).
 MIN_OFFLOADED_TENSOR_SIZE = 1024 * 1024
+#: The threshold of ``make_offload_all``: every tensor of at least one element is offloaded.
+OFFLOAD_ALL = 1
 
 _live: Optional["weakref.ref[Any]"] = None
 
@@ -220,9 +222,24 @@ def activation(*, min_offloaded_tensor_size: int = MIN_OFFLOADED_TENSOR_SIZE) ->
     return FineGrainedOffload
 
 
+def _plugin(name: str, min_offloaded_tensor_size: int) -> Plugin:
+    library = import_library(LIBRARY, ADAPTER)
+    return Plugin(name=name, version=library_version(library, DISTRIBUTION),
+                  activation=activation(min_offloaded_tensor_size=min_offloaded_tensor_size))
+
+
 def make() -> Plugin:
     """Megatron's defaults (``min_offloaded_tensor_size`` 1048576 elements):
-    ``python -m offloadkit check offloadkit.adapters.megatron:make``."""
-    library = import_library(LIBRARY, ADAPTER)
-    return Plugin(name="megatron-fine-grained-offload",
-                  version=library_version(library, DISTRIBUTION), activation=activation())
+    ``python -m offloadkit check offloadkit.adapters.megatron:make``. Every tensor the batteries
+    make is below that threshold, so Megatron keeps them all on the device: a run of this factory
+    checks the bookkeeping of kept tensors, not an offload."""
+    return _plugin("megatron-fine-grained-offload", MIN_OFFLOADED_TENSOR_SIZE)
+
+
+def make_offload_all() -> Plugin:
+    """``min_offloaded_tensor_size = 1`` (Megatron's ``--min-offloaded-tensor-size 1``): every
+    tensor of at least one element is offloaded, so the batteries' tensors (bytes to a few MiB)
+    go through Megatron's offload and reload paths:
+    ``python -m offloadkit check offloadkit.adapters.megatron:make_offload_all``. The ecosystem's
+    column for Megatron runs this factory."""
+    return _plugin("megatron-fine-grained-offload", OFFLOAD_ALL)

@@ -25,7 +25,7 @@ Declared profile (``make_single_stream``), and why
   least ``min_offload_size`` bytes on the accelerator that is not a parameter or buffer is copied
   to (pinned) CPU memory; a smaller one is kept as it is. The battery's tensors are never
   parameters, so the rule it sees is the size threshold; each decision is also reported in
-  ``stats()`` (a pack whose source the library still holds when its hook returns is kept).
+  ``stats()``, as the library records it (``tracker[id][1]``: copied, or kept as it is).
 - Return device ``current`` (``origin_device`` not declared): unpack copies to
   ``torch.accelerator.current_accelerator()``, the current device, not the tensor's own.
 - No ``prefetch_bound`` / ``pending_bound`` / ``backward_prefetch`` promises: the library

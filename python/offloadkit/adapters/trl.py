@@ -23,8 +23,8 @@ Declared profile (``make_single_stream``), and why
   whose storage (data pointer plus offset, and dtype) an earlier pack of the same forward pass
   tracks is kept on the device rather than copied again, and so are CPU tensors, parameters,
   buffers, TorchAO FP8 tensors and tensors over the storage of a registered parameter. Each
-  decision is reported in ``stats()`` (a pack whose source the library still holds when its hook
-  returns is kept).
+  decision is reported in ``stats()``, as the library records it (``tracker[id][1]``: copied,
+  or kept as it is).
 - Not ``dedup_by_storage``: a storage saved twice is not unpacked from one host copy; its second
   pack keeps the device tensor itself, which the opaque predicate reports as kept.
 - Return device ``current`` (``origin_device`` not declared): unpack copies to the current

@@ -28,7 +28,7 @@ set(expect
   "\\| `region/swap_keeps_both` \\| holds \\| holds \\| \\*\\*\\[fails: limitation\\]\\(#vllm-region-swap-keeps-both\\)\\*\\* \\| ${nr}"
   "\\| `region/many_cycles` \\| \\*\\*\\[fails: limitation\\]\\(#torch-memory-saver-region-many-cycles\\)\\*\\* \\| holds \\| holds \\| ${nr}"
   "## Not run here"
-  "<a id=.megatron-not-run.></a>\\*\\*megatron\\*\\* \\(`offloadkit\\.adapters\\.megatron:make`\\): offloadkit\\.adapters\\.megatron: the library module 'megatron\\.core' cannot be imported here"
+  "<a id=.megatron-not-run.></a>\\*\\*megatron\\*\\* \\(`offloadkit\\.adapters\\.megatron:make_offload_all`\\): offloadkit\\.adapters\\.megatron: the library module 'megatron\\.core' cannot be imported here"
   "### torch_memory_saver: region/many_cycles \\(limitation\\)\n\n- evidence: torch_memory_saver's README \\(.CPU Backup.\\)[^\n]*\n- report: `torch_memory_saver\\.json` \\(executor host\\)\n- seed: `[0-9]+`\n- reproduce: `[^`]*-m offloadkit check --executor host --feature region --implementation torch_memory_saver --property many_cycles")
 string(JOIN ".*" expect ${expect})
 add_test(NAME python_module.ecosystem_standins

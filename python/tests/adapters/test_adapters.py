@@ -499,8 +499,12 @@ class OffloadActivationsTest(unittest.TestCase):
         # PyTorch's part of the saved-tensor adapter (the zero-copy tensor over the source) is
         # replaced by an object that keeps the source's view alive as long as the library
         # references it, as a torch tensor over it does.
+        # A zero-element tensor has no memory to view: PyTorch's tensor for it holds nothing of
+        # the source (as ``as_torch`` makes it), so only the library's own record can say that it
+        # was kept.
         def as_torch(tensor):
-            return types.SimpleNamespace(nbytes=tensor.nbytes, view=tensor.data)
+            return types.SimpleNamespace(nbytes=tensor.nbytes,
+                                         view=tensor.data if tensor.nbytes else None)
 
         for name, adapter, *_ in self.cases:
             with self.subTest(library=name), mock.patch("offloadkit.hooks.as_torch", as_torch):
@@ -514,10 +518,12 @@ class OffloadActivationsTest(unittest.TestCase):
 
                 activation.pack(tensor(2048, "large"), ok.Stream(1))
                 activation.pack(tensor(512, "small"), ok.Stream(1))
+                activation.pack(tensor(0, "empty"), ok.Stream(1))
                 stats = activation.stats()
-                self.assertEqual((stats.packed, stats.kept, stats.offloaded_bytes), (2, 1, 2048))
-                # The offloaded source went back at once; the kept one stays with the library.
-                self.assertEqual(released, ["large"])
+                self.assertEqual((stats.packed, stats.kept, stats.offloaded_bytes), (3, 2, 2048))
+                # The offloaded source went back at once, and the empty one (nothing of it is
+                # held); the kept one stays with the library.
+                self.assertEqual(released, ["large", "empty"])
 
     def test_an_unknown_id_is_a_state_error(self):
         for name, adapter, *_ in self.cases:
