@@ -19,19 +19,12 @@ real profile, and has a ``make`` factory::
   chunk handler, its groups and its hooks' targets); factories ``make`` (Megatron's default
   threshold, which keeps every tensor the batteries make) and ``make_offload_all`` (threshold 1
   element, the ecosystem's column).
+- ``offloadkit.adapters.megatron_paged_stash`` (stash): Megatron-LM's paged stash of MoE
+  activations (``megatron.core.transformer.moe.paged_stash``: ``PagedStashManager``, its
+  ``PagedStashBuffer`` and ``PagedTensor`` with their Triton kernels); factory ``make``.
 
 Each module's docstring names the library commit it was written against, the profile it declares
 and why, and what the adapter adds that the library does not do itself.
-
-No adapter for Megatron-LM's paged stash (``megatron/core/transformer/moe/paged_stash.py`` at
-commit d98e8a64ddf34856e74b24714e3bedb2f5a39553): its per-key objects (``PagedStashBuffer``,
-``PagedTensor.offload_to_stash`` / ``reload_from_stash``) are reachable, but a restore into the
-caller's buffer needs the private ``PagedTensor._tensor`` set beforehand, the stash protocol's
-snapshot (free pages per tier, live entries) exists only as the buffer's device-side free-list
-indices, and importing the module imports Megatron's full-CUDA-graph wrapper, distributed
-optimizer and MoE token dispatcher. Its public entry points (``PagedStashManager``,
-``paged_stash_group_start`` / ``_commit``) run inside Megatron's pipeline schedule and autograd
-functions, not as a stash of keys.
 
 No adapter for NeMo-RL's pinned optimizer offload (``use_pinned_optimizer_offload``,
 ``_get_or_alloc_pinned_buf``; NVIDIA-NeMo/RL pull request 2248): it is not in a released branch.
@@ -70,6 +63,8 @@ from its own source or package, never from offloadkit)::
         --report trl.json
     python -m offloadkit check offloadkit.adapters.megatron:make_offload_all --executor cuda \\
         --report megatron.json
+    python -m offloadkit check offloadkit.adapters.megatron_paged_stash:make --executor cuda \\
+        --report megatron-paged-stash.json
 
 and the same with ``--driver-faults`` for the driver-fault table of each. ``ADAPTERS`` below is
 the table of these factories (one per matrix column, with the library module each imports and the
@@ -78,7 +73,9 @@ the conformance matrix (``offloadkit.ecosystem``), with the classifications of
 ``classified.json`` beside this file. CI runs the adapters
 against stand-ins of the libraries' public APIs (``python/tests/adapters``): the region
 batteries over their stand-ins, the activation adapters' mapping, profile and error translation
-in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not provide).
+in unit tests (their hooks run on PyTorch tensors, which the stand-ins do not provide), and the
+stash battery and unit tests over a stand-in of Megatron's paged stash module whose kernels run on
+the host.
 """
 
 import contextlib
@@ -127,6 +124,11 @@ ADAPTERS = (
             "1048576 elements keeps every tensor the batteries make), one chunk on a fresh "
             "manager, layers as groups; the warmup iteration only; a second live object "
             "refused"),
+    Adapter("megatron-paged-stash", "offloadkit.adapters.megatron_paged_stash:make", "stash",
+            "megatron.core", "megatron-core",
+            "paged stash, a manager of its own per object brought to its captured state, one "
+            "buffer sized by the config; too many rows, a double stash and an empty restore "
+            "raise the overflow flag on the device"),
 )
 
 

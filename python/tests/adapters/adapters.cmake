@@ -2,13 +2,17 @@
 # (labels cpu, python, adapters), included by python/bridge/tests/CMakeLists.txt inside its
 # python_module block (venv, venv_python, module_work, python_check_timeout, module_tests):
 # - python_adapters.unit: each adapter's mapping, declared profile and error translation;
-# - python_module.adapter_<name>: `python -m offloadkit check` of each region adapter over its
-#   stand-in on the host executor, with exactly the FAILED rows the profile explains, and its
+# - python_module.adapter_<name>: `python -m offloadkit check` of each region adapter and of the
+#   paged stash adapter over its stand-in on the host executor, with exactly the FAILED rows the profile explains, and its
 #   planted stand-in defect caught with a seed whose reproduce line fails again;
 # - python_module.adapter_pytest: the same batteries through the pytest plugin.
 # The activation adapters (torchtune, trl, megatron) have no battery entry: their hooks run on
 # PyTorch tensors (offloadkit.hooks), which the stand-ins do not provide; python_adapters.unit
 # checks them, and fails the round trip under Megatron's planted reload_drops_last_byte.
+# Megatron's paged stash adapter runs the stash battery over its stand-in (paged_stash.py, whose
+# kernels run on the host; the stand-in torch computes with NumPy, which the venv's interpreter
+# needs), and python_adapters.unit checks its mapping and profile (test_megatron_paged_stash.py,
+# skipped without NumPy); both catch the planted stashes_after_overflow.
 set(adapters_dir ${CMAKE_CURRENT_LIST_DIR})
 set(standins ${adapters_dir}/standin_factories.py)
 
@@ -21,6 +25,7 @@ set_tests_properties(python_adapters.unit PROPERTIES LABELS "cpu;python;adapters
 # pins how many rows fail, the "<property> ... FAILED" regexes which ones (the FAILED option of
 # expect_python_check.cmake reads only the first row of several: its list of matches does not
 # split on the "]" each one starts with).
+set(mps "stash/megatron-paged-stash")
 set(tms "region/torch_memory_saver")
 set(vllm "region/vllm-cumem")
 set(all_fail model_based release_is_real graph_replay_after_resume swap_keeps_both state_errors
@@ -38,7 +43,11 @@ set(adapter_checks
   "torch_memory_saver_planted|${standins}:torch_memory_saver_retain --executor host --seed 7|1|${tms_planted}|pause_ignores_cpu_backup"
   # One live region per process: the properties that hold two regions get the adapter's refusal.
   "vllm|${standins}:vllm --executor host|1|7 passed, 3 failed, 4 not applicable,${vllm} swap_keeps_both [.][.][.] FAILED,${vllm} multi_device [.][.][.] FAILED,${vllm} adjacent_allocations [.][.][.] FAILED,a second region while 'offloadkit-region-[0-9]+' is live|"
-  "vllm_planted|${standins}:vllm --executor host --seed 7|1|${vllm_planted}|wake_up_drops_backup")
+  "vllm_planted|${standins}:vllm --executor host --seed 7|1|${vllm_planted}|wake_up_drops_backup"
+  # Megatron's paged stash: graph capture, first-overflow status and the executor's fault
+  # injection are not in its profile.
+  "megatron_paged_stash|${standins}:megatron_paged_stash --executor host|0|7 passed, 0 failed, 3 not applicable|"
+  "megatron_paged_stash_planted|${standins}:megatron_paged_stash --executor host --seed 7|1|5 passed, 2 failed, 3 not applicable,${mps} model_based [.][.][.] FAILED,${mps} batch_matches_per_key [.][.][.] FAILED|stashes_after_overflow")
 foreach(entry IN LISTS adapter_checks)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
@@ -51,8 +60,12 @@ foreach(entry IN LISTS adapter_checks)
     COMMAND ${CMAKE_COMMAND} -DPYTHON=${venv_python} -DWORK=${module_work} "-DARGS=${arguments}"
             -DEXPECT_RC=${status} "-DEXPECT=${expect}"
             -P ${PROJECT_SOURCE_DIR}/python/bridge/tests/expect_python_check.cmake)
+  set(feature region)
+  if(name MATCHES "^megatron_paged_stash")
+    set(feature stash)
+  endif()
   set_tests_properties(python_module.adapter_${name} PROPERTIES
-    LABELS "cpu;python;property;region;adapters" TIMEOUT ${python_check_timeout}
+    LABELS "cpu;python;property;${feature};adapters" TIMEOUT ${python_check_timeout}
     ENVIRONMENT "OFFLOADKIT_STANDIN_DEFECT=${defect}")
   list(APPEND module_tests python_module.adapter_${name})
 endforeach()

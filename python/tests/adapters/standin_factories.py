@@ -2,10 +2,10 @@
 (tests only).
 
 Importing this module puts ``standins/`` first on ``sys.path``, so that the adapters import the
-stand-ins of ``torch``, ``torch_memory_saver`` and ``vllm``. Each factory is the adapter's own
-``make()`` with one change: its feature class also declares ``host_executor`` and binds the
-stand-in torch's device to the executor it is given. The profile the batteries check is the
-adapter's, unchanged.
+stand-ins of ``torch``, ``torch_memory_saver``, ``vllm`` and Megatron's ``paged_stash``. Each
+factory is the adapter's own ``make()`` with one change: its feature class also declares
+``host_executor`` and binds the stand-in torch's device to the executor it is given. The profile
+the batteries check is the adapter's, unchanged.
 
     python -m offloadkit check python/tests/adapters/standin_factories.py:torch_memory_saver \\
         --executor host
@@ -37,6 +37,28 @@ def _on_host(feature):
             super().__init__(executor, config)
 
     OnHost.__name__ = OnHost.__qualname__ = feature.__name__
+    return OnHost
+
+
+def _stash_on_host(feature):
+    """As _on_host, binding the object's executor again before each call: a stash allocates at
+    every call, and with two objects alive each must allocate through the executor lent to it."""
+
+    def bound(name):
+        def call(self, *args):
+            torch._standin_bind(self.executor)
+            return getattr(feature, name)(self, *args)
+        return call
+
+    def __init__(self, executor, config, stream):
+        torch._standin_bind(executor)
+        feature.__init__(self, executor, config, stream)
+
+    OnHost = type(feature.__name__, (feature,), {
+        "capabilities": frozenset(feature.capabilities) | {HOST_EXECUTOR}, "__init__": __init__,
+        **{name: bound(name) for name in ("stash", "restore", "reset", "clear_status",
+                                          "snapshot", "close")}})
+    OnHost.__qualname__ = feature.__name__
     return OnHost
 
 
@@ -86,4 +108,12 @@ def crashes_at_exit() -> Plugin:
 
     CrashesAtExit.__name__ = CrashesAtExit.__qualname__ = region.__name__
     plugin.region = CrashesAtExit
+    return plugin
+
+
+def megatron_paged_stash() -> Plugin:
+    from offloadkit.adapters import megatron_paged_stash as adapter
+
+    plugin = adapter.make()
+    plugin.stash = _stash_on_host(plugin.stash)
     return plugin

@@ -16,6 +16,12 @@ the executor. Every copy goes through the executor's ``copy`` on the current str
 there (the executors behind the stand-in run stream work in order, so a copy is complete for the
 host once the stream is synchronized). Reading memory from the host (``!=``) needs the executor's
 memory to be host-addressable, as the host executor's is.
+
+For Megatron's paged stash stand-in, small tensors of the dtypes ``int64`` and ``bool`` over the
+same memory, computed on the host with NumPy once the current stream is synchronized: ``zeros``,
+``tensor``, ``arange``, ``maximum``, and the methods ``eq``, ``ne``, ``lt``, ``gt``,
+``logical_or``, ``mul``, ``mul_``, ``add_``, ``zero_``, ``clone``, ``to(dtype)``, ``item``,
+``tolist``, ``numpy``, ``narrow``, ``flatten``, ``dim`` and ``view(dtype or shape)``.
 """
 
 import ctypes
@@ -42,6 +48,10 @@ class dtype:  # noqa: N801 (PyTorch's name)
 uint8 = dtype("uint8", 1, lambda v: struct.pack("<B", int(v) & 0xFF))
 # bf16 is the upper half of the float32 (values the benchmarks use are exact in bf16).
 bfloat16 = dtype("bfloat16", 2, lambda v: struct.pack("<f", float(v))[2:])
+
+int64 = dtype("int64", 8, lambda v: struct.pack("<q", int(v)))
+bool_ = dtype("bool", 1, lambda v: struct.pack("<B", 1 if v else 0))  # torch.bool, at the end
+_NUMPY = {"uint8": "u1", "int64": "<i8", "bool": "?", "bfloat16": "<u2"}
 
 _executor: Optional[Any] = None
 _allocators: List[Callable[[int, int], Tuple[int, Callable[[], None]]]] = []
@@ -130,9 +140,86 @@ class Tensor:
     def _view(self, dtype_: dtype, shape: Sequence[int]) -> "Tensor":
         return Tensor(self._address, self.nbytes, self.device.index, None, dtype_, shape, self)
 
-    def view(self, dtype_: dtype) -> "Tensor":
-        last = self.shape[-1] * self.dtype.itemsize // dtype_.itemsize
-        return self._view(dtype_, self.shape[:-1] + (last,))
+    def view(self, *target: Any) -> "Tensor":
+        if len(target) == 1 and isinstance(target[0], dtype):
+            dtype_ = target[0]
+            last = self.shape[-1] * self.dtype.itemsize // dtype_.itemsize
+            return self._view(dtype_, self.shape[:-1] + (last,))
+        return self.reshape(*target)
+
+    # ---- NumPy-computed operations (host-addressable memory) ---------------------------------
+
+    def numpy(self) -> Any:
+        """The tensor's elements as a NumPy array over its memory, once the current stream's
+        work is done."""
+        import numpy as np
+
+        _standin_executor().synchronize(cuda._handle(cuda.current_stream()))
+        if self.nbytes == 0:
+            return np.zeros(self.shape, dtype=_NUMPY[self.dtype.name])
+        raw = (ctypes.c_char * self.nbytes).from_address(self._address)
+        return np.frombuffer(raw, dtype=_NUMPY[self.dtype.name]).reshape(self.shape)
+
+    def _new(self, values: Any, dtype_: Optional[dtype] = None) -> "Tensor":
+        out = empty(tuple(values.shape), dtype=dtype_ or self.dtype, device=self.device)
+        out.numpy()[...] = values
+        return out
+
+    @staticmethod
+    def _value(other: Any) -> Any:
+        return other.numpy() if isinstance(other, Tensor) else other
+
+    def eq(self, other: Any) -> "Tensor":
+        return self._new(self.numpy() == self._value(other), bool_)
+
+    def ne(self, other: Any) -> "Tensor":
+        return self._new(self.numpy() != self._value(other), bool_)
+
+    def lt(self, other: Any) -> "Tensor":
+        return self._new(self.numpy() < self._value(other), bool_)
+
+    def gt(self, other: Any) -> "Tensor":
+        return self._new(self.numpy() > self._value(other), bool_)
+
+    def logical_or(self, other: "Tensor") -> "Tensor":
+        return self._new(self.numpy() | other.numpy(), bool_)
+
+    def mul(self, other: Any) -> "Tensor":
+        return self._new(self.numpy() * self._value(other))
+
+    def mul_(self, other: Any) -> "Tensor":
+        self.numpy()[...] = self.numpy() * self._value(other)
+        return self
+
+    def add_(self, other: Any) -> "Tensor":
+        self.numpy()[...] = self.numpy() + self._value(other)
+        return self
+
+    def zero_(self) -> "Tensor":
+        self.numpy()[...] = 0
+        return self
+
+    def clone(self) -> "Tensor":
+        return self._new(self.numpy().copy())
+
+    def item(self) -> Any:
+        return self.numpy().reshape(-1)[0].item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def flatten(self) -> "Tensor":
+        return self.reshape(self.numel())
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        if dim != 0 or len(self.shape) != 1:
+            raise ValueError("the torch stand-in narrows 1-D tensors only")
+        size = self.dtype.itemsize
+        return Tensor(self._address + start * size, length * size, self.device.index, None,
+                      self.dtype, (length,), self)
 
     def reshape(self, *shape: Any) -> "Tensor":
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -144,12 +231,14 @@ class Tensor:
             raise RuntimeError(f"copy_: {src.nbytes} bytes into a tensor of {self.nbytes}")
         executor = _standin_executor()
         stream = cuda.current_stream()
-        executor.copy(self._address, src._address, self.nbytes, stream.cuda_stream)
+        executor.copy(self._address, src._address, self.nbytes, cuda._handle(stream))
         if not non_blocking:
-            executor.synchronize(stream.cuda_stream)
+            executor.synchronize(cuda._handle(stream))
         return self
 
     def to(self, target: Any, non_blocking: bool = False) -> "Tensor":
+        if isinstance(target, dtype):
+            return self._new(self.numpy().astype(_NUMPY[target.name]), target)
         where = device(target) if isinstance(target, (str, device)) else target
         if where.type == self.device.type and (where.index is None or
                                                where.index == self.device.index):
@@ -160,14 +249,14 @@ class Tensor:
     def fill_(self, value: float) -> "Tensor":
         pattern = self.dtype._pack(value)
         executor = _standin_executor()
-        stream = cuda.current_stream().cuda_stream
+        stream = cuda._handle(cuda.current_stream())
         executor.synchronize(stream)
         ctypes.memmove(self._address, pattern * (self.nbytes // len(pattern)), self.nbytes)
         return self
 
     def __ne__(self, value: object) -> _Count:  # type: ignore[override]
         pattern = self.dtype._pack(value)  # type: ignore[arg-type]
-        _standin_executor().synchronize(cuda.current_stream().cuda_stream)
+        _standin_executor().synchronize(cuda._handle(cuda.current_stream()))
         data = ctypes.string_at(self._address, self.nbytes)
         n = len(pattern)
         if data == pattern * (self.nbytes // n):
@@ -245,11 +334,43 @@ def empty_like(t: Tensor, *, dtype: Optional[dtype] = None, device: Any = None, 
 
 
 def as_tensor(obj: Any, device: Any = None) -> Tensor:  # noqa: A002
-    """``torch.as_tensor`` of an object with ``__cuda_array_interface__``: a uint8 tensor over its
-    memory, without a copy, that keeps ``obj`` alive."""
-    face = obj.__cuda_array_interface__
+    """``torch.as_tensor`` of an object with ``__cuda_array_interface__`` (or, for a buffer of
+    offloadkit's host executor, which stands for device memory, ``__array_interface__``): a uint8
+    tensor over its memory, without a copy, that keeps ``obj`` alive."""
+    face = getattr(obj, "__cuda_array_interface__", None)
+    if face is None:
+        face = obj.__array_interface__
     nbytes = 1
     for s in face["shape"]:
         nbytes *= int(s)
     index = globals()["device"](device).index if device is not None else cuda.current_device()
     return Tensor(int(face["data"][0]), nbytes, index or 0, None, uint8, (nbytes,), obj)
+
+
+def zeros(*size: Any, dtype: dtype = uint8, device: Any = None) -> Tensor:  # noqa: A002
+    """``torch.zeros``."""
+    return empty(*size, dtype=dtype, device=device).zero_()
+
+
+def tensor(values: Sequence[int], dtype: dtype = int64, device: Any = None) -> Tensor:  # noqa: A002
+    """``torch.tensor`` of a list of numbers."""
+    import numpy as np
+
+    out = empty(len(values), dtype=dtype, device=device)
+    out.numpy()[...] = np.asarray(values)
+    return out
+
+
+def arange(n: int, dtype: dtype = int64, device: Any = None) -> Tensor:  # noqa: A002
+    """``torch.arange(n)``."""
+    return tensor(list(range(int(n))), dtype=dtype, device=device)
+
+
+def maximum(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.maximum`` of two tensors of one shape."""
+    import numpy as np
+
+    return a._new(np.maximum(a.numpy(), b.numpy()))
+
+
+globals()["bool"] = bool_  # torch.bool (after the definitions, whose annotations name the builtin)

@@ -52,13 +52,20 @@ class Stream:
         self.cuda_stream = int(_executor().create_stream(index))
 
     def synchronize(self) -> None:
-        _executor().synchronize(self.cuda_stream)
+        _executor().synchronize(_handle(self))
 
     def wait_event(self, event: "Event") -> None:
         pass  # the executor's streams run in order of issue
 
     def wait_stream(self, stream: "Stream") -> None:
         pass
+
+
+def _handle(stream: Stream) -> Any:
+    """The stream as the executor takes it: an offloadkit ``Stream`` (handle and device)."""
+    from offloadkit.types import Stream as Handle
+
+    return Handle(stream.cuda_stream, stream.device_index)
 
 
 class ExternalStream(Stream):

@@ -1,0 +1,1 @@
+"""Stand-in of ``megatron.core.transformer`` (tests only)."""
