@@ -19,12 +19,12 @@ string(JOIN " " on_standins ${on_standins})
 # (a pinned backup per pause, a documented limitation), its retain_cpu_backup column holds it, vLLM's
 # three properties that hold two regions at once fail (one live region per process), every failure
 # is classified (exit 0), and the libraries the venv lacks are columns of "not run" with the reason.
-set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\|")
+set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\| \\[not run\\]\\(#megatron-paged-stash-not-run\\) \\|")
 set(expect
-  "6 libraries .3 not run here., 15 properties, 4 failures, every one classified"
+  "7 libraries .4 not run here., 15 properties, 4 failures, every one classified"
   "\\| torch_memory_saver \\| 0\\.0\\.10b1\\+offloadkit\\.standin \\| `${standins}:torch_memory_saver` \\| the library's defaults[^|]*\\| host \\|[^|]+UTC \\|[^|]+\\| 10 hold, 1 fail, 4 n/a \\|"
   "\\| torchtune \\| - \\| `offloadkit\\.adapters\\.torchtune:make_single_stream` \\|[^|]+\\| - \\| - \\| - \\| not run: offloadkit\\.adapters\\.torchtune: the library module 'torchtune\\.training' cannot be imported here .No module named 'torchtune'.[^|]*\\|"
-  "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| megatron \\|"
+  "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| megatron \\| megatron-paged-stash \\|"
   "\\| `region/swap_keeps_both` \\| holds \\| holds \\| \\*\\*\\[fails: limitation\\]\\(#vllm-region-swap-keeps-both\\)\\*\\* \\| ${nr}"
   "\\| `region/many_cycles` \\| \\*\\*\\[fails: limitation\\]\\(#torch-memory-saver-region-many-cycles\\)\\*\\* \\| holds \\| holds \\| ${nr}"
   "## Not run here"
@@ -35,8 +35,8 @@ add_test(NAME python_module.ecosystem_standins
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
           "-DARGS=${ecosystem_run} ${on_standins} --out ${ecosystem_out}/standins"
           -DEXPECT_RC=0 -DFILE=${ecosystem_out}/standins/CONFORMANCE.md "-DEXPECT_FILE=${expect}"
-          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .6 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
-          "-DEXPECT_ERR=\\[1/6\\] torch_memory_saver: .*\\[6/6\\] megatron: "
+          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .7 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
+          "-DEXPECT_ERR=\\[1/7\\] torch_memory_saver: .*\\[6/7\\] megatron: .*\\[7/7\\] megatron-paged-stash: "
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 
 # Without a classification the same failure makes the run exit 1, listed as a problem; a
