@@ -8,7 +8,7 @@
 set(ecosystem_data ${CMAKE_CURRENT_LIST_DIR}/ecosystem)
 set(ecosystem_out ${module_work}/ecosystem)
 set(standins ${CMAKE_CURRENT_LIST_DIR}/standin_factories.py)
-set(ecosystem_run "-m offloadkit ecosystem --executor host --cases 3 --offloadkit $<TARGET_FILE:offloadkit>")
+set(ecosystem_run "-m offloadkit ecosystem --executor host --cases 3 --jobs 2 --offloadkit $<TARGET_FILE:offloadkit>")
 set(on_standins
   "--factory torch_memory_saver=${standins}:torch_memory_saver"
   "--factory torch_memory_saver-retain=${standins}:torch_memory_saver_retain"
@@ -98,6 +98,8 @@ list(APPEND module_tests python_module.ecosystem_standins python_module.ecosyste
 set(ecosystem_usage_cases
   "executor|-m offloadkit ecosystem --executor gpu|offloadkit ecosystem: --executor: gpu is not one of the valid values auto, host, cuda"
   "cases_zero|-m offloadkit ecosystem --cases 0|offloadkit ecosystem: --cases: 0 is out of range: valid range 1..1000000"
+  "jobs_zero|-m offloadkit ecosystem --jobs 0|offloadkit ecosystem: --jobs: 0 is out of range: valid range 1..64"
+  "jobs_word|-m offloadkit ecosystem --jobs all|offloadkit ecosystem: --jobs: all is not an integer: valid range 1..64"
   "only|-m offloadkit ecosystem --only tms|offloadkit ecosystem: --only: tms is not one of the valid names torch_memory_saver, torch_memory_saver-retain, vllm, torchtune, trl, megatron"
   "factory_shape|-m offloadkit ecosystem --factory vllm|offloadkit ecosystem: --factory: 'vllm' is not NAME=MODULE:FACTORY"
   "factory_name|-m offloadkit ecosystem --factory vlm=a.py:make|offloadkit ecosystem: --factory: vlm is not one of the valid names"
