@@ -228,8 +228,8 @@ class MeasuringPathTest(unittest.TestCase):
                                  "megatron-fine-grained",
                                  "megatron-paged-stash"})
         megatron = self.rows_of("megatron-paged-stash")[0]
-        self.assertIn("no adapter", megatron["reason"])
-        self.assertIn("PagedTensor._tensor", megatron["reason"])
+        self.assertIn("not timed here", megatron["reason"])
+        self.assertIn("offloadkit.adapters.megatron_paged_stash", megatron["reason"])
         # Region: 3 operations x 2 sizes x 4 implementations; activation: 2 phases x 5; Megatron's
         # paged stash.
         self.assertEqual(len(self.rows), 3 * 2 * 4 + 2 * 5 + 1)
