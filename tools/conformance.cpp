@@ -371,7 +371,7 @@ conformance_description read_conformance_description(const std::string& path) {
     const json& classified = r.array("classified", false);
     for (std::size_t k = 0; k < classified.size(); ++k) {
       const object_reader c(classified[k], path, at + "/classified/" + std::to_string(k),
-                            {"property", "class", "evidence", "upstream"});
+                            {"property", "class", "evidence", "upstream", "reproducer"});
       conformance_classification cls;
       cls.property = c.text("property", true);
       if (cls.property.find('/') == std::string::npos) {
@@ -386,6 +386,7 @@ conformance_description read_conformance_description(const std::string& path) {
       }
       cls.evidence = c.text("evidence", true);
       cls.upstream = c.text("upstream", false);
+      cls.reproducer = c.text("reproducer", false);
       if (classification_of(lib, cls.property) != nullptr) {
         c.fail("/property", "'" + cls.property + "' is classified twice");
       }
@@ -540,6 +541,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       if (f.cls != nullptr) {
         os << "- evidence: " << md_cell(f.cls->evidence) << "\n";
         if (!f.cls->upstream.empty()) os << "- upstream: " << md_cell(f.cls->upstream) << "\n";
+        if (!f.cls->reproducer.empty()) {
+          os << "- reproducer (the library and PyTorch alone): " << md_code(f.cls->reproducer)
+             << "\n";
+        }
       }
       os << "- report: " << md_code(f.c->report) << " (executor " << f.c->executor << ")\n";
       if (!f.c->seed.empty()) os << "- seed: " << md_code(f.c->seed) << "\n";
@@ -605,6 +610,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       if (f.cls != nullptr) {
         os << "<li>evidence: " << html(f.cls->evidence) << "</li>\n";
         if (!f.cls->upstream.empty()) os << "<li>upstream: " << html(f.cls->upstream) << "</li>\n";
+        if (!f.cls->reproducer.empty()) {
+          os << "<li>reproducer (the library and PyTorch alone): <code>" << html(f.cls->reproducer)
+             << "</code></li>\n";
+        }
       }
       os << "<li>report: <code>" << html(f.c->report) << "</code> (executor " << html(f.c->executor)
          << ")</li>\n";
@@ -645,7 +654,8 @@ int conformance_main(const std::vector<std::string>& args) {
         "                  \"classified\": [{\"property\": \"feature/property\", \"class\": "
         "\"defect|limitation\",\n"
         "                                  \"evidence\": \"...\", \"upstream\": "
-        "\"owner/repo#N\"}]}]}\n"
+        "\"owner/repo#N\",\n"
+        "                                  \"reproducer\": \"a command without offloadkit\"}]}]}\n"
         "Report paths are relative to the description's folder. A driver-fault report gives one\n"
         "row per feature, feature/driver_faults. A report that saw how the properties' (or the\n"
         "fault cases') processes exited gives feature/shutdown: it holds when every one exited\n"

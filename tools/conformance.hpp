@@ -14,10 +14,11 @@ namespace offloadkit::tools {
 
 /// What a failing cell is.
 struct conformance_classification {
-  std::string property;  ///< "feature/property", or "feature/driver_faults"
-  std::string cls;       ///< "defect" or "limitation"
-  std::string evidence;  ///< what shows it: the documentation, the shrunk case, ...
-  std::string upstream;  ///< the matching upstream issue or pull request ("owner/repo#123")
+  std::string property;    ///< "feature/property", or "feature/driver_faults"
+  std::string cls;         ///< "defect" or "limitation"
+  std::string evidence;    ///< what shows it: the documentation, the shrunk case, ...
+  std::string upstream;    ///< the matching upstream issue or pull request ("owner/repo#123")
+  std::string reproducer;  ///< a command that shows a defect with the library alone (optional)
 };
 
 struct conformance_library {

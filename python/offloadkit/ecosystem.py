@@ -26,7 +26,8 @@ The classifications file (``offloadkit/adapters/classified.json`` by default)::
 
     {"format": "offloadkit.classified", "format_version": 1,
      "libraries": {"NAME": [{"property": "feature/property", "class": "defect|limitation",
-                             "evidence": "...", "upstream": "owner/repo#N"}]}}
+                             "evidence": "...", "upstream": "owner/repo#N",
+                             "reproducer": "python3 reproducers/NAME.py"}]}}
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ FILE_ERROR = 5
 PRECEDENCE = (FILE_ERROR, ADAPTER_ERROR, CANNOT_RUN, UNCLASSIFIED)
 
 CLASSIFIED_FORMAT = "offloadkit.classified"
-CLASSIFIED_KEYS = ("property", "class", "evidence", "upstream")
+CLASSIFIED_KEYS = ("property", "class", "evidence", "upstream", "reproducer")
 CLASSES = ("defect", "limitation")
 DEFAULT_CLASSIFIED = os.path.join(os.path.dirname(os.path.abspath(adapters.__file__)),
                                   "classified.json")

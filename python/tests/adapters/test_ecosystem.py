@@ -77,9 +77,16 @@ class ClassifiedTest(unittest.TestCase):
         self.assertEqual({e["property"] for e in classified["vllm"]},
                          {"region/swap_keeps_both", "region/multi_device",
                           "region/adjacent_allocations"})
+        # A defect comes with where upstream stands and a reproducer of the library alone, whose
+        # script is in the repository.
         for entries in classified.values():
             for entry in entries:
-                self.assertNotIn("upstream", entry)  # none has an upstream issue yet
+                if entry["class"] != "defect":
+                    continue
+                self.assertIn("upstream", entry)
+                script = entry["reproducer"].split()[1]
+                self.assertTrue(script.startswith("reproducers/"), entry["reproducer"])
+                self.assertTrue(os.path.isfile(os.path.join(ROOT, script)), script)
         with open(os.path.join(ROOT, "setup.py")) as f:
             self.assertIn('"offloadkit.adapters": ["classified.json"]', f.read())
 
