@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from . import adapters
 from .cli import USAGE, _Parser, absolute_factory
@@ -118,7 +118,8 @@ def parser() -> Parser:
                    help="a property's time limit, 1..86400 (default: the check's, 600)")
     p.add_argument("--jobs", metavar="N", default="1",
                    help="libraries checked at once, 1..64 (default 1); each library's checks "
-                        "stay one after the other, in processes of their own")
+                        "stay one after the other, in processes of their own, and region "
+                        "libraries (judged by the device's free memory) run alone first")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -516,6 +517,30 @@ def exit_status(statuses: Sequence[int]) -> int:
 # ---- the command ------------------------------------------------------------------------------
 
 
+#: Features whose batteries read the device's free memory (a region's release is judged by the
+#: driver's count: ``release_is_real``, ``many_cycles``), which another process's CUDA context or
+#: allocations would move: a library of such a feature is checked with nothing else running.
+ALONE_FEATURES = ("region",)
+
+
+def schedule(selected: Sequence[adapters.Adapter],
+             one: Callable[[int, adapters.Adapter], Outcome], jobs: int) -> List[Outcome]:
+    """Runs ``one(i, adapter)`` for every selected library (i counts from 1), ``jobs`` at once:
+    first those of ``ALONE_FEATURES``, one at a time with nothing else running, then the others
+    side by side (each library's checks are child processes of their own, so libraries do not
+    meet each other's process-global state). The outcomes keep the table's order."""
+    numbered = list(enumerate(selected, 1))
+    outcomes: Dict[int, Outcome] = {}
+    for i, adapter in numbered:
+        if adapter.feature in ALONE_FEATURES:
+            outcomes[i] = one(i, adapter)
+    rest = [(i, a) for i, a in numbered if a.feature not in ALONE_FEATURES]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for (i, _), outcome in zip(rest, pool.map(lambda e: one(*e), rest)):
+            outcomes[i] = outcome
+    return [outcomes[i] for i, _ in numbered]
+
+
 def run(o: argparse.Namespace) -> int:
     from .cli import native
 
@@ -541,10 +566,7 @@ def run(o: argparse.Namespace) -> int:
         progress(f"[{i}/{len(selected)}] {adapter.name}: {factory}")
         return check_library(adapter, factory, o, executor, out)
 
-    # Each library's checks are child processes of their own, so libraries run side by side
-    # without meeting each other's process-global state; the matrix keeps the table's order.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
-        outcomes = list(pool.map(one, range(1, len(selected) + 1), selected))
+    outcomes = schedule(selected, one, o.jobs)
 
     doc = description(outcomes, classified, out, o.driver_faults)
     description_path = os.path.join(out, "conformance.json")

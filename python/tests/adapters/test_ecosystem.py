@@ -76,7 +76,7 @@ class ClassifiedTest(unittest.TestCase):
         self.assertEqual(classified["torch_memory_saver"][0]["property"], "region/many_cycles")
         self.assertEqual({e["property"] for e in classified["vllm"]},
                          {"region/swap_keeps_both", "region/multi_device",
-                          "region/adjacent_allocations"})
+                          "region/adjacent_allocations", "region/driver_faults"})
         # A defect comes with where upstream stands and a reproducer of the library alone, whose
         # script is in the repository.
         for entries in classified.values():
@@ -205,6 +205,37 @@ class DescriptionTest(unittest.TestCase):
         self.assertEqual(trl, {"name": "trl",
                                "adapter": "offloadkit.adapters.trl:make_single_stream",
                                "not_run": MISSING["message"], "notes": "one object per case"})
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_region_libraries_run_alone_and_the_order_is_kept(self):
+        import threading
+        import time
+
+        lock = threading.Lock()
+        running, overlaps, started = set(), [], []
+
+        def one(i, adapter):
+            with lock:
+                started.append(adapter.name)
+                if running and (adapter.feature == "region" or any(
+                        a.feature == "region" for a in running)):
+                    overlaps.append((adapter.name, sorted(a.name for a in running)))
+                running.add(adapter)
+            time.sleep(0.05)
+            with lock:
+                running.discard(adapter)
+            return ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds)
+
+        outcomes = ecosystem.schedule(adapters.ADAPTERS, one, 4)
+        self.assertEqual([o.name for o in outcomes], [a.name for a in adapters.ADAPTERS])
+        self.assertEqual(overlaps, [])
+        regions = [a.name for a in adapters.ADAPTERS if a.feature == "region"]
+        self.assertEqual(started[:len(regions)], regions)
+        self.assertGreater(len(regions), 0)
+        # The others did run side by side (the pool is used).
+        self.assertEqual(sorted(started[len(regions):]),
+                         sorted(a.name for a in adapters.ADAPTERS if a.feature != "region"))
 
 
 class UsageTest(unittest.TestCase):
