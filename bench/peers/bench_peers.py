@@ -296,6 +296,23 @@ def shapes(o: argparse.Namespace) -> List[Tuple[int, int]]:
     return [QUICK_SHAPE] if o.quick else list(DEFAULT_SHAPES)
 
 
+def measured_rows(rows: List[Dict[str, Any]], kind: str, ops: Sequence[str], name: str,
+                  common: Dict[str, Any],
+                  measure_ops: Callable[[Dict[str, int]], Dict[str, Dict[str, Any]]]) -> None:
+    """Appends one row per operation of ``ops`` from ``measure_ops(calls)`` (figures per
+    operation; ``calls`` counts the library calls it made), or, where it raises, one failed row
+    per operation with the error."""
+    calls: Dict[str, int] = {}
+    try:
+        figures = measure_ops(calls)
+        for op in ops:
+            rows.append(row(kind, op, name, calls=dict(calls), **common, **figures[op]))
+    except Exception as e:
+        for op in ops:
+            rows.append(failed(kind, op, name, e, calls=dict(calls), **common))
+        traceback.print_exc()
+
+
 def region_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: Optional[Any],
                 name: str, factory: str,
                 written: Optional[Callable[[List[Dict[str, Any]]], None]] = None
@@ -313,17 +330,9 @@ def region_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: Opti
                 rows.append(skipped("region", op, name, refused, **common))
             continue
         progress(f"region {name} {nbytes // MIB} MiB")
+        measured_rows(rows, "region", ("pause", "resume"), name, common,
+                      lambda calls: measure.measure_region(dev, cls, nbytes, o.reps, calls))
         calls: Dict[str, int] = {}
-        try:
-            figures = measure.measure_region(dev, cls, nbytes, o.reps, calls)
-            for op in ("pause", "resume"):
-                rows.append(row("region", op, name, calls=dict(calls), **common,
-                                **figures[op]))
-        except Exception as e:
-            for op in ("pause", "resume"):
-                rows.append(failed("region", op, name, e, calls=dict(calls), **common))
-            traceback.print_exc()
-        calls = {}
         try:
             rows.append(row("region", "phase switch", name,
                             **measure.measure_switch(dev, cls, nbytes, o.reps, calls),
@@ -364,17 +373,9 @@ def activation_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: 
                 rows.append(skipped("activation", op, name, refused, **common))
             continue
         progress(f"activation {name} {hidden}x{tokens}")
-        calls: Dict[str, int] = {}
-        try:
-            figures = measure.measure_activation(dev, cls, o.blocks, hidden, tokens, o.reps,
-                                                 calls)
-            for op in ("forward", "backward"):
-                rows.append(row("activation", op, name, calls=dict(calls), **common,
-                                **figures[op]))
-        except Exception as e:
-            for op in ("forward", "backward"):
-                rows.append(failed("activation", op, name, e, calls=dict(calls), **common))
-            traceback.print_exc()
+        measured_rows(rows, "activation", ("forward", "backward"), name, common,
+                      lambda calls: measure.measure_activation(dev, cls, o.blocks, hidden,
+                                                               tokens, o.reps, calls))
     return rows
 
 
