@@ -101,7 +101,8 @@ oi::process_end to_process_end(const child_run& run, int timeout_s) {
 std::string what_the_scenario_does(const std::string& feature) {
   if (feature == "stash") {
     return "create, stash two keys, stash one that overflows (reported), clear_status, restore "
-           "and verify, stash_batch and restore_batch two keys, verify, destroy with a key held";
+           "and verify, stash_batch and restore_batch two keys, verify, destroy with a key held "
+           "(each call's check() a step of its own, retried alone)";
   }
   if (feature == "region") {
     return "create, write, pause, resume, verify, pause(discard) and resume (where both modes are "
