@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 from . import adapters
 from .cli import USAGE, _Parser, absolute_factory
@@ -117,9 +117,10 @@ def parser() -> Parser:
     p.add_argument("--timeout", metavar="SECONDS",
                    help="a property's time limit, 1..86400 (default: the check's, 600)")
     p.add_argument("--jobs", metavar="N", default="1",
-                   help="libraries checked at once, 1..64 (default 1); each library's checks "
-                        "stay one after the other, in processes of their own, and region "
-                        "libraries (judged by the device's free memory) run alone first")
+                   help="checks run at once, 1..64 (default 1): each library's batteries and "
+                        "its driver-fault countdown are checks of their own, each in processes "
+                        "of its own; the batteries of region libraries (judged by the device's "
+                        "free memory) run first, alone")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -393,16 +394,14 @@ def check_command(factory: str, o: argparse.Namespace, executor: str, extra: Seq
     return command + list(extra) + ["--report", report]
 
 
-def check_library(adapter: adapters.Adapter, factory: str, o: argparse.Namespace, executor: str,
-                  out: str) -> Outcome:
-    """Runs one library's checks into out/NAME.json (and NAME-faults.json)."""
+def prepare_library(adapter: adapters.Adapter, factory: str,
+                    o: argparse.Namespace, out: str) -> Tuple[Outcome, Dict[str, Any]]:
+    """Removes the library's reports of an earlier run (never read as this run's) and asks
+    plugin-info for the factory's name and version: (the outcome to fill, what the probe said)."""
     outcome = Outcome(adapter.name, factory, adapter.adds)
     if factory != adapter.factory:
         outcome.notes.append(f"factory given with --factory (the adapter's: {adapter.factory})")
-    runs = [("", [])]
-    if o.driver_faults:
-        runs.append(("-faults", ["--driver-faults"]))
-    for suffix, _ in runs:  # a report of an earlier run is never read as this run's
+    for suffix, _ in library_runs(o):
         for ext in (".json", ".log"):
             path = os.path.join(out, adapter.name + suffix + ext)
             if os.path.lexists(path):
@@ -415,29 +414,79 @@ def check_library(adapter: adapters.Adapter, factory: str, o: argparse.Namespace
             outcome.version = importlib.metadata.version(adapter.distribution)
         except importlib.metadata.PackageNotFoundError:
             pass
-    for suffix, extra in runs:
-        report = adapter.name + suffix + ".json"
-        log = os.path.join(out, adapter.name + suffix + ".log")
-        command = check_command(factory, o, executor, extra, os.path.join(out, report))
-        started = time.monotonic()
-        rc, output = run_logged(command, log)
-        why, status = verdict_of_check(rc, probe, os.path.isfile(os.path.join(out, report)),
-                                       output)
-        took = f"{time.monotonic() - started:.0f} s"
-        if not why:
-            outcome.reports.append(report)
-            summary = report_summary(os.path.join(out, report))
-            outcome.summary = outcome.summary or summary
-            progress(f"  {adapter.name}{suffix}: {summary or 'report written'} (exit {rc}; "
-                     f"{os.path.join(out, report)})")
-        elif not suffix:
-            outcome.not_run, outcome.status = why, status
-            progress(f"  {adapter.name}: not run here: {why} ({took}; exit {rc}; {log})")
+    return outcome, probe
+
+
+def library_runs(o: argparse.Namespace) -> List[Tuple[str, List[str]]]:
+    """(report suffix, extra arguments) of each check a library gets: its batteries, then with
+    --driver-faults its driver-fault countdown."""
+    runs: List[Tuple[str, List[str]]] = [("", [])]
+    if o.driver_faults:
+        runs.append(("-faults", ["--driver-faults"]))
+    return runs
+
+
+@dataclasses.dataclass
+class Run:
+    """One check of one library: its batteries (suffix "") or its driver-fault countdown."""
+
+    index: int  # the library's place in the table, from 1
+    adapter: adapters.Adapter
+    factory: str
+    suffix: str
+    extra: List[str]
+    probe: Dict[str, Any]
+    why: str = ""  # empty: the report was written
+    status: int = COMPLETE
+    summary: str = ""
+    note: str = ""  # the progress line of its end
+
+    @property
+    def report(self) -> str:
+        return self.adapter.name + self.suffix + ".json"
+
+    @property
+    def alone(self) -> bool:
+        """A battery that reads the device's free memory runs with nothing else running (the
+        driver-fault countdown judges by the interposer's ledger, not by free memory)."""
+        return not self.suffix and self.adapter.feature in ALONE_FEATURES
+
+
+def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
+    """Runs one check into out/NAME[-faults].json, its output into out/NAME[-faults].log."""
+    log = os.path.join(out, run.adapter.name + run.suffix + ".log")
+    command = check_command(run.factory, o, executor, run.extra, os.path.join(out, run.report))
+    started = time.monotonic()
+    rc, output = run_logged(command, log)
+    run.why, run.status = verdict_of_check(rc, run.probe,
+                                           os.path.isfile(os.path.join(out, run.report)), output)
+    took = f"{time.monotonic() - started:.0f} s"
+    name = run.adapter.name + run.suffix
+    if not run.why:
+        run.summary = report_summary(os.path.join(out, run.report))
+        run.note = (f"  {name}: {run.summary or 'report written'} ({took}; exit {rc}; "
+                    f"{os.path.join(out, run.report)})")
+    elif not run.suffix:
+        run.note = f"  {name}: not run here: {run.why} ({took}; exit {rc}; {log})"
+    else:
+        run.note = f"  {name}: not checked: {run.why} ({took}; exit {rc}; {log})"
+    progress(run.note)
+    return run
+
+
+def merge_runs(outcome: Outcome, runs: Sequence[Run]) -> Outcome:
+    """The library's outcome from its runs, batteries first: a library whose batteries did not
+    run is not run here (its driver-fault run, if any, is not read)."""
+    for run in runs:
+        if not run.why:
+            outcome.reports.append(run.report)
+            outcome.summary = outcome.summary or run.summary
+        elif not run.suffix:
+            outcome.not_run, outcome.status = run.why, run.status
             break
         else:
-            outcome.notes.append(f"driver faults not checked: {why}")
-            outcome.status = max(outcome.status, status)
-            progress(f"  {adapter.name}{suffix}: not checked: {why} ({took}; exit {rc}; {log})")
+            outcome.notes.append(f"driver faults not checked: {run.why}")
+            outcome.status = max(outcome.status, run.status)
     return outcome
 
 
@@ -519,26 +568,30 @@ def exit_status(statuses: Sequence[int]) -> int:
 
 #: Features whose batteries read the device's free memory (a region's release is judged by the
 #: driver's count: ``release_is_real``, ``many_cycles``), which another process's CUDA context or
-#: allocations would move: a library of such a feature is checked with nothing else running.
+#: allocations would move: the batteries of a library of such a feature run with nothing else
+#: running (its driver-fault countdown, judged by the interposer's ledger, runs with the others).
 ALONE_FEATURES = ("region",)
 
 
-def schedule(selected: Sequence[adapters.Adapter],
-             one: Callable[[int, adapters.Adapter], Outcome], jobs: int) -> List[Outcome]:
-    """Runs ``one(i, adapter)`` for every selected library (i counts from 1), ``jobs`` at once:
-    first those of ``ALONE_FEATURES``, one at a time with nothing else running, then the others
-    side by side (each library's checks are child processes of their own, so libraries do not
-    meet each other's process-global state). The outcomes keep the table's order."""
-    numbered = list(enumerate(selected, 1))
-    outcomes: Dict[int, Outcome] = {}
-    for i, adapter in numbered:
-        if adapter.feature in ALONE_FEATURES:
-            outcomes[i] = one(i, adapter)
-    rest = [(i, a) for i, a in numbered if a.feature not in ALONE_FEATURES]
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def schedule(tasks: Sequence[T], alone: Callable[[T], bool], one: Callable[[T], R],
+             jobs: int) -> List[R]:
+    """Runs ``one(task)`` for every task, ``jobs`` at once: first those that must run ``alone``,
+    one at a time with nothing else running, in their order, then the others side by side (each
+    check is a child process of its own, so libraries do not meet each other's process-global
+    state). The results keep the tasks' order."""
+    results: Dict[int, R] = {}
+    for i, task in enumerate(tasks):
+        if alone(task):
+            results[i] = one(task)
+    rest = [(i, t) for i, t in enumerate(tasks) if not alone(t)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for (i, _), outcome in zip(rest, pool.map(lambda e: one(*e), rest)):
-            outcomes[i] = outcome
-    return [outcomes[i] for i, _ in numbered]
+        for (i, _), result in zip(rest, pool.map(lambda e: one(e[1]), rest)):
+            results[i] = result
+    return [results[i] for i in range(len(tasks))]
 
 
 def run(o: argparse.Namespace) -> int:
@@ -561,12 +614,21 @@ def run(o: argparse.Namespace) -> int:
         raise Stop(f"--out: {o.out}: cannot be written: {e.strerror}", FILE_ERROR) from e
     progress(f"{len(selected)} libraries on the {executor} executor ({why}); classifications "
              f"{o.classified}; offloadkit {offloadkit}; into {out}")
-    def one(i: int, adapter: adapters.Adapter) -> Outcome:
-        factory = o.factory.get(adapter.name, adapter.factory)
+    factories = [o.factory.get(a.name, a.factory) for a in selected]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
+        prepared = list(pool.map(lambda e: prepare_library(e[0], e[1], o, out),
+                                 zip(selected, factories)))
+    runs: List[Run] = []
+    for i, (adapter, factory, (_, probe)) in enumerate(zip(selected, factories, prepared), 1):
         progress(f"[{i}/{len(selected)}] {adapter.name}: {factory}")
-        return check_library(adapter, factory, o, executor, out)
-
-    outcomes = schedule(selected, one, o.jobs)
+        for suffix, extra in library_runs(o):
+            # Where the factory does not load, the batteries' check says why; a countdown
+            # would say the same again.
+            if not suffix or probe.get("ok"):
+                runs.append(Run(i, adapter, factory, suffix, extra, probe))
+    schedule(runs, lambda r: r.alone, lambda r: check_run(r, o, executor, out), o.jobs)
+    outcomes = [merge_runs(outcome, [r for r in runs if r.index == i])
+                for i, (outcome, _) in enumerate(prepared, 1)]
 
     doc = description(outcomes, classified, out, o.driver_faults)
     description_path = os.path.join(out, "conformance.json")

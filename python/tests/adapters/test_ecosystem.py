@@ -208,34 +208,61 @@ class DescriptionTest(unittest.TestCase):
 
 
 class ScheduleTest(unittest.TestCase):
-    def test_region_libraries_run_alone_and_the_order_is_kept(self):
+    def test_region_batteries_run_alone_first_and_the_order_is_kept(self):
         import threading
         import time
 
         lock = threading.Lock()
         running, overlaps, started = set(), [], []
+        tasks = [(a, suffix) for a in adapters.ADAPTERS for suffix in ("", "-faults")]
 
-        def one(i, adapter):
+        def alone(task):
+            return task[1] == "" and task[0].feature in ecosystem.ALONE_FEATURES
+
+        def one(task):
             with lock:
-                started.append(adapter.name)
-                if running and (adapter.feature == "region" or any(
-                        a.feature == "region" for a in running)):
-                    overlaps.append((adapter.name, sorted(a.name for a in running)))
-                running.add(adapter)
+                started.append(task)
+                if running and (alone(task) or any(alone(t) for t in running)):
+                    overlaps.append((task, sorted(running, key=str)))
+                running.add(task)
             time.sleep(0.05)
             with lock:
-                running.discard(adapter)
-            return ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds)
+                running.discard(task)
+            return task[0].name + task[1]
 
-        outcomes = ecosystem.schedule(adapters.ADAPTERS, one, 4)
-        self.assertEqual([o.name for o in outcomes], [a.name for a in adapters.ADAPTERS])
+        results = ecosystem.schedule(tasks, alone, one, 4)
+        self.assertEqual(results, [a.name + s for a, s in tasks])
         self.assertEqual(overlaps, [])
-        regions = [a.name for a in adapters.ADAPTERS if a.feature == "region"]
-        self.assertEqual(started[:len(regions)], regions)
-        self.assertGreater(len(regions), 0)
-        # The others did run side by side (the pool is used).
-        self.assertEqual(sorted(started[len(regions):]),
-                         sorted(a.name for a in adapters.ADAPTERS if a.feature != "region"))
+        batteries = [t for t in tasks if alone(t)]
+        self.assertGreater(len(batteries), 0)
+        self.assertEqual(started[:len(batteries)], batteries)
+        # The others did run side by side (the pool is used), region countdowns among them.
+        self.assertEqual(sorted(started[len(batteries):], key=str),
+                         sorted((t for t in tasks if not alone(t)), key=str))
+        self.assertIn((batteries[0][0], "-faults"), started[len(batteries):])
+        # The runner's own choice of what runs alone is this one.
+        for adapter, suffix in tasks:
+            run = ecosystem.Run(1, adapter, adapter.factory, suffix, [], {})
+            self.assertEqual(run.alone, alone((adapter, suffix)), adapter.name + suffix)
+
+    def test_a_library_whose_batteries_did_not_run_is_not_run_here(self):
+        adapter = adapters.ADAPTERS[0]
+        battery = ecosystem.Run(1, adapter, adapter.factory, "", [], {}, why="no torch",
+                                status=ecosystem.ADAPTER_ERROR)
+        faults = ecosystem.Run(1, adapter, adapter.factory, "-faults", ["--driver-faults"], {},
+                               summary="5 case(s)")
+        outcome = ecosystem.merge_runs(
+            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults])
+        self.assertEqual((outcome.not_run, outcome.status, outcome.reports),
+                         ("no torch", ecosystem.ADAPTER_ERROR, []))
+        battery.why, battery.status, battery.summary = "", ecosystem.COMPLETE, "9 hold"
+        faults.why, faults.status = "timed out", ecosystem.ADAPTER_ERROR
+        outcome = ecosystem.merge_runs(
+            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults])
+        self.assertEqual((outcome.not_run, outcome.status, outcome.reports, outcome.summary,
+                          outcome.notes),
+                         ("", ecosystem.ADAPTER_ERROR, [adapter.name + ".json"], "9 hold",
+                          ["driver faults not checked: timed out"]))
 
 
 class UsageTest(unittest.TestCase):
