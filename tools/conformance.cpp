@@ -75,6 +75,12 @@ class object_reader {
     if (required && s.empty()) fail(std::string("/") + key, "must not be empty");
     return s;
   }
+  bool flag(const char* key) const {
+    if (!j_.contains(key)) return false;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) fail(std::string("/") + key, "must be true or false");
+    return v.get<bool>();
+  }
   const json& array(const char* key, bool required) const {
     static const json empty = json::array();
     if (!j_.contains(key)) {
@@ -305,12 +311,19 @@ const conformance_classification* classification_of(const conformance_library& l
   return nullptr;
 }
 
+/// Whether the cell holds in this run while an intermittent defect of it is classified.
+bool unseen_intermittent(const cell* c, const conformance_classification* cls) {
+  return c != nullptr && c->verdict == "holds" && cls != nullptr && cls->intermittent;
+}
+
 /// The words of a cell.
 std::string cell_text(const cell* c, const conformance_classification* cls) {
   if (c == nullptr) return "not checked";
   if (c->verdict == "fails") {
-    return cls == nullptr ? "FAILS, unclassified" : "fails: " + cls->cls;
+    return cls == nullptr ? "FAILS, unclassified"
+                          : "fails: " + cls->cls + (cls->intermittent ? " (intermittent)" : "");
   }
+  if (unseen_intermittent(c, cls)) return "holds this run; intermittent defect";
   if (c->verdict == "not_applicable") return "n/a";
   return c->verdict;
 }
@@ -370,8 +383,9 @@ conformance_description read_conformance_description(const std::string& path) {
     }
     const json& classified = r.array("classified", false);
     for (std::size_t k = 0; k < classified.size(); ++k) {
-      const object_reader c(classified[k], path, at + "/classified/" + std::to_string(k),
-                            {"property", "class", "evidence", "upstream", "reproducer"});
+      const object_reader c(
+          classified[k], path, at + "/classified/" + std::to_string(k),
+          {"property", "class", "evidence", "upstream", "reproducer", "intermittent"});
       conformance_classification cls;
       cls.property = c.text("property", true);
       if (cls.property.find('/') == std::string::npos) {
@@ -387,6 +401,12 @@ conformance_description read_conformance_description(const std::string& path) {
       cls.evidence = c.text("evidence", true);
       cls.upstream = c.text("upstream", false);
       cls.reproducer = c.text("reproducer", false);
+      cls.intermittent = c.flag("intermittent");
+      if (cls.intermittent && cls.cls != "defect") {
+        c.fail("/intermittent",
+               "only a defect is intermittent (a race that shows in some runs); "
+               "a documented limitation holds in every run");
+      }
       if (classification_of(lib, cls.property) != nullptr) {
         c.fail("/property", "'" + cls.property + "' is classified twice");
       }
@@ -440,7 +460,7 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       if (it == cells[i].cells.end()) {
         m.problems.push_back(lib.name + ": " + cls.property +
                              " is classified, but no report of the library has it");
-      } else if (it->second.verdict != "fails") {
+      } else if (it->second.verdict != "fails" && !unseen_intermittent(&it->second, &cls)) {
         m.problems.push_back(lib.name + ": " + cls.property + " is classified as a " + cls.cls +
                              ", but it " + cell_text(&it->second, nullptr) +
                              " now: drop the classification");
@@ -448,6 +468,16 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
     }
   }
   m.failures = failures.size();
+  // Intermittent defects this run did not show: listed with their evidence, as failures are.
+  std::vector<failure> unseen;
+  for (std::size_t i = 0; i < d.libraries.size(); ++i) {
+    for (const auto& cls : d.libraries[i].classified) {
+      const auto it = cells[i].cells.find(cls.property);
+      if (it != cells[i].cells.end() && unseen_intermittent(&it->second, &cls)) {
+        unseen.push_back({i, cls.property, &it->second, &cls});
+      }
+    }
+  }
   std::size_t not_run = 0;
   for (const auto& lib : d.libraries) not_run += lib.not_run.empty() ? 0 : 1;
 
@@ -520,6 +550,8 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
           t += "](#";
           t += anchor(d.libraries[i].name, property);
           t += ")**";
+        } else if (unseen_intermittent(c, cls)) {
+          t = "[" + t + "](#" + anchor(d.libraries[i].name, property) + ")";
         }
         row.push_back(t);
       }
@@ -537,7 +569,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
     for (const auto& f : failures) {
       const auto& lib = d.libraries[f.library];
       os << "\n<a id=\"" << anchor(lib.name, f.property) << "\"></a>\n### " << lib.name << ": "
-         << f.property << " (" << (f.cls == nullptr ? "UNCLASSIFIED" : f.cls->cls) << ")\n\n";
+         << f.property << " ("
+         << (f.cls == nullptr ? "UNCLASSIFIED"
+                              : f.cls->cls + (f.cls->intermittent ? ", intermittent" : ""))
+         << ")\n\n";
       if (f.cls != nullptr) {
         os << "- evidence: " << md_cell(f.cls->evidence) << "\n";
         if (!f.cls->upstream.empty()) os << "- upstream: " << md_cell(f.cls->upstream) << "\n";
@@ -550,6 +585,19 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       if (!f.c->seed.empty()) os << "- seed: " << md_code(f.c->seed) << "\n";
       if (!f.c->reproduce.empty()) os << "- reproduce: " << md_code(f.c->reproduce) << "\n";
       if (!f.c->detail.empty()) os << "\n" << md_block(f.c->detail);
+    }
+    if (!unseen.empty()) os << "\n## Intermittent defects this run did not show\n";
+    for (const auto& u : unseen) {
+      const auto& lib = d.libraries[u.library];
+      os << "\n<a id=\"" << anchor(lib.name, u.property) << "\"></a>\n### " << lib.name << ": "
+         << u.property << " (defect, intermittent: holds in this run)\n\n"
+         << "- evidence: " << md_cell(u.cls->evidence) << "\n";
+      if (!u.cls->upstream.empty()) os << "- upstream: " << md_cell(u.cls->upstream) << "\n";
+      if (!u.cls->reproducer.empty()) {
+        os << "- reproducer (the library and PyTorch alone): " << md_code(u.cls->reproducer)
+           << "\n";
+      }
+      os << "- report: " << md_code(u.c->report) << " (executor " << u.c->executor << ")\n";
     }
     if (!m.problems.empty()) {
       os << "\n## Problems\n\n";
@@ -583,7 +631,7 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
         const auto* cls = classification_of(d.libraries[i], property);
         const std::string t = html(cell_text(c, cls));
         os << "<td class=\"" << css_class(c) << "\">";
-        if (c != nullptr && c->verdict == "fails") {
+        if ((c != nullptr && c->verdict == "fails") || unseen_intermittent(c, cls)) {
           os << "<a href=\"#" << anchor(d.libraries[i].name, property) << "\">" << t << "</a>";
         } else {
           os << t;
@@ -605,7 +653,9 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
     for (const auto& f : failures) {
       const auto& lib = d.libraries[f.library];
       os << "<h3 id=\"" << anchor(lib.name, f.property) << "\">" << html(lib.name) << ": "
-         << html(f.property) << " (" << (f.cls == nullptr ? "UNCLASSIFIED" : html(f.cls->cls))
+         << html(f.property) << " ("
+         << (f.cls == nullptr ? "UNCLASSIFIED"
+                              : html(f.cls->cls + (f.cls->intermittent ? ", intermittent" : "")))
          << ")</h3>\n<ul>\n";
       if (f.cls != nullptr) {
         os << "<li>evidence: " << html(f.cls->evidence) << "</li>\n";
@@ -623,6 +673,20 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       }
       os << "</ul>\n";
       if (!f.c->detail.empty()) os << "<pre>" << html(f.c->detail) << "</pre>\n";
+    }
+    if (!unseen.empty()) os << "<h2>Intermittent defects this run did not show</h2>\n";
+    for (const auto& u : unseen) {
+      const auto& lib = d.libraries[u.library];
+      os << "<h3 id=\"" << anchor(lib.name, u.property) << "\">" << html(lib.name) << ": "
+         << html(u.property) << " (defect, intermittent: holds in this run)</h3>\n<ul>\n"
+         << "<li>evidence: " << html(u.cls->evidence) << "</li>\n";
+      if (!u.cls->upstream.empty()) os << "<li>upstream: " << html(u.cls->upstream) << "</li>\n";
+      if (!u.cls->reproducer.empty()) {
+        os << "<li>reproducer (the library and PyTorch alone): <code>" << html(u.cls->reproducer)
+           << "</code></li>\n";
+      }
+      os << "<li>report: <code>" << html(u.c->report) << "</code> (executor " << html(u.c->executor)
+         << ")</li>\n</ul>\n";
     }
     if (!m.problems.empty()) {
       os << "<h2>Problems</h2>\n<ul>\n";
@@ -655,7 +719,11 @@ int conformance_main(const std::vector<std::string>& args) {
         "\"defect|limitation\",\n"
         "                                  \"evidence\": \"...\", \"upstream\": "
         "\"owner/repo#N\",\n"
-        "                                  \"reproducer\": \"a command without offloadkit\"}]}]}\n"
+        "                                  \"reproducer\": \"a command without offloadkit\",\n"
+        "                                  \"intermittent\": false}]}]}\n"
+        "A defect with \"intermittent\": true is a race that shows in some runs and not in\n"
+        "others: where its property holds, the cell says so and links the defect, and the\n"
+        "classification is not stale.\n"
         "Report paths are relative to the description's folder. A driver-fault report gives one\n"
         "row per feature, feature/driver_faults. A report that saw how the properties' (or the\n"
         "fault cases') processes exited gives feature/shutdown: it holds when every one exited\n"

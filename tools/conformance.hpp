@@ -19,6 +19,9 @@ struct conformance_classification {
   std::string evidence;    ///< what shows it: the documentation, the shrunk case, ...
   std::string upstream;    ///< the matching upstream issue or pull request ("owner/repo#123")
   std::string reproducer;  ///< a command that shows a defect with the library alone (optional)
+  /// A defect that depends on timing (a race): a run in which the property holds has not shown
+  /// it, which does not make the classification stale; the cell says so and links the defect.
+  bool intermittent = false;
 };
 
 struct conformance_library {
@@ -46,7 +49,8 @@ conformance_description read_conformance_description(const std::string& path);
 struct conformance_matrix {
   std::string text;  ///< the document, Markdown or HTML
   /// What keeps the matrix from being complete: a failure with no classification, a
-  /// classification of a property that does not fail. Empty: every failure is classified.
+  /// classification of a property that does not fail (but an intermittent defect's, whose
+  /// property holds). Empty: every failure is classified.
   std::vector<std::string> problems;
   std::size_t libraries = 0, properties = 0, failures = 0;
 };

@@ -27,7 +27,11 @@ The classifications file (``offloadkit/adapters/classified.json`` by default)::
     {"format": "offloadkit.classified", "format_version": 1,
      "libraries": {"NAME": [{"property": "feature/property", "class": "defect|limitation",
                              "evidence": "...", "upstream": "owner/repo#N",
-                             "reproducer": "python3 reproducers/NAME.py"}]}}
+                             "reproducer": "python3 reproducers/NAME.py",
+                             "intermittent": false}]}}
+
+``intermittent``: a defect that is a race, shown in some runs and not in others; a run in which
+its property holds does not make the classification stale.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ FILE_ERROR = 5
 PRECEDENCE = (FILE_ERROR, ADAPTER_ERROR, CANNOT_RUN, UNCLASSIFIED)
 
 CLASSIFIED_FORMAT = "offloadkit.classified"
-CLASSIFIED_KEYS = ("property", "class", "evidence", "upstream", "reproducer")
+CLASSIFIED_KEYS = ("property", "class", "evidence", "upstream", "reproducer", "intermittent")
 CLASSES = ("defect", "limitation")
 DEFAULT_CLASSIFIED = os.path.join(os.path.dirname(os.path.abspath(adapters.__file__)),
                                   "classified.json")
@@ -236,7 +240,7 @@ def resolve_executor(requested: str, cuda_unavailable: str) -> Tuple[str, str]:
 # ---- the classifications ----------------------------------------------------------------------
 
 
-def read_classified(path: str, names: Sequence[str]) -> Dict[str, List[Dict[str, str]]]:
+def read_classified(path: str, names: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
     """The classifications file, by library name; Stop (5) naming the file and the JSON pointer
     where it is not one."""
     try:
@@ -263,7 +267,7 @@ def read_classified(path: str, names: Sequence[str]) -> Dict[str, List[Dict[str,
     libraries = doc.get("libraries", {})
     if not isinstance(libraries, dict):
         fail("/libraries", "must be an object of library names")
-    out: Dict[str, List[Dict[str, str]]] = {}
+    out: Dict[str, List[Dict[str, Any]]] = {}
     for name, entries in libraries.items():
         at = f"/libraries/{name}"
         if name not in names:
@@ -287,6 +291,11 @@ def read_classified(path: str, names: Sequence[str]) -> Dict[str, List[Dict[str,
             if entry["class"] not in CLASSES:
                 fail(f"{here}/class", f"'{entry['class']}' is not one of the valid classes "
                                       f"{', '.join(CLASSES)}")
+            if not isinstance(entry.get("intermittent", False), bool):
+                fail(f"{here}/intermittent", "must be true or false")
+            if entry.get("intermittent") and entry["class"] != "defect":
+                fail(f"{here}/intermittent", "only a defect is intermittent (a race that shows "
+                                             "in some runs)")
             if entry["property"] in seen:
                 fail(f"{here}/property", f"'{entry['property']}' is classified twice")
             seen.add(entry["property"])
@@ -512,8 +521,8 @@ def verdicts(out: str, reports: Sequence[str]) -> Dict[str, Tuple[str, str]]:
     return found
 
 
-def applicable(outcome: Outcome, entries: Sequence[Dict[str, str]], out: str,
-               driver_faults: bool) -> List[Dict[str, str]]:
+def applicable(outcome: Outcome, entries: Sequence[Dict[str, Any]], out: str,
+               driver_faults: bool) -> List[Dict[str, Any]]:
     """The classifications the matrix can judge in this run: not those of a property skipped
     here, nor of driver faults this run did not check (each left out with a note)."""
     seen = verdicts(out, outcome.reports)
@@ -533,7 +542,7 @@ def applicable(outcome: Outcome, entries: Sequence[Dict[str, str]], out: str,
     return kept
 
 
-def description(outcomes: Sequence[Outcome], classified: Dict[str, List[Dict[str, str]]],
+def description(outcomes: Sequence[Outcome], classified: Dict[str, List[Dict[str, Any]]],
                 out: str, driver_faults: bool) -> Dict[str, Any]:
     """The document `offloadkit conformance` reads (format offloadkit.conformance, 1)."""
     libraries = []

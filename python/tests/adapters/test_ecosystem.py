@@ -103,6 +103,11 @@ class ClassifiedTest(unittest.TestCase):
                      "at /libraries/vllm/0/issue: is not a known key")
         self.refused(dict(base, libraries={"vllm": [entry, entry]}),
                      "at /libraries/vllm/1/property: 'region/many_cycles' is classified twice")
+        self.refused(dict(base, libraries={"vllm": [dict(entry, intermittent="yes")]}),
+                     "at /libraries/vllm/0/intermittent: must be true or false")
+        self.refused(dict(base, libraries={"vllm": [dict(entry, intermittent=True,
+                                                        **{"class": "limitation"})]}),
+                     "at /libraries/vllm/0/intermittent: only a defect is intermittent")
         self.refused(dict(base, libraries={"vllm": [{"property": "many_cycles"}]}),
                      "needs the key \"class\"")
         self.refused({"format": "other"}, "at /format: must be")
