@@ -39,9 +39,13 @@ program still exits 0. A row whose contents come back wrong after its timed roun
 0: bytes of a region, bf16 elements of the saved tensors) is a failed row, its figures kept in the
 JSON but not compared.
 
+A run stopped by SIGTERM or SIGINT (a CI job's time limit, Ctrl-C) kills the peer's process under
+way and still prints the table and writes --json with every row measured so far; the rows it did
+not reach are "not measured" and the document says "interrupted".
+
 Exit status: 0 ok (rows that cannot run here are skipped, with the reason), 1 a row failed (its
 contents came back wrong, its measurement raised, its peer's process ended before it) or --json
-could not be written, 2 bad usage.
+could not be written, 2 bad usage, 128+N stopped by signal N (what was measured is kept).
 """
 
 import argparse
@@ -451,6 +455,18 @@ def measuring_options(o: argparse.Namespace) -> List[str]:
     return args
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGINT reached the parent: the run stops, keeping what it measured."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001 (a signal handler's signature)
+    raise Interrupted(signum)
+
+
 def run_peer(o: argparse.Namespace, feature: str, name: str,
              factory: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """One peer's rows from a child process of its own (WORKER_COMMAND), and what the child
@@ -471,6 +487,12 @@ def run_peer(o: argparse.Namespace, feature: str, name: str,
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
                 rc = None
+            except BaseException:  # interrupted: the peer's process goes with the run
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                with open(log, errors="replace") as f:
+                    sys.stderr.write(f.read())
+                raise
         with open(log, errors="replace") as f:
             output = f.read()
         sys.stderr.write(output)
@@ -488,7 +510,17 @@ def run_peer(o: argparse.Namespace, feature: str, name: str,
         return rows, doc
     tail = " | ".join(output.strip().splitlines()[-3:])
     reason = f"the peer's process {ended} before this row" + (f": {tail}" if tail else "")
-    have = {(_where(r), r["operation"]) for r in rows}
+    return rows + missing_rows(o, feature, name, factory, rows, "failed", reason), doc
+
+
+def missing_rows(o: argparse.Namespace, feature: str, name: str, factory: str,
+                 rows: Sequence[Dict[str, Any]], status: str,
+                 reason: str) -> List[Dict[str, Any]]:
+    """A row of ``status`` with ``reason`` for each row the peer ``name`` was to give and
+    ``rows`` lacks."""
+    have = {(_where(r), r["operation"]) for r in rows
+            if r["feature"] == feature and r["implementation"] == name}
+    out = []
     for where, op in planned(o, feature):
         if (where, op) in have:
             continue
@@ -497,8 +529,19 @@ def run_peer(o: argparse.Namespace, feature: str, name: str,
             fields["bytes"] = where
         else:
             fields.update(hidden=where[0], tokens=where[1], blocks=o.blocks)
-        rows.append(row(feature, op, name, status="failed", reason=reason, **fields))
-    return rows, doc
+        out.append(row(feature, op, name, status=status, reason=reason, **fields))
+    return out
+
+
+def not_measured(o: argparse.Namespace, rows: List[Dict[str, Any]],
+                 reason: str) -> List[Dict[str, Any]]:
+    """A skipped row, with ``reason``, for each peer row the run planned and did not reach."""
+    out: List[Dict[str, Any]] = []
+    for feature, table in (("region", REGION_PEERS), ("activation", ACTIVATION_PEERS)):
+        if o.feature in (feature, "all"):
+            for name, factory in table:
+                out += missing_rows(o, feature, name, factory, rows, "skipped", reason)
+    return out
 
 
 def judge_contents(rows: List[Dict[str, Any]]) -> None:
@@ -712,30 +755,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         machine = {"device": dev.name if dev is not None else None,
                    "torch": getattr(torch, "__version__", None)}
 
-    def peers(feature: str, table: Sequence[Tuple[str, str]]) -> List[Dict[str, Any]]:
-        if o.in_process:
-            measure_peer = region_peer if feature == "region" else activation_peer
-            return [r for name, factory in table
-                    for r in measure_peer(o, torch, why, dev, name, factory)]
-        out = []
+    def peers(feature: str, table: Sequence[Tuple[str, str]]) -> None:
+        """Each peer's rows into ``rows`` as soon as it is measured."""
         for name, factory in table:
+            if o.in_process:
+                measure_peer = region_peer if feature == "region" else activation_peer
+                rows.extend(measure_peer(o, torch, why, dev, name, factory))
+                continue
             peer_rows, said = run_peer(o, feature, name, factory)
-            out += peer_rows
+            rows.extend(peer_rows)
             for key in ("device", "torch"):
                 if said.get(key) and not machine.get(key):
                     machine[key] = said[key]
-        return out
 
-    if o.feature in ("region", "all"):
-        if not o.no_offloadkit:
-            rows += offloadkit_region(o)
-        rows += peers("region", REGION_PEERS)
-    if o.feature in ("activation", "all"):
-        if not o.no_offloadkit:
-            rows += offloadkit_activation(o)
-        rows += peers("activation", ACTIVATION_PEERS)
-    if o.feature == "all":
-        rows.append(megatron_row())
+    interrupted: Optional[Interrupted] = None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupt)
+    try:
+        if o.feature in ("region", "all"):
+            if not o.no_offloadkit:
+                rows += offloadkit_region(o)
+            peers("region", REGION_PEERS)
+        if o.feature in ("activation", "all"):
+            if not o.no_offloadkit:
+                rows += offloadkit_activation(o)
+            peers("activation", ACTIVATION_PEERS)
+        if o.feature == "all":
+            rows.append(megatron_row())
+    except Interrupted as e:
+        interrupted = e
+        progress(f"stopped by {e}: the table and --json keep the {len(rows)} row(s) measured "
+                 "so far")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+    if interrupted is not None:
+        rows += not_measured(o, rows, f"not measured: the run was stopped by {interrupted}")
     device = machine.get("device") or "(no GPU through PyTorch)"
     judge_contents(rows)
     add_speedups(rows)
@@ -752,13 +807,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     r.get("shutdown"))
         print(f"shutdown: {name}: {said} (its rows stand)")
     status = 1 if wrong or failures else 0
+    if interrupted is not None:
+        print(f"interrupted: stopped by {interrupted}; the rows not measured say so")
+        status = 128 + interrupted.signum
     if o.json:
         doc = {"benchmark": "peers", "device": device,
                "torch": machine.get("torch"), "command": " ".join(
                    [os.path.basename(sys.argv[0] or "bench_peers.py")] + list(
                        sys.argv[1:] if argv is None else argv)),
                "rounds": o.reps, "statistic": "median", "of_limit": "limit_s / time_s",
-               "wall_s": time.time() - started, "rows": rows}
+               "wall_s": time.time() - started,
+               "interrupted": str(interrupted) if interrupted is not None else None,
+               "rows": rows}
         try:
             with open(o.json, "w") as f:
                 json.dump(doc, f, indent=2)

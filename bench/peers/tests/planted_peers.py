@@ -6,6 +6,7 @@ import atexit
 import ctypes
 import os
 import sys
+import time
 
 from offloadkit.adapters import torch_memory_saver as adapter
 
@@ -26,6 +27,26 @@ def corrupting():
                 ctypes.memset(self.info().data, 0, 4096)
 
         return Corrupting
+
+    return _with_region(change)
+
+
+def hanging():
+    """The first pause never returns (a peer stuck in its library). Its process id goes to the
+    file that HANGING_PID_FILE names, once it hangs."""
+
+    def change(region):
+        class Hanging(region):
+            def pause(self, mode, stream):
+                sys.stdout.write("planted: hanging in pause\n")
+                sys.stdout.flush()
+                with open(os.environ["HANGING_PID_FILE"] + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(os.environ["HANGING_PID_FILE"] + ".tmp", os.environ["HANGING_PID_FILE"])
+                while True:
+                    time.sleep(1)
+
+        return Hanging
 
     return _with_region(change)
 

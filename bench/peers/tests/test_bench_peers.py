@@ -352,5 +352,66 @@ class ProcessPerPeerTest(unittest.TestCase):
         self.assertIn("hook_mode was set to 'torch'", poisoned[0]["reason"])
 
 
+class InterruptedTest(unittest.TestCase):
+    """SIGTERM (a CI job's time limit) while a peer's process hangs: that process is killed, and
+    the table and the JSON keep what was measured, the rest "not measured"."""
+
+    def test_a_stopped_run_keeps_its_rows_and_kills_the_peer_under_way(self):
+        import signal
+        import subprocess
+        import time
+
+        peers = (PLANTED_REGION_PEERS[0], ("hanging", PLANTED + ":hanging"))
+        with tempfile.TemporaryDirectory() as tmp:
+            path, err_path = os.path.join(tmp, "peers.json"), os.path.join(tmp, "stderr")
+            driver = (
+                "import sys; sys.path[:0] = [%r, %r]\n"
+                "import bench_peers\n"
+                "bench_peers.REGION_PEERS = %r\n"
+                "bench_peers.WORKER_COMMAND = [sys.executable, %r]\n"
+                "sys.exit(bench_peers.main(['--feature', 'region', '--no-offloadkit', "
+                "'--min-mib', '1', '--max-mib', '1', '--reps', '1', '--json', %r]))\n"
+                % (HERE, os.path.dirname(HERE), peers, WORKER, path))
+            pid_file = os.path.join(tmp, "hanging.pid")
+            with open(err_path, "w") as err:
+                run = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE,
+                                       stderr=err, text=True,
+                                       env=dict(os.environ, HANGING_PID_FILE=pid_file))
+
+            def said():
+                with open(err_path) as f:
+                    return f.read()
+
+            deadline = time.monotonic() + 120
+            while not os.path.exists(pid_file):  # the peer's process hangs in pause
+                self.assertLess(time.monotonic(), deadline, said())
+                self.assertIsNone(run.poll(), said())
+                time.sleep(0.2)
+            with open(pid_file) as f:
+                hanging_pid = int(f.read())
+            run.send_signal(signal.SIGTERM)
+            out, _ = run.communicate(timeout=60)
+            err = said()
+            with open(path) as f:
+                doc = json.load(f)
+        self.assertEqual(run.returncode, 128 + signal.SIGTERM, out + err)
+        self.assertEqual(doc["interrupted"], "SIGTERM")
+        measured = [r for r in doc["rows"] if r["implementation"] == "torch_memory_saver"]
+        self.assertEqual([(r["operation"], r["status"]) for r in measured],
+                         [("pause", "ok"), ("resume", "ok"), ("phase switch", "ok")])
+        hung = [r for r in doc["rows"] if r["implementation"] == "hanging"]
+        self.assertEqual([(r["operation"], r["status"], r["reason"]) for r in hung],
+                         [(op, "skipped", "not measured: the run was stopped by SIGTERM")
+                          for op in ("pause", "resume", "phase switch")])
+        self.assertIn("stopped by SIGTERM: the table and --json keep the 3 row(s) measured",
+                      err)
+        self.assertRegex(out, r"\| region \| pause \| 1 MiB \| torch_memory_saver \| ")
+        self.assertRegex(out, r"\ninterrupted: stopped by SIGTERM; the rows not measured say so")
+        # The hanging peer's process went with the run, and its output was relayed.
+        with self.assertRaises(ProcessLookupError):
+            os.kill(hanging_pid, 0)
+        self.assertIn("planted: hanging in pause", err)
+
+
 if __name__ == "__main__":
     unittest.main()
