@@ -212,6 +212,24 @@ class DescriptionTest(unittest.TestCase):
                                "not_run": MISSING["message"], "notes": "one object per case"})
 
 
+class CommittedMatrixTest(unittest.TestCase):
+    """conformance/conformance.json (what CONFORMANCE.md is made from) carries each library's
+    classifications as classified.json has them today, less those its run could not judge."""
+
+    def test_the_committed_description_has_the_classifications_of_today(self):
+        with open(os.path.join(ROOT, "conformance", "conformance.json")) as f:
+            doc = json.load(f)
+        classified = ecosystem.read_classified(ecosystem.DEFAULT_CLASSIFIED, NAMES)
+        self.assertEqual(sorted(lib["name"] for lib in doc["libraries"]),
+                         sorted(n for n in NAMES))
+        for lib in doc["libraries"]:
+            outcome = ecosystem.Outcome(lib["name"], lib["adapter"], "")
+            outcome.reports = lib["reports"]
+            want = ecosystem.applicable(outcome, classified.get(lib["name"], []),
+                                        os.path.join(ROOT, "conformance"), True)
+            self.assertEqual(lib.get("classified", []), want, lib["name"])
+
+
 class ScheduleTest(unittest.TestCase):
     def test_region_batteries_run_alone_first_and_the_order_is_kept(self):
         import threading
