@@ -328,6 +328,13 @@ std::string cell_text(const cell* c, const conformance_classification* cls) {
   return c->verdict;
 }
 
+/// The words of a failure's or an unseen intermittent defect's heading.
+std::string entry_class(const cell* c, const conformance_classification* cls) {
+  if (cls == nullptr) return "UNCLASSIFIED";
+  if (unseen_intermittent(c, cls)) return "defect, intermittent: holds in this run";
+  return cls->cls + (cls->intermittent ? ", intermittent" : "");
+}
+
 std::string css_class(const cell* c) {
   if (c == nullptr) return "unknown";
   if (c->verdict == "fails" || c->verdict == "holds" || c->verdict == "not_applicable" ||
@@ -565,14 +572,12 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
          << (lib.adapter.empty() ? "" : " (" + md_code(lib.adapter) + ")") << ": "
          << md_cell(lib.not_run) << "\n";
     }
-    if (!failures.empty()) os << "\n## Failures\n";
-    for (const auto& f : failures) {
+    // One entry of the failures (with_run: the run's seed, command and message too) or of the
+    // intermittent defects this run did not show.
+    const auto md_entry = [&](const failure& f, bool with_run) {
       const auto& lib = d.libraries[f.library];
       os << "\n<a id=\"" << anchor(lib.name, f.property) << "\"></a>\n### " << lib.name << ": "
-         << f.property << " ("
-         << (f.cls == nullptr ? "UNCLASSIFIED"
-                              : f.cls->cls + (f.cls->intermittent ? ", intermittent" : ""))
-         << ")\n\n";
+         << f.property << " (" << entry_class(f.c, f.cls) << ")\n\n";
       if (f.cls != nullptr) {
         os << "- evidence: " << md_cell(f.cls->evidence) << "\n";
         if (!f.cls->upstream.empty()) os << "- upstream: " << md_cell(f.cls->upstream) << "\n";
@@ -582,23 +587,15 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
         }
       }
       os << "- report: " << md_code(f.c->report) << " (executor " << f.c->executor << ")\n";
+      if (!with_run) return;
       if (!f.c->seed.empty()) os << "- seed: " << md_code(f.c->seed) << "\n";
       if (!f.c->reproduce.empty()) os << "- reproduce: " << md_code(f.c->reproduce) << "\n";
       if (!f.c->detail.empty()) os << "\n" << md_block(f.c->detail);
-    }
+    };
+    if (!failures.empty()) os << "\n## Failures\n";
+    for (const auto& f : failures) md_entry(f, true);
     if (!unseen.empty()) os << "\n## Intermittent defects this run did not show\n";
-    for (const auto& u : unseen) {
-      const auto& lib = d.libraries[u.library];
-      os << "\n<a id=\"" << anchor(lib.name, u.property) << "\"></a>\n### " << lib.name << ": "
-         << u.property << " (defect, intermittent: holds in this run)\n\n"
-         << "- evidence: " << md_cell(u.cls->evidence) << "\n";
-      if (!u.cls->upstream.empty()) os << "- upstream: " << md_cell(u.cls->upstream) << "\n";
-      if (!u.cls->reproducer.empty()) {
-        os << "- reproducer (the library and PyTorch alone): " << md_code(u.cls->reproducer)
-           << "\n";
-      }
-      os << "- report: " << md_code(u.c->report) << " (executor " << u.c->executor << ")\n";
-    }
+    for (const auto& u : unseen) md_entry(u, false);
     if (!m.problems.empty()) {
       os << "\n## Problems\n\n";
       for (const auto& p : m.problems) os << "- " << md_cell(p) << "\n";
@@ -649,14 +646,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       os << ": " << html(lib.not_run) << "</li>\n";
     }
     if (not_run != 0) os << "</ul>\n";
-    if (!failures.empty()) os << "<h2>Failures</h2>\n";
-    for (const auto& f : failures) {
+    const auto html_entry = [&](const failure& f, bool with_run) {
       const auto& lib = d.libraries[f.library];
       os << "<h3 id=\"" << anchor(lib.name, f.property) << "\">" << html(lib.name) << ": "
-         << html(f.property) << " ("
-         << (f.cls == nullptr ? "UNCLASSIFIED"
-                              : html(f.cls->cls + (f.cls->intermittent ? ", intermittent" : "")))
-         << ")</h3>\n<ul>\n";
+         << html(f.property) << " (" << html(entry_class(f.c, f.cls)) << ")</h3>\n<ul>\n";
       if (f.cls != nullptr) {
         os << "<li>evidence: " << html(f.cls->evidence) << "</li>\n";
         if (!f.cls->upstream.empty()) os << "<li>upstream: " << html(f.cls->upstream) << "</li>\n";
@@ -667,27 +660,19 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       }
       os << "<li>report: <code>" << html(f.c->report) << "</code> (executor " << html(f.c->executor)
          << ")</li>\n";
-      if (!f.c->seed.empty()) os << "<li>seed: <code>" << html(f.c->seed) << "</code></li>\n";
-      if (!f.c->reproduce.empty()) {
+      if (with_run && !f.c->seed.empty()) {
+        os << "<li>seed: <code>" << html(f.c->seed) << "</code></li>\n";
+      }
+      if (with_run && !f.c->reproduce.empty()) {
         os << "<li>reproduce: <code>" << html(f.c->reproduce) << "</code></li>\n";
       }
       os << "</ul>\n";
-      if (!f.c->detail.empty()) os << "<pre>" << html(f.c->detail) << "</pre>\n";
-    }
+      if (with_run && !f.c->detail.empty()) os << "<pre>" << html(f.c->detail) << "</pre>\n";
+    };
+    if (!failures.empty()) os << "<h2>Failures</h2>\n";
+    for (const auto& f : failures) html_entry(f, true);
     if (!unseen.empty()) os << "<h2>Intermittent defects this run did not show</h2>\n";
-    for (const auto& u : unseen) {
-      const auto& lib = d.libraries[u.library];
-      os << "<h3 id=\"" << anchor(lib.name, u.property) << "\">" << html(lib.name) << ": "
-         << html(u.property) << " (defect, intermittent: holds in this run)</h3>\n<ul>\n"
-         << "<li>evidence: " << html(u.cls->evidence) << "</li>\n";
-      if (!u.cls->upstream.empty()) os << "<li>upstream: " << html(u.cls->upstream) << "</li>\n";
-      if (!u.cls->reproducer.empty()) {
-        os << "<li>reproducer (the library and PyTorch alone): <code>" << html(u.cls->reproducer)
-           << "</code></li>\n";
-      }
-      os << "<li>report: <code>" << html(u.c->report) << "</code> (executor " << html(u.c->executor)
-         << ")</li>\n</ul>\n";
-    }
+    for (const auto& u : unseen) html_entry(u, false);
     if (!m.problems.empty()) {
       os << "<h2>Problems</h2>\n<ul>\n";
       for (const auto& p : m.problems) os << "<li class=\"fails\">" << html(p) << "</li>\n";
