@@ -29,10 +29,10 @@ import json
 import os
 import shlex
 import sys
-from typing import List, NoReturn, Optional, Sequence
+from typing import List, Optional, Sequence
 
-USAGE = 2  # exit status of bad usage, as the C++ command's
-PLUGIN = 4  # a plugin or Python implementation cannot be loaded or has nothing to run
+from ._commandline import PLUGIN, USAGE, _Parser, absolute_factory, native
+
 
 # The C++ command's options that take a value, and its flags, as `python -m offloadkit check`
 # offers them (--plugin is the C++ command's alone).
@@ -78,21 +78,6 @@ the executor cannot run here; 4 the Python implementation cannot be loaded or ha
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the C++ command's wording for the errors argparse finds itself."""
-
-    def error(self, message: str) -> NoReturn:
-        # "argument --executor: expected one argument" -> "--executor: needs a value"
-        if message.startswith("argument ") and message.endswith("expected one argument"):
-            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
-            message = f"{option}: needs a value"
-        elif message.startswith("argument ") and "ignored explicit argument" in message:
-            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
-            message = f"{option}: takes no value"
-        sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
-        sys.exit(USAGE)
-
-
 def _check_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="offloadkit check", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Runs offloadkit's property batteries against the Python "
@@ -124,19 +109,6 @@ def _point_at_interposer() -> None:
                            "liboffloadkit_interpose.so")
     if os.path.isfile(shipped):
         os.environ["OFFLOADKIT_INTERPOSE_LIBRARY"] = shipped
-
-
-def native():
-    """The extension module, or exit status 4 with why it cannot be imported."""
-    try:
-        from . import _native
-    except ImportError as e:
-        sys.stderr.write(
-            f"offloadkit check: the extension module offloadkit._native cannot be imported "
-            f"({e}): install offloadkit with `pip install --no-build-isolation .` from its "
-            f"checkout, or put a build's python folder (<build>/python) on PYTHONPATH\n")
-        sys.exit(PLUGIN)
-    return _native
 
 
 def run_check(args: Sequence[str]) -> int:
@@ -263,15 +235,6 @@ cannot run here; 4 the Python implementation cannot be loaded or has no stash fo
 def _usage(prog: str, message: str) -> int:
     sys.stderr.write(f"{prog}: {message}\n({prog} --help shows the usage)\n")
     return USAGE
-
-
-def absolute_factory(spec: str) -> str:
-    """MODULE:FACTORY with a MODULE given as a file path made absolute (as the C++ command does),
-    so that a child process finds it from any folder."""
-    module, sep, factory = spec.rpartition(":")
-    if sep and (module.endswith(".py") or "/" in module):
-        module = os.path.normpath(os.path.abspath(module))
-    return f"{module}{sep}{factory}"
 
 
 COMMANDS = {

@@ -49,7 +49,7 @@ import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 from . import adapters
-from .cli import USAGE, _Parser, absolute_factory
+from ._commandline import USAGE, _Parser, absolute_factory, native
 
 PROG = "offloadkit ecosystem"
 COMPLETE = 0
@@ -604,8 +604,6 @@ def schedule(tasks: Sequence[T], alone: Callable[[T], bool], one: Callable[[T], 
 
 
 def run(o: argparse.Namespace) -> int:
-    from .cli import native
-
     selected = [a for a in adapters.ADAPTERS if not o.only or a.name in o.only]
     offloadkit = find_offloadkit(o.offloadkit, dict(os.environ))
     classified = read_classified(o.classified, [a.name for a in adapters.ADAPTERS])

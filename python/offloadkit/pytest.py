@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from .cli import absolute_factory
+from ._commandline import absolute_factory
 
 EXECUTORS = ("host", "cuda")
 _BATTERY_ATTRIBUTE = "_offloadkit_battery"

@@ -1,0 +1,50 @@
+"""What the Python commands (``python -m offloadkit check``, ``replay``, ``ecosystem``, ...) share:
+the exit statuses of bad usage and of an implementation that cannot be loaded, argparse with the
+C++ command's wording, a factory's file made absolute, and the extension module."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+USAGE = 2  # exit status of bad usage, as the C++ command's
+PLUGIN = 4  # a plugin or Python implementation cannot be loaded or has nothing to run
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the C++ command's wording for the errors argparse finds itself."""
+
+    def error(self, message: str) -> NoReturn:
+        # "argument --executor: expected one argument" -> "--executor: needs a value"
+        if message.startswith("argument ") and message.endswith("expected one argument"):
+            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
+            message = f"{option}: needs a value"
+        elif message.startswith("argument ") and "ignored explicit argument" in message:
+            option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
+            message = f"{option}: takes no value"
+        sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
+        sys.exit(USAGE)
+
+
+def absolute_factory(spec: str) -> str:
+    """MODULE:FACTORY with a MODULE given as a file path made absolute (as the C++ command does),
+    so that a child process finds it from any folder."""
+    module, sep, factory = spec.rpartition(":")
+    if sep and (module.endswith(".py") or "/" in module):
+        module = os.path.normpath(os.path.abspath(module))
+    return f"{module}{sep}{factory}"
+
+
+def native():
+    """The extension module, or exit status 4 with why it cannot be imported."""
+    try:
+        from . import _native
+    except ImportError as e:
+        sys.stderr.write(
+            f"offloadkit check: the extension module offloadkit._native cannot be imported "
+            f"({e}): install offloadkit with `pip install --no-build-isolation .` from its "
+            f"checkout, or put a build's python folder (<build>/python) on PYTHONPATH\n")
+        sys.exit(PLUGIN)
+    return _native
