@@ -558,7 +558,10 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
           t += anchor(d.libraries[i].name, property);
           t += ")**";
         } else if (unseen_intermittent(c, cls)) {
-          t = "[" + t + "](#" + anchor(d.libraries[i].name, property) + ")";
+          t.insert(0, "[");
+          t += "](#";
+          t += anchor(d.libraries[i].name, property);
+          t += ")";
         }
         row.push_back(t);
       }
