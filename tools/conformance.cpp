@@ -449,6 +449,8 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
     const conformance_classification* cls;
   };
   std::vector<failure> failures;
+  // Intermittent defects this run did not show: listed with their evidence, as failures are.
+  std::vector<failure> unseen;
   for (std::size_t i = 0; i < d.libraries.size(); ++i) {
     const auto& lib = d.libraries[i];
     for (const auto& property : order) {
@@ -467,7 +469,9 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       if (it == cells[i].cells.end()) {
         m.problems.push_back(lib.name + ": " + cls.property +
                              " is classified, but no report of the library has it");
-      } else if (it->second.verdict != "fails" && !unseen_intermittent(&it->second, &cls)) {
+      } else if (unseen_intermittent(&it->second, &cls)) {
+        unseen.push_back({i, cls.property, &it->second, &cls});
+      } else if (it->second.verdict != "fails") {
         m.problems.push_back(lib.name + ": " + cls.property + " is classified as a " + cls.cls +
                              ", but it " + cell_text(&it->second, nullptr) +
                              " now: drop the classification");
@@ -475,16 +479,6 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
     }
   }
   m.failures = failures.size();
-  // Intermittent defects this run did not show: listed with their evidence, as failures are.
-  std::vector<failure> unseen;
-  for (std::size_t i = 0; i < d.libraries.size(); ++i) {
-    for (const auto& cls : d.libraries[i].classified) {
-      const auto it = cells[i].cells.find(cls.property);
-      if (it != cells[i].cells.end() && unseen_intermittent(&it->second, &cls)) {
-        unseen.push_back({i, cls.property, &it->second, &cls});
-      }
-    }
-  }
   std::size_t not_run = 0;
   for (const auto& lib : d.libraries) not_run += lib.not_run.empty() ? 0 : 1;
 
@@ -552,16 +546,12 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
         const cell* c = cell_at(i, property);
         const auto* cls = classification_of(d.libraries[i], property);
         std::string t = md_cell(cell_text(c, cls));
-        if (c != nullptr && c->verdict == "fails") {
-          t.insert(0, "**[");
+        const bool fails = c != nullptr && c->verdict == "fails";
+        if (fails || unseen_intermittent(c, cls)) {  // a link to its entry, bold for a failure
+          t.insert(0, fails ? "**[" : "[");
           t += "](#";
           t += anchor(d.libraries[i].name, property);
-          t += ")**";
-        } else if (unseen_intermittent(c, cls)) {
-          t.insert(0, "[");
-          t += "](#";
-          t += anchor(d.libraries[i].name, property);
-          t += ")";
+          t += fails ? ")**" : ")";
         }
         row.push_back(t);
       }

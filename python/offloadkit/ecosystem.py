@@ -448,7 +448,6 @@ class Run:
     why: str = ""  # empty: the report was written
     status: int = COMPLETE
     summary: str = ""
-    note: str = ""  # the progress line of its end
 
     @property
     def report(self) -> str:
@@ -473,13 +472,13 @@ def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
     name = run.adapter.name + run.suffix
     if not run.why:
         run.summary = report_summary(os.path.join(out, run.report))
-        run.note = (f"  {name}: {run.summary or 'report written'} ({took}; exit {rc}; "
-                    f"{os.path.join(out, run.report)})")
+        note = (f"  {name}: {run.summary or 'report written'} ({took}; exit {rc}; "
+                f"{os.path.join(out, run.report)})")
     elif not run.suffix:
-        run.note = f"  {name}: not run here: {run.why} ({took}; exit {rc}; {log})"
+        note = f"  {name}: not run here: {run.why} ({took}; exit {rc}; {log})"
     else:
-        run.note = f"  {name}: not checked: {run.why} ({took}; exit {rc}; {log})"
-    progress(run.note)
+        note = f"  {name}: not checked: {run.why} ({took}; exit {rc}; {log})"
+    progress(note)
     return run
 
 
