@@ -13,16 +13,15 @@ same run and as offloadkit's speed-up over each peer.
   ``save_on_cpu(pin_memory=True)``;
 - Megatron-LM's paged stash: not timed here (its row says why; its adapter is checked).
 
-Each peer is driven through its offloadkit adapter (``offloadkit.adapters``, and
-``examples/python/torch_save_on_cpu.py`` for save_on_cpu), the very objects ``python -m offloadkit
-check`` checks, and timed with torch.cuda events; its limit is a plain pinned copy of the same bytes
-(each direction; both at once for the phase switch) made with torch on the same device, taking
-turns with the peer's operations (``peers_measure.py``). offloadkit's own rows come from its C++
-benchmarks, run as child processes in the same run (``bench_region --json``,
+Each peer is driven through its offloadkit adapter (``offloadkit.adapters``), the very objects
+``python -m offloadkit check`` checks, and timed with torch.cuda events; its limit is a plain
+pinned copy of the same bytes (each direction; both at once for the phase switch) made with torch
+on the same device, taking turns with the peer's operations (``peers_measure.py``). offloadkit's own
+rows come from its C++ benchmarks, run as child processes in the same run (``bench_region --json``,
 ``bench_activation_mlp --json``): Python reaches offloadkit's C++ implementations only as the
-checker of Python code, not as their caller. Each of those programs measures its own limit (the
-same plain pinned copies) in the same run, so offloadkit's speed-up over a peer is the ratio of the
-two fractions of the limit.
+checker of Python code, not as their caller. Each of those programs measures its own limit (the same
+plain pinned copies) in the same run, so offloadkit's speed-up over a peer is the ratio of the two
+fractions of the limit.
 
 Each peer (library) runs in a child process of its own (this program, this Python), because
 several of them are process-global: torch_memory_saver's hook mode, vLLM's CuMemAllocator
@@ -94,8 +93,7 @@ REGION_PEERS = (
 ACTIVATION_PEERS = (
     ("torchtune", "offloadkit.adapters.torchtune:make_single_stream"),
     ("trl", "offloadkit.adapters.trl:make_single_stream"),
-    ("torch-save-on-cpu", os.path.join(ROOT, "examples", "python", "torch_save_on_cpu.py") +
-     ":make"),
+    ("torch-save-on-cpu", "offloadkit.adapters.torch_save_on_cpu:make"),
     ("megatron-fine-grained", "offloadkit.adapters.megatron:make"),
 )
 

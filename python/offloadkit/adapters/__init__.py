@@ -14,6 +14,8 @@ real profile, and has a ``make`` factory::
   factories ``make`` (refused, see the module) and ``make_single_stream``.
 - ``offloadkit.adapters.trl`` (activation): ``trl.models.activation_offloading.
   OffloadActivations``; factories ``make`` (refused) and ``make_single_stream``.
+- ``offloadkit.adapters.torch_save_on_cpu`` (activation): PyTorch's own
+  ``torch.autograd.graph.save_on_cpu``; factory ``make`` (``pin_memory=True``).
 - ``offloadkit.adapters.megatron`` (activation): Megatron-LM's fine-grained activation
   offloading (``megatron.core.pipeline_parallel.fine_grained_activation_offload``: the manager's
   chunk handler, its groups and its hooks' targets); factories ``make`` (Megatron's default
@@ -61,6 +63,8 @@ from its own source or package, never from offloadkit)::
         --executor cuda --report torchtune.json
     python -m offloadkit check offloadkit.adapters.trl:make_single_stream --executor cuda \\
         --report trl.json
+    python -m offloadkit check offloadkit.adapters.torch_save_on_cpu:make --executor cuda \\
+        --report torch_save_on_cpu.json
     python -m offloadkit check offloadkit.adapters.megatron:make_offload_all --executor cuda \\
         --report megatron.json
     python -m offloadkit check offloadkit.adapters.megatron_paged_stash:make --executor cuda \\
@@ -118,6 +122,8 @@ ADAPTERS = (
     Adapter("trl", "offloadkit.adapters.trl:make_single_stream", "activation", "trl", "trl",
             "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
             "one library object per case"),
+    Adapter("torch_save_on_cpu", "offloadkit.adapters.torch_save_on_cpu:make", "activation",
+            "torch", "torch", "save_on_cpu(pin_memory=True); one hooks object per case"),
     Adapter("megatron", "offloadkit.adapters.megatron:make_offload_all", "activation",
             "megatron.core", "megatron-core",
             "fine-grained activation offloading with min_offloaded_tensor_size = 1 (the default "

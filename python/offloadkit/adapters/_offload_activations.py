@@ -1,7 +1,8 @@
-"""What the adapters of torchtune's and TRL's ``OffloadActivations`` share: the library's
-saved-tensor hooks driven through ``offloadkit.saved_tensor_hooks``'s adapter, one library object
-per battery case, the library's errors translated, and each pack's decision (offloaded or kept,
-as the library's ``tracker`` records it) reported in ``stats()``."""
+"""What the adapters of saved-tensor-hooks libraries (torchtune's and TRL's ``OffloadActivations``,
+PyTorch's ``save_on_cpu``) share: the library's hooks driven through
+``offloadkit.saved_tensor_hooks``'s adapter, one library object per battery case, the library's
+errors translated, and, where the library records it (``tracker``), each pack's decision
+(offloaded or kept) reported in ``stats()``."""
 
 from typing import Any, Callable, Dict, FrozenSet
 
@@ -21,10 +22,13 @@ STREAMS_NEED_AUTOGRAD = (
 
 
 def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, call: str,
-                  implementation: str, capabilities: FrozenSet[str], threshold: int) -> type:
+                  implementation: str, capabilities: FrozenSet[str], threshold: int,
+                  tracked: bool = True) -> type:
     """An Activation class that builds ``library_class(**kwargs)`` per case and runs its
     ``pack_hook`` / ``unpack_hook``. ``call`` names the library call in translated errors;
-    ``threshold`` is the keep threshold the battery reads (the library's ``min_offload_size``)."""
+    ``threshold`` is the keep threshold the battery reads (the library's ``min_offload_size``, 0
+    for one that offloads every tensor); ``tracked``: each pack's decision is read from the
+    library's ``tracker`` (``offloaded``), else every pack counts as offloaded."""
     if kwargs.get("use_streams", False):
         raise Unsupported(STREAMS_NEED_AUTOGRAD)
 
@@ -46,7 +50,7 @@ def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, 
         def pack(self, tensor: Any, stream: Any) -> int:
             handle = super().pack(tensor, stream)
             packed = self._packed[handle][0]
-            if not offloaded(self.library, packed):
+            if tracked and not offloaded(self.library, packed):
                 self._stats.offloaded_bytes -= tensor.nbytes
                 self._stats.kept += 1
             return handle

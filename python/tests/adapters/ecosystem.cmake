@@ -3,8 +3,9 @@
 # venv_python, module_work, python_check_timeout, module_tests): the whole path from the installed
 # package to CONFORMANCE.md, in the test venv, on the host executor, with this build's offloadkit
 # command. The region libraries run through their stand-ins (--factory, standin_factories.py);
-# torchtune, TRL and Megatron-LM through their real adapters, whose libraries the venv cannot
-# import: their columns say "not run" with the ImportError, and that is not a failure.
+# torchtune, TRL, PyTorch's save_on_cpu and Megatron-LM through their real adapters, whose
+# libraries the venv cannot import: their columns say "not run" with the ImportError, and that is
+# not a failure.
 set(ecosystem_data ${CMAKE_CURRENT_LIST_DIR}/ecosystem)
 set(ecosystem_out ${module_work}/ecosystem)
 set(standins ${CMAKE_CURRENT_LIST_DIR}/standin_factories.py)
@@ -21,12 +22,12 @@ string(JOIN " " on_standins ${on_standins})
 # (a pinned backup per pause, a documented limitation), its retain_cpu_backup column holds it, vLLM's
 # three properties that hold two regions at once fail (one live region per process), every failure
 # is classified (exit 0), and the libraries the venv lacks are columns of "not run" with the reason.
-set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\| \\[not run\\]\\(#megatron-paged-stash-not-run\\) \\|")
+set(nr "\\[not run\\]\\(#torchtune-not-run\\) \\| \\[not run\\]\\(#trl-not-run\\) \\| \\[not run\\]\\(#torch-save-on-cpu-not-run\\) \\| \\[not run\\]\\(#megatron-not-run\\) \\| \\[not run\\]\\(#megatron-paged-stash-not-run\\) \\|")
 set(expect
-  "7 libraries .4 not run here., 15 properties, 4 failures, every one classified"
+  "8 libraries .5 not run here., 15 properties, 4 failures, every one classified"
   "\\| torch_memory_saver \\| 0\\.0\\.10b1\\+offloadkit\\.standin \\| `${standins}:torch_memory_saver` \\| the library's defaults[^|]*\\| host \\|[^|]+UTC \\|[^|]+\\| 10 hold, 1 fail, 4 n/a \\|"
   "\\| torchtune \\| - \\| `offloadkit\\.adapters\\.torchtune:make_single_stream` \\|[^|]+\\| - \\| - \\| - \\| not run: offloadkit\\.adapters\\.torchtune: the library module 'torchtune\\.training' cannot be imported here .No module named 'torchtune'.[^|]*\\|"
-  "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| megatron \\| megatron-paged-stash \\|"
+  "\\| property \\| torch_memory_saver \\| torch_memory_saver-retain \\| vllm \\| torchtune \\| trl \\| torch_save_on_cpu \\| megatron \\| megatron-paged-stash \\|"
   "\\| `region/swap_keeps_both` \\| holds \\| holds \\| \\*\\*\\[fails: limitation\\]\\(#vllm-region-swap-keeps-both\\)\\*\\* \\| ${nr}"
   "\\| `region/many_cycles` \\| \\*\\*\\[fails: limitation\\]\\(#torch-memory-saver-region-many-cycles\\)\\*\\* \\| holds \\| holds \\| ${nr}"
   "## Not run here"
@@ -37,8 +38,8 @@ add_test(NAME python_module.ecosystem_standins
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
           "-DARGS=${ecosystem_run} ${on_standins} --classified ${ecosystem_data}/standins.json --out ${ecosystem_out}/standins"
           -DEXPECT_RC=0 -DFILE=${ecosystem_out}/standins/CONFORMANCE.md "-DEXPECT_FILE=${expect}"
-          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .7 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'"
-          "-DEXPECT_ERR=\\[1/7\\] torch_memory_saver: .*\\[6/7\\] megatron: .*\\[7/7\\] megatron-paged-stash: "
+          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .8 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'.*torch_save_on_cpu: not run here: [^\n]*No module named 'torch'"
+          "-DEXPECT_ERR=\\[1/8\\] torch_memory_saver: .*\\[6/8\\] torch_save_on_cpu: .*\\[7/8\\] megatron: .*\\[8/8\\] megatron-paged-stash: "
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 
 # Without a classification the same failure makes the run exit 1, listed as a problem; a
@@ -102,7 +103,7 @@ set(ecosystem_usage_cases
   "cases_zero|-m offloadkit ecosystem --cases 0|offloadkit ecosystem: --cases: 0 is out of range: valid range 1..1000000"
   "jobs_zero|-m offloadkit ecosystem --jobs 0|offloadkit ecosystem: --jobs: 0 is out of range: valid range 1..64"
   "jobs_word|-m offloadkit ecosystem --jobs all|offloadkit ecosystem: --jobs: all is not an integer: valid range 1..64"
-  "only|-m offloadkit ecosystem --only tms|offloadkit ecosystem: --only: tms is not one of the valid names torch_memory_saver, torch_memory_saver-retain, vllm, torchtune, trl, megatron"
+  "only|-m offloadkit ecosystem --only tms|offloadkit ecosystem: --only: tms is not one of the valid names torch_memory_saver, torch_memory_saver-retain, vllm, torchtune, trl, torch_save_on_cpu, megatron"
   "factory_shape|-m offloadkit ecosystem --factory vllm|offloadkit ecosystem: --factory: 'vllm' is not NAME=MODULE:FACTORY"
   "factory_name|-m offloadkit ecosystem --factory vlm=a.py:make|offloadkit ecosystem: --factory: vlm is not one of the valid names"
   "faults_on_host|-m offloadkit ecosystem --driver-faults --executor host|offloadkit ecosystem: --driver-faults: needs the cuda executor"

@@ -28,6 +28,7 @@ import offloadkit as ok  # noqa: E402
 from offloadkit import adapters  # noqa: E402
 from offloadkit.adapters import megatron as megatron_adapter  # noqa: E402
 from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
+from offloadkit.adapters import torch_save_on_cpu as save_on_cpu_adapter  # noqa: E402
 from offloadkit.adapters import torchtune as torchtune_adapter  # noqa: E402
 from offloadkit.adapters import trl as trl_adapter  # noqa: E402
 from offloadkit.adapters import vllm as vllm_adapter  # noqa: E402
@@ -532,6 +533,92 @@ class OffloadActivationsTest(unittest.TestCase):
                 with self.assertRaises(ok.StateError) as caught:
                     activation.unpack_hook(99)
                 self.assertIn("untracked tensor with id 99", str(caught.exception))
+
+
+class SaveOnCpuTest(unittest.TestCase):
+    """PyTorch's save_on_cpu through its adapter: its hooks, one object per case, every pack
+    offloaded, PyTorch's errors translated."""
+
+    class Hooks:
+        """save_on_cpu's shape (``pack_hook``, ``unpack_hook``), recording its arguments."""
+
+        instances = []
+
+        def __init__(self, pin_memory=False, device_type="cuda", fail=None):
+            self.kwargs = {"pin_memory": pin_memory, "device_type": device_type}
+            self.fail = fail
+            type(self).instances.append(self)
+
+        def pack_hook(self, tensor):
+            if self.fail:
+                raise self.fail
+            return ("cuda:0", tensor.nbytes)
+
+        def unpack_hook(self, packed):
+            return packed
+
+    def build(self, hooks=Hooks):
+        graph = sys.modules["torch.autograd.graph"]
+        with mock.patch.object(graph, "save_on_cpu", hooks):
+            cls = save_on_cpu_adapter.activation()
+        options = types.SimpleNamespace(max_pending_bytes=0, keep_threshold=0)
+        return cls, cls(RecordingExecutor([]), options)
+
+    def test_profile_and_library_arguments(self):
+        del self.Hooks.instances[:]
+        cls, activation = self.build()
+        self.assertEqual(cls.capabilities, frozenset({"cuda_executor", "origin_device",
+                                                      "prefetch_bound", "pending_bound"}))
+        self.assertEqual(cls.implementation, "torch-save-on-cpu")
+        self.assertEqual(activation.keep_threshold, 0)
+        self.assertEqual([h.kwargs for h in self.Hooks.instances],
+                         [{"pin_memory": True, "device_type": "cuda"}])
+        plugin = save_on_cpu_adapter.make()
+        self.assertEqual((plugin.name, plugin.version), ("torch-save-on-cpu",
+                                                         "0+offloadkit.standin"))
+        self.assertEqual(plugin.activation.capabilities, cls.capabilities)
+
+    def test_each_case_gets_its_own_hooks(self):
+        del self.Hooks.instances[:]
+        _, first = self.build()
+        _, second = self.build()
+        self.assertEqual(len(self.Hooks.instances), 2)
+        self.assertIs(second.library, self.Hooks.instances[1])
+        self.assertEqual(second.unpack_hook(second.pack_hook(types.SimpleNamespace(nbytes=64))),
+                         ("cuda:0", 64))
+
+    def test_every_pack_is_offloaded(self):
+        # As OffloadActivationsTest.test_each_pack_reports_the_library_decision, without a
+        # tracker: a zero-element and a 1-byte tensor are offloaded like any other.
+        def as_torch(tensor):
+            return types.SimpleNamespace(nbytes=tensor.nbytes)
+
+        with mock.patch("offloadkit.hooks.as_torch", as_torch):
+            _, activation = self.build()
+            released = []
+            for nbytes in (2048, 1, 0):
+                data = ok.Buffer(0x10000 * (len(released) + 1), nbytes, "device", 0, "host")
+                activation.pack(ok.Tensor(data, nbytes, 0, "u8", (nbytes,),
+                                          release=lambda n=nbytes: released.append(n)),
+                                ok.Stream(1))
+            stats = activation.stats()
+            self.assertEqual((stats.packed, stats.kept, stats.offloaded_bytes), (3, 0, 2049))
+            self.assertEqual(released, [2048, 1, 0])
+
+    def test_pytorch_errors_are_translated_with_their_message(self):
+        for error, expected in ((RuntimeError("CUDA error: out of memory"), ok.OutOfMemory),
+                                (RuntimeError("CUDA error: an illegal memory access"),
+                                 ok.CudaError),
+                                (TypeError("bad dtype"), ok.LogicError)):
+            with self.subTest(error=str(error)):
+                def hooks(pin_memory=False, device_type="cuda", error=error):
+                    return self.Hooks(pin_memory, device_type, fail=error)
+
+                _, activation = self.build(hooks)
+                with self.assertRaises(expected) as caught:
+                    activation.pack_hook(types.SimpleNamespace(nbytes=8))
+                self.assertIn("torch.autograd.graph.save_on_cpu.pack_hook", str(caught.exception))
+                self.assertIn(str(error), str(caught.exception))
 
 
 class FakeTensor:
