@@ -8,7 +8,10 @@ For each adapter of ``offloadkit.adapters.ADAPTERS`` (those ``--only`` names, ea
    library's version, or why it cannot be loaded;
 2. ``python -m offloadkit check FACTORY --executor E --report DIR/NAME.json`` runs the batteries
    (its output in ``DIR/NAME.log``); with ``--driver-faults``, ``... --driver-faults --report
-   DIR/NAME-faults.json`` too.
+   DIR/NAME-faults.json`` too. With ``--jobs`` above 1, the batteries of a library that does not
+   run alone are checked one property at a time (``... --property P --report
+   DIR/NAME.P.json``), side by side: a battery runs its properties one after another, and one
+   library's would otherwise be the whole run's length.
 
 A library that does not import here (the adapter's ``LibraryMissing``: the check ends with exit
 status 4), that the adapter refuses here (``Unsupported``: a build without the part it drives), or
@@ -37,6 +40,7 @@ its property holds does not make the classification stale.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import dataclasses
 import importlib.metadata
@@ -124,7 +128,8 @@ def parser() -> Parser:
                    help="checks run at once, 1..64 (default 1): each library's batteries and "
                         "its driver-fault countdown are checks of their own, each in processes "
                         "of its own; the batteries of region libraries (judged by the device's "
-                        "free memory) run first, alone")
+                        "free memory) run first, alone; above 1, the other libraries' batteries "
+                        "are checked one property at a time (DIR/NAME.PROPERTY.json)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -410,9 +415,12 @@ def prepare_library(adapter: adapters.Adapter, factory: str,
     outcome = Outcome(adapter.name, factory, adapter.adds)
     if factory != adapter.factory:
         outcome.notes.append(f"factory given with --factory (the adapter's: {adapter.factory})")
-    for suffix, _ in library_runs(o):
+    stems = [adapter.name + suffix for suffix, _ in library_runs(o)]
+    parts = [n[:-len(".json")] for n in os.listdir(out)
+             if n.startswith(adapter.name + ".") and n.endswith(".json")]
+    for stem in stems + parts:
         for ext in (".json", ".log"):
-            path = os.path.join(out, adapter.name + suffix + ext)
+            path = os.path.join(out, stem + ext)
             if os.path.lexists(path):
                 os.remove(path)
     probe = probe_factory(factory)
@@ -426,6 +434,19 @@ def prepare_library(adapter: adapters.Adapter, factory: str,
     return outcome, probe
 
 
+def battery_properties(factory: str, executor: str) -> List[str]:
+    """The names of the properties the factory's batteries hold on ``executor``, from
+    ``python -m offloadkit list-cases`` in a child process; empty where they cannot be listed
+    (the batteries' check, run whole, then says why)."""
+    done = subprocess.run([sys.executable, "-m", "offloadkit", "list-cases", factory,
+                           "--executor", executor], capture_output=True, text=True)
+    try:
+        cases = json.loads(done.stdout.strip().splitlines()[-1])["cases"]
+        return [str(c["name"]) for c in cases]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return []
+
+
 def library_runs(o: argparse.Namespace) -> List[Tuple[str, List[str]]]:
     """(report suffix, extra arguments) of each check a library gets: its batteries, then with
     --driver-faults its driver-fault countdown."""
@@ -437,7 +458,8 @@ def library_runs(o: argparse.Namespace) -> List[Tuple[str, List[str]]]:
 
 @dataclasses.dataclass
 class Run:
-    """One check of one library: its batteries (suffix "") or its driver-fault countdown."""
+    """One check of one library: its batteries (suffix ""), one property of them (``prop``), or
+    its driver-fault countdown."""
 
     index: int  # the library's place in the table, from 1
     adapter: adapters.Adapter
@@ -445,31 +467,38 @@ class Run:
     suffix: str
     extra: List[str]
     probe: Dict[str, Any]
+    prop: str = ""  # one property of the batteries; empty: all of them
     why: str = ""  # empty: the report was written
     status: int = COMPLETE
     summary: str = ""
 
     @property
+    def name(self) -> str:
+        """The check's name: NAME, NAME.PROPERTY or NAME-faults (its report's and log's stem)."""
+        return self.adapter.name + self.suffix + (f".{self.prop}" if self.prop else "")
+
+    @property
     def report(self) -> str:
-        return self.adapter.name + self.suffix + ".json"
+        return self.name + ".json"
 
     @property
     def alone(self) -> bool:
         """A battery that reads the device's free memory runs with nothing else running (the
         driver-fault countdown judges by the interposer's ledger, not by free memory)."""
-        return not self.suffix and self.adapter.feature in ALONE_FEATURES
+        return alone(self.adapter) and not self.suffix
 
 
 def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
     """Runs one check into out/NAME[-faults].json, its output into out/NAME[-faults].log."""
-    log = os.path.join(out, run.adapter.name + run.suffix + ".log")
-    command = check_command(run.factory, o, executor, run.extra, os.path.join(out, run.report))
+    log = os.path.join(out, run.name + ".log")
+    extra = run.extra + ([f"--property={run.prop}"] if run.prop else [])
+    command = check_command(run.factory, o, executor, extra, os.path.join(out, run.report))
     started = time.monotonic()
     rc, output = run_logged(command, log)
     run.why, run.status = verdict_of_check(rc, run.probe,
                                            os.path.isfile(os.path.join(out, run.report)), output)
     took = f"{time.monotonic() - started:.0f} s"
-    name = run.adapter.name + run.suffix
+    name = run.name
     if not run.why:
         run.summary = report_summary(os.path.join(out, run.report))
         note = (f"  {name}: {run.summary or 'report written'} ({took}; exit {rc}; "
@@ -482,20 +511,46 @@ def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
     return run
 
 
-def merge_runs(outcome: Outcome, runs: Sequence[Run]) -> Outcome:
-    """The library's outcome from its runs, batteries first: a library whose batteries did not
-    run is not run here (its driver-fault run, if any, is not read)."""
+def merge_runs(outcome: Outcome, runs: Sequence[Run], out: str) -> Outcome:
+    """The library's outcome from its runs, batteries first: a library whose batteries (any
+    property of them) did not run is not run here (its driver-fault run, if any, is not read)."""
     for run in runs:
         if not run.why:
             outcome.reports.append(run.report)
             outcome.summary = outcome.summary or run.summary
         elif not run.suffix:
+            outcome.reports.clear()
             outcome.not_run, outcome.status = run.why, run.status
             break
         else:
             outcome.notes.append(f"driver faults not checked: {run.why}")
             outcome.status = max(outcome.status, run.status)
+    parts = [r.report for r in runs if r.prop]
+    if parts and not outcome.not_run:
+        outcome.summary = battery_summary([os.path.join(out, p) for p in parts])
     return outcome
+
+
+def battery_summary(reports: Sequence[str]) -> str:
+    """The batteries' summary over the reports of their properties, each checked on its own, in
+    the words of a whole battery's report."""
+    total: Dict[str, float] = collections.Counter()
+    for path in reports:
+        try:
+            with open(path, encoding="utf-8") as f:
+                summary = json.load(f).get("summary", {})
+        except (OSError, ValueError):
+            continue
+        for key in ("holds", "fails", "not_applicable", "skipped", "properties",
+                    "shutdown_findings"):
+            total[key] += int(summary.get(key, 0))
+        total["seconds"] = max(total["seconds"], float(summary.get("seconds", 0)))
+    text = (f"{total['holds']} hold, {total['fails']} fail, {total['not_applicable']} not "
+            f"applicable, {total['skipped']} skipped ({total['properties']} properties, each "
+            f"checked on its own, the longest {total['seconds']:.0f} s)")
+    if total["shutdown_findings"]:
+        text += f"; {total['shutdown_findings']} shutdown findings"
+    return text
 
 
 # ---- the description --------------------------------------------------------------------------
@@ -581,6 +636,11 @@ def exit_status(statuses: Sequence[int]) -> int:
 ALONE_FEATURES = ("region",)
 
 
+def alone(adapter: adapters.Adapter) -> bool:
+    """The adapter's batteries run with nothing else running (``ALONE_FEATURES``)."""
+    return adapter.feature in ALONE_FEATURES
+
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -621,19 +681,29 @@ def run(o: argparse.Namespace) -> int:
     progress(f"{len(selected)} libraries on the {executor} executor ({why}); classifications "
              f"{o.classified}; offloadkit {offloadkit}; into {out}")
     factories = [o.factory.get(a.name, a.factory) for a in selected]
+    names = [a.name for a in selected]
     with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
         prepared = list(pool.map(lambda e: prepare_library(e[0], e[1], o, out),
                                  zip(selected, factories)))
+    # Side by side, a battery's properties each in a check of its own (where they can be listed).
+    split = [a.name for a, (_, probe) in zip(selected, prepared)
+             if o.jobs > 1 and probe.get("ok") and not alone(a)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
+        listed = dict(zip(split, pool.map(
+            lambda n: battery_properties(factories[names.index(n)], executor), split)))
     runs: List[Run] = []
     for i, (adapter, factory, (_, probe)) in enumerate(zip(selected, factories, prepared), 1):
         progress(f"[{i}/{len(selected)}] {adapter.name}: {factory}")
         for suffix, extra in library_runs(o):
             # Where the factory does not load, the batteries' check says why; a countdown
             # would say the same again.
-            if not suffix or probe.get("ok"):
+            if not suffix and listed.get(adapter.name):
+                runs += [Run(i, adapter, factory, suffix, extra, probe, prop=p)
+                         for p in listed[adapter.name]]
+            elif not suffix or probe.get("ok"):
                 runs.append(Run(i, adapter, factory, suffix, extra, probe))
     schedule(runs, lambda r: r.alone, lambda r: check_run(r, o, executor, out), o.jobs)
-    outcomes = [merge_runs(outcome, [r for r in runs if r.index == i])
+    outcomes = [merge_runs(outcome, [r for r in runs if r.index == i], out)
                 for i, (outcome, _) in enumerate(prepared, 1)]
 
     doc = description(outcomes, classified, out, o.driver_faults)

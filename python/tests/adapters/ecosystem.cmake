@@ -96,6 +96,21 @@ list(APPEND module_tests python_module.ecosystem_standins python_module.ecosyste
   python_module.ecosystem_stale python_module.ecosystem_shutdown
   python_module.ecosystem_shutdown_classified)
 
+# Side by side (--jobs 2), a library that does not run alone is checked one property at a time:
+# Megatron's paged stash over its stand-in, each property's report of its own
+# (megatron-paged-stash.PROPERTY.json), one column, the summary over them all.
+add_test(NAME python_module.ecosystem_split
+  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+          "-DARGS=${ecosystem_run} --only megatron-paged-stash --factory megatron-paged-stash=${standins}:megatron_paged_stash --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/split"
+          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/split/conformance.json
+          "-DEXPECT_FILE=\"reports\": \\[\n *\"megatron-paged-stash\\.round_trip_and_conservation\\.json\",\n *\"megatron-paged-stash\\.capacity_sweep_first_overflow\\.json\",.*\"megatron-paged-stash\\.multi_device\\.json\"\n *\\]"
+          "-DEXPECT_OUT=1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties, each checked on its own"
+          "-DEXPECT_ERR=  megatron-paged-stash\\.model_based: 1 hold, 0 fail"
+          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+set_tests_properties(python_module.ecosystem_split PROPERTIES LABELS "cpu;python;adapters"
+  TIMEOUT ${python_check_timeout})
+list(APPEND module_tests python_module.ecosystem_split)
+
 # Refused before anything runs, with nothing on stdout: bad usage (2), offloadkit's C++ command
 # not found (3), a classifications file that is not one (5).
 set(ecosystem_usage_cases

@@ -13,9 +13,12 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
+import subprocess
 import tempfile
 import unittest
+from unittest import mock
 
 from offloadkit import adapters, ecosystem
 from offloadkit.protocol import FEATURES
@@ -275,17 +278,90 @@ class ScheduleTest(unittest.TestCase):
         faults = ecosystem.Run(1, adapter, adapter.factory, "-faults", ["--driver-faults"], {},
                                summary="5 case(s)")
         outcome = ecosystem.merge_runs(
-            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults])
+            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults],
+            "unused")
         self.assertEqual((outcome.not_run, outcome.status, outcome.reports),
                          ("no torch", ecosystem.ADAPTER_ERROR, []))
         battery.why, battery.status, battery.summary = "", ecosystem.COMPLETE, "9 hold"
         faults.why, faults.status = "timed out", ecosystem.ADAPTER_ERROR
         outcome = ecosystem.merge_runs(
-            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults])
+            ecosystem.Outcome(adapter.name, adapter.factory, adapter.adds), [battery, faults],
+            "unused")
         self.assertEqual((outcome.not_run, outcome.status, outcome.reports, outcome.summary,
                           outcome.notes),
                          ("", ecosystem.ADAPTER_ERROR, [adapter.name + ".json"], "9 hold",
                           ["driver faults not checked: timed out"]))
+
+
+class PropertySplitTest(unittest.TestCase):
+    """With --jobs above 1, a library that does not run alone is checked one property at a time,
+    each property's report on its own; the library is one column all the same."""
+
+    def setUp(self):
+        self.out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.out)
+        self.adapter = next(a for a in adapters.ADAPTERS if a.name == "megatron")
+
+    def report(self, name, **summary):
+        with open(os.path.join(self.out, name), "w", encoding="utf-8") as f:
+            json.dump({"summary": summary}, f)
+
+    def parts(self, props):
+        return [ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {}, prop=p)
+                for p in props]
+
+    def test_each_part_has_its_report_and_the_summary_adds_them_up(self):
+        runs = self.parts(["round_trip", "config_edges", "storage_dedup"])
+        self.assertEqual([r.report for r in runs], ["megatron.round_trip.json",
+                                                     "megatron.config_edges.json",
+                                                     "megatron.storage_dedup.json"])
+        self.assertFalse(any(r.alone for r in runs))
+        self.report("megatron.round_trip.json", holds=0, fails=1, properties=1, seconds=20.0)
+        self.report("megatron.config_edges.json", holds=1, properties=1, seconds=41.2,
+                    shutdown_findings=1)
+        self.report("megatron.storage_dedup.json", not_applicable=1, properties=1, seconds=2.0)
+        faults = ecosystem.Run(1, self.adapter, self.adapter.factory, "-faults",
+                               ["--driver-faults"], {}, summary="driver faults: 5 clean")
+        outcome = ecosystem.merge_runs(
+            ecosystem.Outcome(self.adapter.name, self.adapter.factory, ""), runs + [faults],
+            self.out)
+        self.assertEqual(outcome.reports, [r.report for r in runs] + ["megatron-faults.json"])
+        self.assertEqual(outcome.summary,
+                         "1 hold, 1 fail, 1 not applicable, 0 skipped (3 properties, each "
+                         "checked on its own, the longest 41 s); 1 shutdown findings")
+
+    def test_one_part_that_did_not_run_makes_the_library_not_run_here(self):
+        runs = self.parts(["round_trip", "config_edges"])
+        self.report("megatron.round_trip.json", holds=1, properties=1)
+        runs[1].why, runs[1].status = "no torch", ecosystem.ADAPTER_ERROR
+        outcome = ecosystem.merge_runs(
+            ecosystem.Outcome(self.adapter.name, self.adapter.factory, ""), runs, self.out)
+        self.assertEqual((outcome.not_run, outcome.status, outcome.reports),
+                         ("no torch", ecosystem.ADAPTER_ERROR, []))
+
+    def test_the_command_names_the_property_and_its_report(self):
+        run = self.parts(["config_edges"])[0]
+        o = ecosystem.parser().parse_args(["--cases", "8"])
+        ecosystem.check_values(ecosystem.parser(), o)
+        with mock.patch.object(ecosystem, "run_logged", return_value=(0, "")) as logged, \
+                mock.patch.object(ecosystem, "progress"):
+            self.report("megatron.config_edges.json", holds=1, properties=1)
+            ecosystem.check_run(run, o, "cuda", self.out)
+        command, log = logged.call_args[0]
+        self.assertEqual(command[-4:], ["--cases=8", "--property=config_edges", "--report",
+                                        os.path.join(self.out, "megatron.config_edges.json")])
+        self.assertEqual(log, os.path.join(self.out, "megatron.config_edges.log"))
+
+    def test_the_properties_are_listed_by_list_cases(self):
+        listing = json.dumps({"cases": [{"name": "round_trip"}, {"name": "config_edges"}]})
+        done = subprocess.CompletedProcess([], 0, stdout="note\n" + listing + "\n", stderr="")
+        with mock.patch.object(ecosystem.subprocess, "run", return_value=done) as ran:
+            self.assertEqual(ecosystem.battery_properties("m:f", "cuda"),
+                             ["round_trip", "config_edges"])
+        self.assertEqual(ran.call_args[0][0][-4:], ["list-cases", "m:f", "--executor", "cuda"])
+        failed = subprocess.CompletedProcess([], 4, stdout="", stderr="Traceback")
+        with mock.patch.object(ecosystem.subprocess, "run", return_value=failed):
+            self.assertEqual(ecosystem.battery_properties("m:f", "cuda"), [])
 
 
 class UsageTest(unittest.TestCase):
