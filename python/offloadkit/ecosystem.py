@@ -128,8 +128,9 @@ def parser() -> Parser:
                    help="checks run at once, 1..64 (default 1): each library's batteries and "
                         "its driver-fault countdown are checks of their own, each in processes "
                         "of its own; the batteries of region libraries (judged by the device's "
-                        "free memory) run first, alone; above 1, the other libraries' batteries "
-                        "are checked one property at a time (DIR/NAME.PROPERTY.json)")
+                        "free memory) run first, alone, then the driver-fault countdowns start; "
+                        "above 1, the other libraries' batteries are checked one property at a "
+                        "time (DIR/NAME.PROPERTY.json)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -511,6 +512,14 @@ def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
     return run
 
 
+def start_order(runs: Sequence[Run]) -> List[Run]:
+    """The order the checks start in: the driver-fault countdowns (each one check of many
+    processes, the longest side by side) before the batteries, each group in the table's order, so
+    that the longest do not start last. The region batteries run alone before either
+    (``schedule``)."""
+    return sorted(runs, key=lambda r: not r.suffix)
+
+
 def merge_runs(outcome: Outcome, runs: Sequence[Run], out: str) -> Outcome:
     """The library's outcome from its runs, batteries first: a library whose batteries (any
     property of them) did not run is not run here (its driver-fault run, if any, is not read)."""
@@ -702,7 +711,8 @@ def run(o: argparse.Namespace) -> int:
                          for p in listed[adapter.name]]
             elif not suffix or probe.get("ok"):
                 runs.append(Run(i, adapter, factory, suffix, extra, probe))
-    schedule(runs, lambda r: r.alone, lambda r: check_run(r, o, executor, out), o.jobs)
+    schedule(start_order(runs), lambda r: r.alone, lambda r: check_run(r, o, executor, out),
+             o.jobs)
     outcomes = [merge_runs(outcome, [r for r in runs if r.index == i], out)
                 for i, (outcome, _) in enumerate(prepared, 1)]
 

@@ -339,6 +339,17 @@ class PropertySplitTest(unittest.TestCase):
         self.assertEqual((outcome.not_run, outcome.status, outcome.reports),
                          ("no torch", ecosystem.ADAPTER_ERROR, []))
 
+    def test_the_countdowns_start_first_and_each_group_keeps_the_table_order(self):
+        region = adapters.ADAPTERS[0]
+        runs = [ecosystem.Run(1, region, region.factory, "", [], {}),
+                ecosystem.Run(1, region, region.factory, "-faults", ["--driver-faults"], {})]
+        runs += self.parts(["round_trip", "config_edges"])
+        runs.append(ecosystem.Run(2, self.adapter, self.adapter.factory, "-faults",
+                                  ["--driver-faults"], {}))
+        self.assertEqual([r.name for r in ecosystem.start_order(runs)],
+                         [region.name + "-faults", "megatron-faults", region.name,
+                          "megatron.round_trip", "megatron.config_edges"])
+
     def test_the_command_names_the_property_and_its_report(self):
         run = self.parts(["config_edges"])[0]
         o = ecosystem.parser().parse_args(["--cases", "8"])
