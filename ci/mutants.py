@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Mutation testing of the checker's own verdict paths: small wrong changes (an operator, a bound,
+a skipped branch, one kind filed under another) made to the code that turns runs into verdicts,
+one at a time, each followed by the fast CPU tests that should catch it.
+
+    python3 ci/mutants.py [--build DIR] [--only ID]... [--list] [--json FILE] [--timeout S]
+
+For each mutant of MUTANTS below: the snippet ``old`` of ``path`` (which must occur there exactly
+once) becomes ``new``; the build folder is brought up to date (``cmake --build DIR``); ``ctest -R
+TESTS`` runs; the file is restored. A mutant is *killed* when a test fails (or the build does,
+which is named as such), and *survives* when every selected test passes: the tests were too weak
+for that path. Survivors that cannot be killed (an equivalent change) say why in ``survives``;
+any other survivor makes the exit status 1.
+
+The source files are changed in place and always restored (also on SIGINT / SIGTERM); a mutant's
+file that has uncommitted changes is refused before anything is changed, so that no work is lost.
+At the end the build folder is brought back up to date with the unmutated sources.
+
+Exit status: 0 every mutant killed or explained; 1 a mutant survived unexplained; 2 bad usage, or
+a mutant's ``old`` no longer occurs exactly once (the list is stale: fix the list); 3 the build
+folder is not configured, or the build fails without a mutant; 128+N interrupted by signal N.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROG = "ci/mutants.py"
+
+
+class Mutant(NamedTuple):
+    id: str
+    path: str  #: relative to the repository root
+    old: str  #: occurs exactly once in path
+    new: str
+    tests: str  #: ctest -R regular expression: the fast CPU tests that must catch it
+    what: str  #: the wrong change, in words
+    survives: str = ""  #: why it cannot be killed (an equivalent change); empty: it must be
+
+
+ADAPTERS_UNIT = r"^python_adapters\.unit$"
+CONFORMANCE = r"^offloadkit_conformance\."
+PYTEST = r"^python_module\.(pytest|adapter_pytest|adapter_pytest_shutdown)$"
+
+MUTANTS = (
+    # ---- python -m offloadkit ecosystem: how a check's end reads, what a run can judge --------
+    Mutant("ecosystem.rc1_not_a_verdict", "python/offloadkit/ecosystem.py",
+           "    if rc in (0, 1):  # every property ran",
+           "    if rc in (0,):  # every property ran",
+           ADAPTERS_UNIT, "a check whose property failed (exit 1) read as a library not run"),
+    Mutant("ecosystem.missing_library_is_an_error", "python/offloadkit/ecosystem.py",
+           '                return probe["message"], COMPLETE',
+           '                return probe["message"], ADAPTER_ERROR',
+           ADAPTERS_UNIT, "a library that does not import here counted as an adapter error"),
+    Mutant("ecosystem.exit_precedence", "python/offloadkit/ecosystem.py",
+           "    for status in PRECEDENCE:",
+           "    for status in reversed(PRECEDENCE):",
+           ADAPTERS_UNIT, "the exit status takes the mildest of several, not the worst"),
+    Mutant("ecosystem.skipped_classification_applied", "python/offloadkit/ecosystem.py",
+           '        elif verdict == "skipped":',
+           '        elif verdict == "not_applicable":',
+           ADAPTERS_UNIT, "a classification of a property skipped here is applied (and stale)"),
+    Mutant("ecosystem.faults_not_run_is_library_not_run", "python/offloadkit/ecosystem.py",
+           "        elif not run.suffix:\n            outcome.reports.clear()",
+           "        elif run.suffix:\n            outcome.reports.clear()",
+           ADAPTERS_UNIT, "a driver-fault countdown that did not run makes the library not run, "
+           "and a battery that did not run is only a note"),
+    Mutant("ecosystem.split_summary_fails", "python/offloadkit/ecosystem.py",
+           "{total['fails']} fail,", "{total['holds']} fail,",
+           ADAPTERS_UNIT, "the summary over a battery's per-property reports counts holds as "
+           "failures"),
+    Mutant("ecosystem.intermittent_limitation", "python/offloadkit/ecosystem.py",
+           '            if entry.get("intermittent") and entry["class"] != "defect":',
+           '            if entry.get("intermittent") and entry["class"] == "limitation" and False:',
+           ADAPTERS_UNIT, "a limitation classified as intermittent is accepted"),
+    # ---- the pytest plugin: each row's outcome -------------------------------------------------
+    Mutant("pytest.skipped_passes", "python/offloadkit/pytest.py",
+           "            pytest.skip(row.get(\"reason\") or verdict)",
+           "            return",
+           PYTEST, "a skipped or not-applicable row passes instead of being skipped"),
+    Mutant("pytest.no_result_passes", "python/offloadkit/pytest.py",
+           "        if row is None:\n            raise BatteryFailure(",
+           "        if row is None:\n            return\n            raise BatteryFailure(",
+           PYTEST, "a check that ended without a result (crashed before it, timed out) passes"),
+    Mutant("pytest.shutdown_ignored", "python/offloadkit/pytest.py",
+           "        if row.get(\"shutdown\"):  # the battery's shutdown item reports it, once",
+           "        if False:  # the battery's shutdown item reports it, once",
+           PYTEST, "a crash at exit after the result is reported nowhere"),
+    # ---- offloadkit conformance: cells and classifications -------------------------------------
+    Mutant("conformance.any_classification", "tools/conformance.cpp",
+           "    if (c.property == property) return &c;",
+           "    return &c;",
+           CONFORMANCE, "a failing cell judged by the library's first classification, whatever "
+           "its property"),
+    Mutant("conformance.stale_ignored", "tools/conformance.cpp",
+           '      } else if (it->second.verdict != "fails") {',
+           "      } else if (false) {",
+           CONFORMANCE, "a classification of a property that holds now is not stale"),
+    Mutant("conformance.every_holding_defect_unseen", "tools/conformance.cpp",
+           'c->verdict == "holds" && cls != nullptr && cls->intermittent;',
+           'c->verdict == "holds" && cls != nullptr;',
+           CONFORMANCE, "a defect that is not intermittent and holds now is not stale"),
+    # ---- the interposer's ledger: each kind of allocation and release ---------------------------
+    Mutant("interpose.pinned_as_device", "interpose/src/interpose.cpp",
+           '{"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true, r_pinned},',
+           '{"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true, r_device},',
+           r"^interpose_tests\.host$", "cuMemAllocHost's pinned memory filed as device memory"),
+    Mutant("interpose.free_host_as_device", "interpose/src/interpose.cpp",
+           '{"cudaFreeHost", "cudaFreeHost", 0, true, false, r_pinned},',
+           '{"cudaFreeHost", "cudaFreeHost", 0, true, false, r_device},',
+           r"^interpose_tests\.host$", "cudaFreeHost's release filed as a device release"),
+    Mutant("interpose.unmap_as_release", "interpose/src/interpose.cpp",
+           '{"cuMemUnmap", "cuMemUnmap", 10020, false, false, r_mapping},',
+           '{"cuMemUnmap", "cuMemUnmap", 10020, false, false, r_physical_handle},',
+           r"^interpose_tests\.host$", "cuMemUnmap filed as the release of a physical handle"),
+    # ---- the benchmark harness: the ratio users read --------------------------------------------
+    Mutant("bench.ratio_inverted", "bench/harness.hpp",
+           "return limit > 0 ? figure / limit : 0; }",
+           "return limit > 0 ? limit / figure : 0; }",
+           r"^bench_harness_test\.host$", "a figure divided into its limit, not by it"),
+    Mutant("bench_peers.of_limit_inverted", "bench/peers/peers_measure.py",
+           '"of_limit": limit_s / time_s if time_s > 0 else 0.0,',
+           '"of_limit": time_s / limit_s if limit_s > 0 else 0.0,',
+           r"^bench_peers\.standins$", "a peer's fraction of the limit inverted"),
+)
+
+
+def fail(message: str, status: int) -> "NoReturn":  # noqa: F821 (typing only)
+    sys.stderr.write(f"{PROG}: {message}\n")
+    sys.exit(status)
+
+
+def parse(argv: List[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__[__doc__.index("Exit status:"):])
+    p.add_argument("--build", metavar="DIR", default=os.path.join(ROOT, "build"),
+                   help="a configured CPU build folder (default: build)")
+    p.add_argument("--only", metavar="ID", action="append",
+                   help="only this mutant (repeatable; --list names them)")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--timeout", metavar="S", type=int, default=600,
+                   help="a mutant's ctest time limit in seconds, 1..7200 (default 600)")
+    o = p.parse_args(argv)
+    ids = [m.id for m in MUTANTS]
+    for i in o.only or []:
+        if i not in ids:
+            p.error(f"--only: {i} is not one of the mutants: {', '.join(ids)}")
+    if not 1 <= o.timeout <= 7200:
+        p.error(f"--timeout: {o.timeout} is out of range: valid range 1..7200")
+    return o
+
+
+def build(build_dir: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["cmake", "--build", build_dir], capture_output=True, text=True)
+
+
+def failed_tests(output: str) -> List[str]:
+    """The names ctest lists under "The following tests FAILED"."""
+    tail = output.split("The following tests FAILED:", 1)
+    if len(tail) < 2:
+        return []
+    return re.findall(r"^\s*\d+ - (\S+)", tail[1], flags=re.M)
+
+
+class Restorer:
+    """Puts a mutated file back, on return and on SIGINT / SIGTERM."""
+
+    def __init__(self) -> None:
+        self.saved: Optional[tuple] = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._signal)
+
+    def mutate(self, path: str, text: str, mutated: str) -> None:
+        self.saved = (path, text)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(mutated)
+
+    def restore(self) -> None:
+        if self.saved is not None:
+            path, text = self.saved
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            self.saved = None
+
+    def _signal(self, signum: int, _frame) -> None:
+        self.restore()
+        sys.stderr.write(f"{PROG}: interrupted by signal {signum}: the source is restored; "
+                         f"rebuild the build folder\n")
+        sys.exit(128 + signum)
+
+
+def run_one(m: Mutant, o: argparse.Namespace, restorer: Restorer) -> Dict[str, object]:
+    path = os.path.join(ROOT, m.path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    started = time.monotonic()
+    result: Dict[str, object] = {"id": m.id, "path": m.path, "what": m.what, "tests": m.tests}
+    try:
+        restorer.mutate(path, text, text.replace(m.old, m.new, 1))
+        built = build(o.build)
+        if built.returncode != 0:
+            result.update(outcome="killed", by="the build")
+        else:
+            try:
+                ran = subprocess.run(["ctest", "--test-dir", o.build, "-R", m.tests, "-j2",
+                                      "--timeout", str(o.timeout)],
+                                     capture_output=True, text=True, timeout=o.timeout + 60)
+                output = ran.stdout + ran.stderr
+                selected = re.search(r"tests passed, (\d+) tests failed out of (\d+)", output)
+                if selected is None or selected.group(2) == "0":
+                    result.update(outcome="error", by=f"no test matches {m.tests!r}")
+                elif ran.returncode == 0:
+                    result.update(outcome="survived" if not m.survives else "explained",
+                                  by=m.survives or f"{selected.group(2)} tests passed")
+                else:
+                    result.update(outcome="killed",
+                                  by=", ".join(failed_tests(output)) or "ctest failed")
+            except subprocess.TimeoutExpired:
+                result.update(outcome="killed", by=f"ctest ran past {o.timeout + 60} s")
+    finally:
+        restorer.restore()
+    result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def main(argv: List[str]) -> int:
+    o = parse(argv)
+    selected = [m for m in MUTANTS if not o.only or m.id in o.only]
+    if o.list:
+        for m in selected:
+            print(f"{m.id:<44} {m.path}: {m.what} (tests: {m.tests})")
+        return 0
+    if not os.path.isfile(os.path.join(o.build, "CMakeCache.txt")):
+        fail(f"--build: {o.build} is not a configured build folder (cmake -S . -B {o.build})", 3)
+    for m in selected:
+        path = os.path.join(ROOT, m.path)
+        with open(path, encoding="utf-8") as f:
+            found = f.read().count(m.old)
+        if found != 1:
+            fail(f"{m.id}: its snippet occurs {found} times in {m.path}, not once: the list is "
+                 f"stale", 2)
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--"] +
+                           sorted({m.path for m in selected}), capture_output=True, text=True)
+    if dirty.stdout.strip():
+        fail("uncommitted changes in files a mutant changes (commit or stash them first, so "
+             f"that nothing is lost):\n{dirty.stdout}", 2)
+    if build(o.build).returncode != 0:
+        fail(f"the build in {o.build} fails without any mutant", 3)
+    restorer = Restorer()
+    results = []
+    for n, m in enumerate(selected, 1):
+        print(f"[{n}/{len(selected)}] {m.id}: {m.what} ...", end="", flush=True)
+        r = run_one(m, o, restorer)
+        results.append(r)
+        print(f" {r['outcome']}: {r['by']} ({r['seconds']} s)", flush=True)
+    build(o.build)
+    survivors = [r for r in results if r["outcome"] in ("survived", "error")]
+    counts = {k: sum(r["outcome"] == k for r in results)
+              for k in ("killed", "explained", "survived", "error")}
+    print(f"{len(results)} mutants: {counts['killed']} killed, {counts['explained']} explained, "
+          f"{counts['survived']} survived, {counts['error']} with no test")
+    for r in survivors:
+        print(f"  SURVIVED {r['id']} ({r['path']}): {r['what']}; {r['by']}")
+    if o.json:
+        with open(o.json, "w", encoding="utf-8") as f:
+            json.dump({"mutants": results, "counts": counts}, f, indent=2)
+            f.write("\n")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
