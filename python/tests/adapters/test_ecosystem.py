@@ -311,15 +311,18 @@ class PropertySplitTest(unittest.TestCase):
                 for p in props]
 
     def test_each_part_has_its_report_and_the_summary_adds_them_up(self):
-        runs = self.parts(["round_trip", "config_edges", "storage_dedup"])
-        self.assertEqual([r.report for r in runs], ["megatron.round_trip.json",
-                                                     "megatron.config_edges.json",
-                                                     "megatron.storage_dedup.json"])
+        runs = self.parts(["round_trip", "config_edges", "storage_dedup", "two_devices",
+                           "caller_writes_late"])
+        self.assertEqual([r.report for r in runs][:3], ["megatron.round_trip.json",
+                                                         "megatron.config_edges.json",
+                                                         "megatron.storage_dedup.json"])
         self.assertFalse(any(r.alone for r in runs))
         self.report("megatron.round_trip.json", holds=0, fails=1, properties=1, seconds=20.0)
         self.report("megatron.config_edges.json", holds=1, properties=1, seconds=41.2,
                     shutdown_findings=1)
         self.report("megatron.storage_dedup.json", not_applicable=1, properties=1, seconds=2.0)
+        self.report("megatron.two_devices.json", skipped=1, properties=1, seconds=0.5)
+        self.report("megatron.caller_writes_late.json", holds=1, properties=1, seconds=9.0)
         faults = ecosystem.Run(1, self.adapter, self.adapter.factory, "-faults",
                                ["--driver-faults"], {}, summary="driver faults: 5 clean")
         outcome = ecosystem.merge_runs(
@@ -327,7 +330,7 @@ class PropertySplitTest(unittest.TestCase):
             self.out)
         self.assertEqual(outcome.reports, [r.report for r in runs] + ["megatron-faults.json"])
         self.assertEqual(outcome.summary,
-                         "1 hold, 1 fail, 1 not applicable, 0 skipped (3 properties, each "
+                         "2 hold, 1 fail, 1 not applicable, 1 skipped (5 properties, each "
                          "checked on its own, the longest 41 s); 1 shutdown findings")
 
     def test_one_part_that_did_not_run_makes_the_library_not_run_here(self):
