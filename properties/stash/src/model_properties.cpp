@@ -48,6 +48,10 @@ struct model_sut {
   stream_ref streams[2] = {};
   event* after_call = nullptr;  ///< recorded on the stream of the previous call
   int last = 0;
+  /// The interposer's delays, on only while a call into the stash runs (as activation's
+  /// races_with_delays): the stash's own work is held back, the harness's reads are not, so a read
+  /// cannot mask a missing wait by being late itself.
+  offloadkit::testing::driver_delays* own_work = nullptr;
 
   /// Stream i, ordered after the previous call.
   stream_ref use(int i) {
@@ -138,11 +142,11 @@ struct stash_command : rc::state::Command<model_state, model_sut> {
     if (delay_us > 0) sut.dx->delay_next(std::chrono::microseconds(delay_us), 1, s);
     if (io.bytes > 0) io.ex->copy(io.src.data(), h, io.bytes, s);
     io.ex->copy(io.rows.data(), h + io.bytes, sizeof rows, s);
+    const auto call = [&] { sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s); };
     if (throws(m)) {
-      RC_ASSERT_THROWS_AS(sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s),
-                          out_of_memory);
+      RC_ASSERT_THROWS_AS(sut.own_work->during(call), out_of_memory);
     } else {
-      sut.st->stash(key, io.src.data(), io.rows.as<std::uint64_t>(), s);
+      sut.own_work->during(call);
     }
     sut.called();
     sut.dx->clear();
@@ -173,15 +177,17 @@ struct restore_command : rc::state::Command<model_state, model_sut> {
     device_io& io = *sut.io;
     const stream_ref s = sut.use(on);
     io.clear(io.dst.data());
+    const auto call = [&] {
+      sut.st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+    };
     if (m.restore_throws(key)) {
-      RC_ASSERT_THROWS_AS(sut.st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s),
-                          state_error);
+      RC_ASSERT_THROWS_AS(sut.own_work->during(call), state_error);
       sut.called();
       RC_ASSERT(first_mismatch(io.read(io.dst.data()), pattern_code(key), m.salt, 0) == -1);
       compare_with_model(m, sut);
       return;
     }
-    sut.st->restore(key, io.dst.data(), io.rows_out.as<std::uint64_t>(), s);
+    sut.own_work->during(call);
     sut.called();
     auto it = m.rows.find(key);
     const std::uint64_t rows = it == m.rows.end() || m.stopped() ? 0 : it->second;
@@ -208,7 +214,8 @@ struct reset_command : rc::state::Command<model_state, model_sut> {
     m.free_pin = m.pin_total;
   }
   void run(const model_state& m, model_sut& sut) const override {
-    sut.st->reset(sut.use(on));
+    const stream_ref s = sut.use(on);
+    sut.own_work->during([&] { sut.st->reset(s); });
     sut.called();
     model_state next = m;
     apply(next);
@@ -221,7 +228,8 @@ struct clear_status_command : rc::state::Command<model_state, model_sut> {
   int on = gen_model_stream();
   void apply(model_state& m) const override { m.status = {}; }
   void run(const model_state& m, model_sut& sut) const override {
-    sut.st->clear_status(sut.use(on));
+    const stream_ref s = sut.use(on);
+    sut.own_work->during([&] { sut.st->clear_status(s); });
     sut.called();
     model_state next = m;
     apply(next);
@@ -342,13 +350,19 @@ void prop_model(executor& ex, const stash_implementation& impl) {
   std::tie(cfg.device_pages, cfg.pinned_pages) =
       tiers_for(impl.caps, cfg.device_pages, cfg.pinned_pages);
   cfg.max_keys = 8;  // every key gen_small_key() can draw: the limit is reached, never passed
-  // The stash's own CUDA work (a black box's streams) is held back too, where interposed.
-  const offloadkit::testing::driver_delays own_work_delays;
+  // The stash's own CUDA work (a black box's streams) is held back too, where interposed, inside
+  // its calls only: armed throughout, the delays also held back the harness's own reads of what
+  // restore() gave back (cudaMemcpyAsync on the caller's stream), so on a GPU a read landed after
+  // an unordered upload on the stash's stream and the race went unseen.
+  offloadkit::testing::driver_delays own_work_delays;
+  own_work_delays.set_active(false);
   delay_adaptor dx(ex);
   stream made_on(dx), a(dx), b(dx);
   event after_call(dx);
-  auto st = impl.make(dx, cfg, made_on);
+  // Before the stash, so that the stash goes first at the end: an upload of its own still in
+  // flight into io's buffers (the race this property catches) ends before they are freed.
   device_io io(dx, a, cfg.max_rows * cfg.row_bytes);
+  auto st = impl.make(dx, cfg, made_on);
   made_on.synchronize();
   model_state m;
   m.caps = impl.caps;
@@ -359,7 +373,8 @@ void prop_model(executor& ex, const stash_implementation& impl) {
   m.row_bytes = cfg.row_bytes;
   m.rows_per_page = cfg.rows_per_page;
   m.max_rows = cfg.max_rows;
-  model_sut sut{st.get(), &io, impl.caps.page_ids, &dx, {a.ref(), b.ref()}, &after_call, 0};
+  model_sut sut{st.get(), &io, impl.caps.page_ids, &dx, {a.ref(), b.ref()}, &after_call, 0,
+                &own_work_delays};
   rc::state::check(
       m, sut,
       rc::state::gen::execOneOfWithArgs<stash_command, stash_command, restore_command,
