@@ -47,7 +47,6 @@ class Mutant(NamedTuple):
 
 ADAPTERS_UNIT = r"^python_adapters\.unit$"
 CONFORMANCE = r"^offloadkit_conformance\."
-PYTEST = r"^python_module\.(pytest|adapter_pytest|adapter_pytest_shutdown)$"
 
 MUTANTS = (
     # ---- python -m offloadkit ecosystem: how a check's end reads, what a run can judge --------
@@ -84,15 +83,15 @@ MUTANTS = (
     Mutant("pytest.skipped_passes", "python/offloadkit/pytest.py",
            "            pytest.skip(row.get(\"reason\") or verdict)",
            "            return",
-           PYTEST, "a skipped or not-applicable row passes instead of being skipped"),
+           ADAPTERS_UNIT, "a skipped or not-applicable row passes instead of being skipped"),
     Mutant("pytest.no_result_passes", "python/offloadkit/pytest.py",
            "        if row is None:\n            raise BatteryFailure(",
            "        if row is None:\n            return\n            raise BatteryFailure(",
-           PYTEST, "a check that ended without a result (crashed before it, timed out) passes"),
+           ADAPTERS_UNIT, "a check that ended without a result (crashed before it, timed out) passes"),
     Mutant("pytest.shutdown_ignored", "python/offloadkit/pytest.py",
            "        if row.get(\"shutdown\"):  # the battery's shutdown item reports it, once",
            "        if False:  # the battery's shutdown item reports it, once",
-           PYTEST, "a crash at exit after the result is reported nowhere"),
+           ADAPTERS_UNIT, "a crash at exit after the result is reported nowhere"),
     # ---- offloadkit conformance: cells and classifications -------------------------------------
     Mutant("conformance.any_classification", "tools/conformance.cpp",
            "    if (c.property == property) return &c;",
