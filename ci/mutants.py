@@ -108,17 +108,32 @@ MUTANTS = (
            CONFORMANCE, "a defect that is not intermittent and holds now is not stale"),
     # ---- the interposer's ledger: each kind of allocation and release ---------------------------
     Mutant("interpose.pinned_as_device", "interpose/src/interpose.cpp",
-           '{"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true, r_pinned},',
-           '{"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true, r_device},',
+           "  const CUresult r = real(pp, bytes);\n  call.finish(r == CUDA_SUCCESS);\n"
+           "  if (call.tracked() && r == CUDA_SUCCESS && pp != nullptr)\n"
+           "    ledger_add(r_pinned, as_key(*pp), bytes);",
+           "  const CUresult r = real(pp, bytes);\n  call.finish(r == CUDA_SUCCESS);\n"
+           "  if (call.tracked() && r == CUDA_SUCCESS && pp != nullptr)\n"
+           "    ledger_add(r_device, as_key(*pp), bytes);",
            r"^interpose_tests\.host$", "cuMemAllocHost's pinned memory filed as device memory"),
-    Mutant("interpose.free_host_as_device", "interpose/src/interpose.cpp",
-           '{"cudaFreeHost", "cudaFreeHost", 0, true, false, r_pinned},',
-           '{"cudaFreeHost", "cudaFreeHost", 0, true, false, r_device},',
-           r"^interpose_tests\.host$", "cudaFreeHost's release filed as a device release"),
+    Mutant("interpose.free_device_as_pinned", "interpose/src/interpose.cpp",
+           "if (call.tracked() && r == CUDA_SUCCESS) ledger_remove(r_device, dptr);",
+           "if (call.tracked() && r == CUDA_SUCCESS) ledger_remove(r_pinned, dptr);",
+           r"^interpose_tests\.host$", "cuMemFree's release filed as a pinned release"),
     Mutant("interpose.unmap_as_release", "interpose/src/interpose.cpp",
-           '{"cuMemUnmap", "cuMemUnmap", 10020, false, false, r_mapping},',
-           '{"cuMemUnmap", "cuMemUnmap", 10020, false, false, r_physical_handle},',
+           "ledger_remove_range(r_mapping, ptr, size);",
+           "ledger_remove_range(r_physical_handle, ptr, size);",
            r"^interpose_tests\.host$", "cuMemUnmap filed as the release of a physical handle"),
+    Mutant("interpose.release_untracked_not_counted", "interpose/src/interpose.cpp",
+           "  if (at == ledger_capacity) {\n    ++totals.untracked_releases;",
+           "  if (at == ledger_capacity) {\n    (void)totals.untracked_releases;",
+           r"^interpose_tests\.host$", "a release of what the ledger never saw is not counted"),
+    Mutant("interpose.free_host_as_device_runtime", "interpose/src/interpose.cpp",
+           "if (call.tracked() && r == cudaSuccess) ledger_remove(r_pinned, as_key(p));",
+           "if (call.tracked() && r == cudaSuccess) ledger_remove(r_device, as_key(p));",
+           r"^interpose_tests\.host$", "cudaFreeHost's release filed as a device release",
+           survives="the runtime API's wrappers (cudaMalloc ... cudaFreeHost) have no stand-in "
+           "runtime in CI (the stand-in is a driver); they are reached only on a GPU, where "
+           "PyTorch's calls go through them"),
     # ---- the benchmark harness: the ratio users read --------------------------------------------
     Mutant("bench.ratio_inverted", "bench/harness.hpp",
            "return limit > 0 ? figure / limit : 0; }",

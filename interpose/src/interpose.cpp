@@ -82,9 +82,8 @@ enum fn_id : int {
   fn_count
 };
 
-// What a successful call creates or releases in the ledger.
+// What the ledger holds: each function's wrapper files what it creates or releases under one.
 enum resource : int {
-  r_none = -1,
   r_physical_handle,
   r_reservation,
   r_mapping,
@@ -99,27 +98,26 @@ struct fn_info {
   int since;           ///< the cuGetProcAddress version from which `name` has this ABI
   bool runtime;        ///< a runtime (libcudart) function
   bool acquire;        ///< obtains something (fails with out-of-memory); otherwise releases
-  resource res;
 };
 
 constexpr fn_info fns[fn_count] = {
-    {"cuMemAlloc", "cuMemAlloc_v2", 3020, false, true, r_device},
-    {"cuMemFree", "cuMemFree_v2", 3020, false, false, r_device},
-    {"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true, r_pinned},
-    {"cuMemHostAlloc", "cuMemHostAlloc", 2020, false, true, r_pinned},
-    {"cuMemFreeHost", "cuMemFreeHost", 2000, false, false, r_pinned},
-    {"cuMemAddressReserve", "cuMemAddressReserve", 10020, false, true, r_reservation},
-    {"cuMemAddressFree", "cuMemAddressFree", 10020, false, false, r_reservation},
-    {"cuMemCreate", "cuMemCreate", 10020, false, true, r_physical_handle},
-    {"cuMemRelease", "cuMemRelease", 10020, false, false, r_physical_handle},
-    {"cuMemMap", "cuMemMap", 10020, false, true, r_mapping},
-    {"cuMemUnmap", "cuMemUnmap", 10020, false, false, r_mapping},
-    {"cuMemSetAccess", "cuMemSetAccess", 10020, false, true, r_none},
-    {"cudaMalloc", "cudaMalloc", 0, true, true, r_device},
-    {"cudaFree", "cudaFree", 0, true, false, r_device},
-    {"cudaHostAlloc", "cudaHostAlloc", 0, true, true, r_pinned},
-    {"cudaMallocHost", "cudaMallocHost", 0, true, true, r_pinned},
-    {"cudaFreeHost", "cudaFreeHost", 0, true, false, r_pinned},
+    {"cuMemAlloc", "cuMemAlloc_v2", 3020, false, true},
+    {"cuMemFree", "cuMemFree_v2", 3020, false, false},
+    {"cuMemAllocHost", "cuMemAllocHost_v2", 3020, false, true},
+    {"cuMemHostAlloc", "cuMemHostAlloc", 2020, false, true},
+    {"cuMemFreeHost", "cuMemFreeHost", 2000, false, false},
+    {"cuMemAddressReserve", "cuMemAddressReserve", 10020, false, true},
+    {"cuMemAddressFree", "cuMemAddressFree", 10020, false, false},
+    {"cuMemCreate", "cuMemCreate", 10020, false, true},
+    {"cuMemRelease", "cuMemRelease", 10020, false, false},
+    {"cuMemMap", "cuMemMap", 10020, false, true},
+    {"cuMemUnmap", "cuMemUnmap", 10020, false, false},
+    {"cuMemSetAccess", "cuMemSetAccess", 10020, false, true},
+    {"cudaMalloc", "cudaMalloc", 0, true, true},
+    {"cudaFree", "cudaFree", 0, true, false},
+    {"cudaHostAlloc", "cudaHostAlloc", 0, true, true},
+    {"cudaMallocHost", "cudaMallocHost", 0, true, true},
+    {"cudaFreeHost", "cudaFreeHost", 0, true, false},
 };
 
 // Report keys of the resources, for "created"/"released" and "outstanding".
