@@ -3,7 +3,8 @@
 a skipped branch, one kind filed under another) made to the code that turns runs into verdicts,
 one at a time, each followed by the fast CPU tests that should catch it.
 
-    python3 ci/mutants.py [--build DIR] [--only ID]... [--list] [--json FILE] [--timeout S]
+    python3 ci/mutants.py [--build DIR] [--only ID]... [--list] [--check] [--json FILE]
+                          [--timeout S]
 
 For each mutant of MUTANTS below: the snippet ``old`` of ``path`` (which must occur there exactly
 once) becomes ``new``; the build folder is brought up to date (``cmake --build DIR``); ``ctest -R
@@ -160,6 +161,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--only", metavar="ID", action="append",
                    help="only this mutant (repeatable; --list names them)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--check", action="store_true",
+                   help="only check that every mutant's snippet occurs exactly once (the list "
+                        "is not stale), and exit")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--timeout", metavar="S", type=int, default=600,
                    help="a mutant's ctest time limit in seconds, 1..7200 (default 600)")
@@ -253,8 +257,6 @@ def main(argv: List[str]) -> int:
         for m in selected:
             print(f"{m.id:<44} {m.path}: {m.what} (tests: {m.tests})")
         return 0
-    if not os.path.isfile(os.path.join(o.build, "CMakeCache.txt")):
-        fail(f"--build: {o.build} is not a configured build folder (cmake -S . -B {o.build})", 3)
     for m in selected:
         path = os.path.join(ROOT, m.path)
         with open(path, encoding="utf-8") as f:
@@ -262,6 +264,11 @@ def main(argv: List[str]) -> int:
         if found != 1:
             fail(f"{m.id}: its snippet occurs {found} times in {m.path}, not once: the list is "
                  f"stale", 2)
+    if o.check:
+        print(f"{len(selected)} mutants, each snippet found exactly once")
+        return 0
+    if not os.path.isfile(os.path.join(o.build, "CMakeCache.txt")):
+        fail(f"--build: {o.build} is not a configured build folder (cmake -S . -B {o.build})", 3)
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--"] +
                            sorted({m.path for m in selected}), capture_output=True, text=True)
     if dirty.stdout.strip():
