@@ -373,8 +373,8 @@ void prop_model(executor& ex, const stash_implementation& impl) {
   m.row_bytes = cfg.row_bytes;
   m.rows_per_page = cfg.rows_per_page;
   m.max_rows = cfg.max_rows;
-  model_sut sut{st.get(), &io, impl.caps.page_ids, &dx, {a.ref(), b.ref()}, &after_call, 0,
-                &own_work_delays};
+  model_sut sut{st.get(),    &io, impl.caps.page_ids, &dx, {a.ref(), b.ref()},
+                &after_call, 0,   &own_work_delays};
   rc::state::check(
       m, sut,
       rc::state::gen::execOneOfWithArgs<stash_command, stash_command, restore_command,
