@@ -88,13 +88,6 @@ add_test(NAME python_module.ecosystem_shutdown_classified
           -DEXPECT_RC=0 -DFILE=${ecosystem_out}/shutdown_classified/CONFORMANCE.md
           "-DEXPECT_FILE=1 failures, every one classified.*${shutdown_matrix}fails: defect\\]"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
-set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale python_module.ecosystem_shutdown
-  python_module.ecosystem_shutdown_classified PROPERTIES LABELS "cpu;python;adapters"
-  TIMEOUT ${python_check_timeout})
-list(APPEND module_tests python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale python_module.ecosystem_shutdown
-  python_module.ecosystem_shutdown_classified)
 
 # Side by side (--jobs 2), a library that does not run alone is checked one property at a time:
 # Megatron's paged stash over its stand-in, each property's report of its own
@@ -107,9 +100,13 @@ add_test(NAME python_module.ecosystem_split
           "-DEXPECT_OUT=1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties, each checked on its own"
           "-DEXPECT_ERR=  megatron-paged-stash\\.model_based: 1 hold, 0 fail"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
-set_tests_properties(python_module.ecosystem_split PROPERTIES LABELS "cpu;python;adapters"
-  TIMEOUT ${python_check_timeout})
-list(APPEND module_tests python_module.ecosystem_split)
+set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
+  python_module.ecosystem_stale python_module.ecosystem_shutdown
+  python_module.ecosystem_shutdown_classified python_module.ecosystem_split
+  PROPERTIES LABELS "cpu;python;adapters" TIMEOUT ${python_check_timeout})
+list(APPEND module_tests python_module.ecosystem_standins python_module.ecosystem_unclassified
+  python_module.ecosystem_stale python_module.ecosystem_shutdown
+  python_module.ecosystem_shutdown_classified python_module.ecosystem_split)
 
 # Refused before anything runs, with nothing on stdout: bad usage (2), offloadkit's C++ command
 # not found (3), a classifications file that is not one (5).
