@@ -490,7 +490,8 @@ class Run:
 
 
 def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
-    """Runs one check into out/NAME[-faults].json, its output into out/NAME[-faults].log."""
+    """Runs one check into out/NAME.json (NAME.PROPERTY.json, NAME-faults.json), its output into
+    the .log of the same name."""
     log = os.path.join(out, run.name + ".log")
     extra = run.extra + ([f"--property={run.prop}"] if run.prop else [])
     command = check_command(run.factory, o, executor, extra, os.path.join(out, run.report))
