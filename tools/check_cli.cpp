@@ -67,6 +67,9 @@ struct check_options {
   std::string feature;
   std::string implementation;
   std::string property;
+  /// --free-memory: "only" the properties that read the device's free memory, "without" them, or
+  /// empty for both.
+  std::string free_memory;
   std::string plugin;  ///< absolute path of the plugin library, empty for the built-in batteries
   /// MODULE:FACTORY of --python (a module given as a file path made absolute), empty without it.
   std::string python;
@@ -189,6 +192,13 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
       ->type_name("NAME");
   app->add_option("--property", o.property, "only the properties with this name")
       ->type_name("NAME");
+  app->add_option("--free-memory", o.free_memory,
+                  "only the properties that read the device's free memory\n"
+                  "(only), which fail when another process allocates on the\n"
+                  "same GPU and so need it to themselves, or only the others\n"
+                  "(without), which can run beside other work there")
+      ->type_name("only|without")
+      ->transform(one_of({"only", "without"}));
   app->add_flag("--no-shrink", "report a failing case as found, without shrinking it");
   app->add_option("--plugin", o.plugin,
                   "check the plugin library at PATH (offloadkit/plugin.h)\n"
@@ -291,11 +301,11 @@ bool parse_check_options(const std::vector<std::string>& args, const std::string
           "executor, whose faults the batteries already inject)");
     }
     if (o.seed != 0 || o.cases != 0 || !o.implementation.empty() || !o.property.empty() ||
-        !o.shrink || o.in_process || o.list) {
+        !o.free_memory.empty() || !o.shrink || o.in_process || o.list) {
       throw usage_error(
           "--driver-faults runs one fixed scenario per feature, each case in a child process: "
-          "--seed, --cases, --implementation, --property, --no-shrink, --in-process and --list "
-          "do not apply to it");
+          "--seed, --cases, --implementation, --property, --free-memory, --no-shrink, "
+          "--in-process and --list do not apply to it");
     }
   }
   if (!o.plugin.empty() && !o.python.empty()) {
@@ -377,6 +387,19 @@ std::vector<check_case> select_cases(const check_program& program, const std::st
     throw usage_error("no registered property matches --feature '" + opt.feature +
                       "', --implementation '" + opt.implementation + "' and --property '" +
                       opt.property + "' together");
+  }
+  // An implementation may well have no property on one side of --free-memory: the caller gets
+  // none, and a note, rather than an error.
+  if (!opt.free_memory.empty()) {
+    const bool only = opt.free_memory == "only";
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [only](const check_case& c) { return c.reads_free_memory != only; }),
+                cases.end());
+    if (cases.empty()) {
+      notes.push_back(std::string("--free-memory ") + opt.free_memory + ": none of the selected " +
+                      "properties " + (only ? "reads" : "leaves alone") +
+                      " the device's free memory; nothing to run");
+    }
   }
   return cases;
 }

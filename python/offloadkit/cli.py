@@ -44,6 +44,9 @@ VALUE_OPTIONS = {
     "--feature": ("NAME", "only this feature's properties (stash, region, arena, activation)"),
     "--implementation": ("NAME", "only this implementation's properties"),
     "--property": ("NAME", "only the properties with this name"),
+    "--free-memory": ("only|without", "only the properties that read the device's free memory "
+                                      "(only: they need the GPU to themselves), or only the "
+                                      "others (without)"),
     "--timeout": ("SECONDS", "stop a property still running after SECONDS, in 1..86400 "
                              "(default 600)"),
     "--shutdown-grace": ("SECONDS", "how long a property's process may take to exit after its "

@@ -36,11 +36,12 @@ std::vector<check_case> arena_battery(const arena_implementation& impl) {
   list.add("model_sequence", &props::prop_model_sequence, 40);
   // Deterministic: the same edge shapes every case, so one case is the whole check.
   list.add("boundary_shapes", &props::prop_boundary_shapes, 1);
-  list.add_if(static_cast<bool>(impl.make_for_device), "multi_device", &props::prop_multi_device,
-              10,
-              "profile says it cannot be told a device (a plugin's create() takes none): it runs "
-              "on device 0 only")
-      .min_devices = 2;
+  check_case& multi = list.add_if(
+      static_cast<bool>(impl.make_for_device), "multi_device", &props::prop_multi_device, 10,
+      "profile says it cannot be told a device (a plugin's create() takes none): it runs on "
+      "device 0 only");
+  multi.min_devices = 2;
+  multi.reads_free_memory = true;
   return std::move(list).take();
 }
 

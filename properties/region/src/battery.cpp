@@ -17,34 +17,41 @@ std::vector<check_case> region_battery(const region_implementation& impl) {
       "profile says pause() keeps the device memory (releases_memory not declared)";
   battery_list<region_implementation> list("region", impl);
   list.add("model_based", &props::model_based, 30);
-  list.add_if(caps.releases_memory, "release_is_real", &props::release_is_real, 10, keeps_memory);
+  list.add_if(caps.releases_memory, "release_is_real", &props::release_is_real, 10, keeps_memory)
+      .reads_free_memory = true;
   list.add("graph_replay_after_resume", &props::graph_replay_after_resume, 15);
-  list.add("swap_keeps_both", &props::swap_keeps_both, 15);
+  list.add("swap_keeps_both", &props::swap_keeps_both, 15).reads_free_memory = true;
   // The fault adaptor fails only what passes through the executor.
   for (const auto& [name, which] : {std::pair{"fault_countdown_pause", props::phase::pause},
                                     std::pair{"fault_countdown_resume", props::phase::resume}}) {
     list.add_if(
-        impl.support.executor_allocations, name,
-        [which = which](executor& ex, const region_implementation& i) {
-          props::fault_countdown(ex, i, which);
-        },
-        3, allocations_not_through_executor());
+            impl.support.executor_allocations, name,
+            [which = which](executor& ex, const region_implementation& i) {
+              props::fault_countdown(ex, i, which);
+            },
+            3, allocations_not_through_executor())
+        .reads_free_memory = true;
   }
   list.add_if(impl.support.executor_allocations, "fault_countdown_swap",
-              &props::fault_countdown_swap, 3, allocations_not_through_executor());
-  list.add_if(caps.releases_memory, "many_cycles", &props::many_cycles, 1, keeps_memory);
-  list.add("state_errors", &props::state_errors, 10);
-  list.add_if(caps.multi_device, "multi_device", &props::multi_device, 5,
-              "profile says a region lives on the current device only (multi_device not "
-              "declared)")
-      .min_devices = 2;
+              &props::fault_countdown_swap, 3, allocations_not_through_executor())
+      .reads_free_memory = true;
+  list.add_if(caps.releases_memory, "many_cycles", &props::many_cycles, 1, keeps_memory)
+      .reads_free_memory = true;
+  list.add("state_errors", &props::state_errors, 10).reads_free_memory = true;
+  check_case& multi =
+      list.add_if(caps.multi_device, "multi_device", &props::multi_device, 5,
+                  "profile says a region lives on the current device only (multi_device not "
+                  "declared)");
+  multi.min_devices = 2;
+  multi.reads_free_memory = true;
   list.add("cross_stream_order", &props::cross_stream_order, 5);
   list.add("caller_writes_late", &props::caller_writes_late, 5);
   list.add("adjacent_allocations", &props::adjacent_allocations, 10);
   list.add_if(caps.managed_memory, "unified_release_behaviour", &props::unified_release_behaviour,
               10,
               "profile says the region is not one managed allocation (managed_memory not "
-              "declared)");
+              "declared)")
+      .reads_free_memory = true;
   return std::move(list).take();
 }
 namespace {

@@ -40,7 +40,9 @@ std::vector<check_case> stash_battery(const stash_implementation& impl) {
               impl.caps.capturable ? other_overflow_policy
                                    : "profile says stash() and restore() synchronize the host "
                                      "(capturable not declared): no graph can capture them");
-  list.add("multi_device", &props::prop_multi_device, 8).min_devices = 2;
+  check_case& multi = list.add("multi_device", &props::prop_multi_device, 8);
+  multi.min_devices = 2;
+  multi.reads_free_memory = true;
   return std::move(list).take();
 }
 

@@ -26,7 +26,7 @@ class battery_list {
         profile_(profile_of(impl)) {}
 
   /// Lists property `name` (its body gets the executor and the descriptor), run `cases` times by
-  /// default. Returns the case, to set min_devices on.
+  /// default. Returns the case, to set min_devices or reads_free_memory on.
   check_case& add(const char* name, body b, int cases) {
     check_case c;
     c.feature = feature_;

@@ -35,6 +35,11 @@ struct check_case {
   /// Devices the property needs on its executor. With fewer it has nothing to check there, and a
   /// runner that can say so (the ctest suites) reports it skipped rather than passed.
   int min_devices = 1;
+  /// The property reads the device's free memory (executor::device_memory) to see that memory was
+  /// released or not taken. Another process allocating on the same GPU moves that figure and can
+  /// fail it: it needs the GPU to itself (`offloadkit check --free-memory only|without` splits a
+  /// battery along this line, so that the others can run beside other work).
+  bool reads_free_memory = false;
   /// Non-empty: the implementation's declared profile rules the property out, and this says how
   /// ("profile says stash() synchronizes the host: not capturable"). The property is not run; its
   /// outcome is "not applicable", never passed or failed.
