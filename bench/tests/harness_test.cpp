@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "offloadkit/adaptors.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
@@ -305,12 +306,22 @@ TEST(BenchHarness, BestOfTakesTheFastestRun) {
 }
 
 TEST(BenchHarness, PinnedCopyBandwidthIsBytesOverTheBestCopy) {
-  offloadkit::host_executor ex;
+  offloadkit::host_executor host;
+  offloadkit::counting_adaptor ex(host);
   const std::size_t bytes = std::size_t{8} << 20;
+  using offloadkit::pointer_kind;
   for (const bool to_host : {true, false}) {
+    ex.reset();
     const double bw = bench::pinned_copy_bandwidth(ex, bytes, to_host, 3);
     EXPECT_TRUE(std::isfinite(bw));
     EXPECT_GT(bw, 1e6);  // more than 1 MB/s: 8 MiB within 8 s
+    // Each limit is measured in its own direction: the D2H limit by device-to-pinned copies
+    // only, the H2D one by pinned-to-device copies only.
+    const auto n = ex.snapshot();
+    const pointer_kind from = to_host ? pointer_kind::device : pointer_kind::pinned;
+    const pointer_kind to = to_host ? pointer_kind::pinned : pointer_kind::device;
+    EXPECT_EQ(n.copied(from, to), 3 * bytes) << (to_host ? "D2H" : "H2D");
+    EXPECT_EQ(n.copied(to, from), 0u) << (to_host ? "D2H" : "H2D");
   }
 }
 
