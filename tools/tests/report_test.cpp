@@ -175,14 +175,20 @@ check_report sample_check_report() {
 }
 
 TEST(CheckReport, JsonHasEveryRowAndItsEvidence) {
-  const auto j = nlohmann::json::parse(render_report(sample_check_report(), report_format::json));
+  // A second property ruled out by the profile, so that no two counts of the summary are equal.
+  check_report r = sample_check_report();
+  report_row also_not_applicable = r.rows[2];
+  also_not_applicable.outcome.name = "graph_replay";
+  r.rows.push_back(also_not_applicable);
+  r.selected = 5;
+  const auto j = nlohmann::json::parse(render_report(r, report_format::json));
   EXPECT_EQ(j.at("format"), "offloadkit.report");
   EXPECT_EQ(j.at("kind"), "properties");
   EXPECT_EQ(j.at("header").at("seed"), 42);
   EXPECT_EQ(j.at("header").at("subject").at("kind"), "plugin");
   EXPECT_EQ(j.at("profiles").at(0).at("declared").at("page_ids"), true);
   const auto& rows = j.at("properties");
-  ASSERT_EQ(rows.size(), 4U);
+  ASSERT_EQ(rows.size(), 5U);
   EXPECT_EQ(rows[0].at("verdict"), "holds");
   EXPECT_EQ(rows[1].at("verdict"), "fails");
   EXPECT_EQ(rows[1].at("seed"), 42);
@@ -193,10 +199,11 @@ TEST(CheckReport, JsonHasEveryRowAndItsEvidence) {
   EXPECT_EQ(rows[2].at("verdict"), "not_applicable");
   EXPECT_EQ(rows[2].at("reason"), "profile says not capturable");
   EXPECT_EQ(rows[3].at("verdict"), "skipped");
+  EXPECT_EQ(rows[4].at("verdict"), "not_applicable");
   const auto& summary = j.at("summary");
   EXPECT_EQ(summary.at("holds"), 1);
   EXPECT_EQ(summary.at("fails"), 1);
-  EXPECT_EQ(summary.at("not_applicable"), 1);
+  EXPECT_EQ(summary.at("not_applicable"), 2);
   EXPECT_EQ(summary.at("skipped"), 1);
   EXPECT_EQ(summary.at("complete"), true);
   EXPECT_EQ(j.at("not_checked").at(0), "region: not provided by the plugin");
