@@ -47,6 +47,7 @@ class Mutant(NamedTuple):
 
 
 ADAPTERS_UNIT = r"^python_adapters\.unit$"
+INTERPOSE = r"^interpose_tests\.host$"
 CONFORMANCE = r"^offloadkit_conformance\."
 
 MUTANTS = (
@@ -135,11 +136,92 @@ MUTANTS = (
            survives="the runtime API's wrappers (cudaMalloc ... cudaFreeHost) have no stand-in "
            "runtime in CI (the stand-in is a driver); they are reached only on a GPU, where "
            "PyTorch's calls go through them"),
+    # ---- the driver-fault countdown: each case's class, the framework's caches, shutdowns --------
+    Mutant("countdown.failed_retry_clean", "interpose/src/countdown.cpp",
+           "  if (s.retried && !s.retry_ok) {",
+           "  if (s.retried && s.retry_ok) {",
+           INTERPOSE, "a retry that failed classed clean, one that worked classed retry failed"),
+    Mutant("countdown.untyped_error_clean", "interpose/src/countdown.cpp",
+           "  if (!s.consistent || !s.typed_error) {",
+           "  if (!s.consistent) {",
+           INTERPOSE, "an error that is not one of offloadkit's typed errors classed clean"),
+    Mutant("countdown.close_failure_dropped", "interpose/src/countdown.cpp",
+           "  if (!s.close_error.empty()) out.push_back({fault_class::close_failed, s.close_error});",
+           "  (void)s.close_error;",
+           INTERPOSE, "a close that failed after the fault reported nowhere"),
+    Mutant("countdown.data_loss_after_retry", "interpose/src/countdown.cpp",
+           "  if (!s.data_ok) out.push_back({fault_class::data_lost, join(s.problems, \"; \")});\n"
+           "  if (s.retried && !s.retry_ok) {\n"
+           "    out.push_back(\n"
+           "        {fault_class::retry_failed, s.error + where + \"; the retry failed: \" + "
+           "s.retry_error});\n  }",
+           "  if (s.retried && !s.retry_ok) {\n"
+           "    out.push_back(\n"
+           "        {fault_class::retry_failed, s.error + where + \"; the retry failed: \" + "
+           "s.retry_error});\n  }\n"
+           "  if (!s.data_ok) out.push_back({fault_class::data_lost, join(s.problems, \"; \")});",
+           INTERPOSE, "a case that lost data and failed its retry classed by the retry, not the "
+           "data loss"),
+    Mutant("countdown.framework_cache_unnoted", "interpose/src/countdown.cpp",
+           "  if (!run.scenario || run.scenario->framework_cache.empty()) return;",
+           "  return;",
+           INTERPOSE, "what a framework's caches gave back before the ledger was read left out "
+           "of the case's row"),
+    Mutant("bridge.pinned_cache_kept", "python/offloadkit/_bridge.py",
+           "            host_empty()\n",
+           "",
+           r"^python_package\.unit$", "PyTorch's pinned host cache not emptied before the "
+           "ledger is read (its blocks would count as the implementation's leak)"),
+    Mutant("countdown.shutdown_is_the_class", "interpose/src/countdown.cpp",
+           "  switch (row.shutdown.empty() ? run.process.end : process_end::how::exited) {",
+           "  switch (run.process.end) {",
+           INTERPOSE, "a crash or hang after the case's result made the case's class, not its "
+           "shutdown"),
+    Mutant("countdown.grace_as_time_limit", "interpose/src/countdown.cpp",
+           "      return p.past_grace\n",
+           "      return !p.past_grace\n",
+           INTERPOSE, "a process killed past the shutdown grace said to be stopped at the time "
+           "limit, and the other way round"),
+    # ---- offloadkit check: its exit status, its shutdown findings and its reports ---------------
+    Mutant("check.shutdown_exit_zero", "tools/check_cli.cpp",
+           "  return failed == 0 && shutdown.empty() ? exit_status::ok : exit_status::check_failed;",
+           "  return failed == 0 ? exit_status::ok : exit_status::check_failed;",
+           r"^offloadkit_check\.(isolation|report_isolation)$", "a run whose only finding is a "
+           "crash at exit after the results ends with exit status 0"),
+    Mutant("report.not_applicable_as_skipped", "tools/report.cpp",
+           "    } else if (o.not_applicable) {\n      ++c.not_applicable;",
+           "    } else if (o.not_applicable) {\n      ++c.skipped;",
+           r"^report_test\.host$", "a report counts a property ruled out by the profile as "
+           "skipped"),
+    Mutant("report.not_applicable_verdict", "tools/report.cpp",
+           '  if (o.not_applicable) return "not applicable";',
+           '  if (o.not_applicable) return "holds";',
+           r"^report_test\.host$", "a report's verdict of a property ruled out by the profile "
+           "is holds"),
+    Mutant("report.markdown_failure_not_marked", "tools/report.cpp",
+           'failed ? "**" + md_cell(verdict) + "**" : md_cell(verdict), cases_text(row),',
+           'md_cell(verdict), cases_text(row),',
+           r"^report_test\.host$", "the Markdown report's failing verdicts not in bold"),
+    Mutant("report.json_skipped_count", "tools/report.cpp",
+           '{"skipped", c.skipped},',
+           '{"skipped", c.not_applicable},',
+           r"^report_test\.host$", "the JSON report's count of skipped properties is the "
+           "not-applicable count"),
     # ---- the benchmark harness: the ratio users read --------------------------------------------
     Mutant("bench.ratio_inverted", "bench/harness.hpp",
            "return limit > 0 ? figure / limit : 0; }",
            "return limit > 0 ? limit / figure : 0; }",
            r"^bench_harness_test\.host$", "a figure divided into its limit, not by it"),
+    Mutant("bench.limit_direction", "bench/harness.cpp",
+           "    if (to_host) {\n      ex.copy(host.data(), dev.data(), bytes, s);",
+           "    if (!to_host) {\n      ex.copy(host.data(), dev.data(), bytes, s);",
+           r"^bench_harness_test\.host$", "the D2H limit measured with H2D copies and the other "
+           "way round"),
+    Mutant("bench.json_bad_bytes", "bench/harness.cpp",
+           "doc.dump(2, ' ', false, json::error_handler_t::replace)",
+           "doc.dump(2, ' ', false, json::error_handler_t::ignore)",
+           r"^bench_harness_test\.host$", "bytes that are not UTF-8 (in a command line, say) "
+           "dropped from the JSON instead of replaced with a mark"),
     Mutant("bench_peers.of_limit_inverted", "bench/peers/peers_measure.py",
            '"of_limit": limit_s / time_s if time_s > 0 else 0.0,',
            '"of_limit": time_s / limit_s if limit_s > 0 else 0.0,',
