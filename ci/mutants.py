@@ -108,6 +108,18 @@ MUTANTS = (
            'c->verdict == "holds" && cls != nullptr && cls->intermittent;',
            'c->verdict == "holds" && cls != nullptr;',
            CONFORMANCE, "a defect that is not intermittent and holds now is not stale"),
+    Mutant("conformance.mixed_failures_first_only", "tools/conformance.cpp",
+           "      failures.push_back({i, property, &it->second, cls});\n      if (cls == nullptr) {",
+           "      failures.push_back({i, property, &it->second, cls});\n"
+           "      if (cls == nullptr && failures.size() == 1) {",
+           CONFORMANCE, "an unclassified failure after a classified one is not a problem (the "
+           "matrix of mixed failures ends with exit status 0)"),
+    # ---- python -m offloadkit check: its exit status is the C++ command's -----------------------
+    Mutant("module_check.status_dropped", "python/offloadkit/cli.py",
+           "    return run_check(forwarded + rest)",
+           "    run_check(forwarded + rest)\n    return 0",
+           r"^python_module\.check_(numpy|traceback)$", "python -m offloadkit check ends with "
+           "exit status 0 whatever the properties' verdicts"),
     # ---- the interposer's ledger: each kind of allocation and release ---------------------------
     Mutant("interpose.pinned_as_device", "interpose/src/interpose.cpp",
            "  const CUresult r = real(pp, bytes);\n  call.finish(r == CUDA_SUCCESS);\n"
