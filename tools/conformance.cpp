@@ -290,6 +290,17 @@ std::string joined(const std::set<std::string>& values) {
   return out.empty() ? "-" : out;
 }
 
+/// When a library was checked: its reports' one date, or the first and the last of them (a
+/// library checked one property at a time has a report, and a date, per property).
+std::string checked_span(const std::set<std::string>& dates) {
+  std::set<std::string> known;
+  for (const auto& d : dates) {
+    if (!d.empty()) known.insert(d);
+  }
+  if (known.size() < 2) return joined(known);
+  return *known.begin() + " to " + *known.rbegin();
+}
+
 /// An anchor for a failure's section: letters, digits and '-'.
 std::string anchor(const std::string& library, const std::string& property) {
   std::string text = library;
@@ -525,7 +536,7 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       const auto& lib = d.libraries[i];
       rows.push_back({md_cell(lib.name), md_cell(or_dash(lib.version)),
                       lib.adapter.empty() ? "" : md_code(lib.adapter), md_cell(lib.notes),
-                      md_cell(joined(cells[i].executors)), md_cell(joined(cells[i].dates)),
+                      md_cell(joined(cells[i].executors)), md_cell(checked_span(cells[i].dates)),
                       md_cell(joined(cells[i].versions)), md_cell(counts(i))});
     }
     md_table(os,
@@ -603,7 +614,7 @@ conformance_matrix build_conformance_matrix(const conformance_description& d,
       os << "<tr><td>" << html(lib.name) << "</td><td>" << html(or_dash(lib.version))
          << "</td><td><code>" << html(lib.adapter) << "</code></td><td>" << html(lib.notes)
          << "</td><td>" << html(joined(cells[i].executors)) << "</td><td>"
-         << html(joined(cells[i].dates)) << "</td><td>" << html(joined(cells[i].versions))
+         << html(checked_span(cells[i].dates)) << "</td><td>" << html(joined(cells[i].versions))
          << "</td><td>" << html(counts(i)) << "</td></tr>\n";
     }
     os << "</table>\n<h2>Matrix</h2>\n<table>\n<tr><th>property</th>";

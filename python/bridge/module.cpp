@@ -97,6 +97,7 @@ py::tuple list_cases(const std::string& factory, const std::string& executor_nam
     d["default_cases"] = c.default_cases;
     d["min_devices"] = c.min_devices;
     d["not_applicable"] = c.not_applicable;
+    d["reads_free_memory"] = c.reads_free_memory;
     out.append(d);
   }
   return py::make_tuple(out, notes);

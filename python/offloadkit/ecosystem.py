@@ -8,10 +8,12 @@ For each adapter of ``offloadkit.adapters.ADAPTERS`` (those ``--only`` names, ea
    library's version, or why it cannot be loaded;
 2. ``python -m offloadkit check FACTORY --executor E --report DIR/NAME.json`` runs the batteries
    (its output in ``DIR/NAME.log``); with ``--driver-faults``, ``... --driver-faults --report
-   DIR/NAME-faults.json`` too. With ``--jobs`` above 1, the batteries of a library that does not
-   run alone are checked one property at a time (``... --property P --report
-   DIR/NAME.P.json``), side by side: a battery runs its properties one after another, and one
-   library's would otherwise be the whole run's length.
+   DIR/NAME-faults.json`` too. With ``--jobs`` above 1, every library's batteries are checked
+   one property at a time (``... --property P --report DIR/NAME.P.json``): a battery runs its
+   properties one after another, and one library's would otherwise be the whole run's length.
+   The properties that read the device's free memory (``list-cases`` says which) run first, one
+   at a time with nothing else running, since another check's allocations would move what they
+   read; then every other check side by side.
 
 A library that does not import here (the adapter's ``LibraryMissing``: the check ends with exit
 status 4), that the adapter refuses here (``Unsupported``: a build without the part it drives), or
@@ -127,10 +129,10 @@ def parser() -> Parser:
     p.add_argument("--jobs", metavar="N", default="1",
                    help="checks run at once, 1..64 (default 1): each library's batteries and "
                         "its driver-fault countdown are checks of their own, each in processes "
-                        "of its own; the batteries of region libraries (judged by the device's "
-                        "free memory) run first, alone, then the driver-fault countdowns start; "
-                        "above 1, the other libraries' batteries are checked one property at a "
-                        "time (DIR/NAME.PROPERTY.json)")
+                        "of its own; above 1, the batteries are checked one property at a time "
+                        "(DIR/NAME.PROPERTY.json), those that read the device's free memory "
+                        "first, one at a time with nothing else running, then the others and "
+                        "the driver-fault countdowns side by side")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -435,16 +437,17 @@ def prepare_library(adapter: adapters.Adapter, factory: str,
     return outcome, probe
 
 
-def battery_properties(factory: str, executor: str) -> List[str]:
-    """The names of the properties the factory's batteries hold on ``executor``, from
-    ``python -m offloadkit list-cases`` in a child process; empty where they cannot be listed
-    (the batteries' check, run whole, then says why)."""
+def battery_properties(factory: str, executor: str) -> List[Tuple[str, bool]]:
+    """(name, whether it reads the device's free memory) of each property the factory's batteries
+    hold on ``executor``, from ``python -m offloadkit list-cases`` in a child process; empty where
+    they cannot be listed (the batteries' check, run whole, then says why). A listing that does
+    not say whether a property reads free memory is taken to say it does (it then runs alone)."""
     done = subprocess.run([sys.executable, "-m", "offloadkit", "list-cases", factory,
                            "--executor", executor], capture_output=True, text=True)
     try:
         cases = json.loads(done.stdout.strip().splitlines()[-1])["cases"]
-        return [str(c["name"]) for c in cases]
-    except (ValueError, IndexError, KeyError, TypeError):
+        return [(str(c["name"]), bool(c.get("reads_free_memory", True))) for c in cases]
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError):
         return []
 
 
@@ -469,6 +472,7 @@ class Run:
     extra: List[str]
     probe: Dict[str, Any]
     prop: str = ""  # one property of the batteries; empty: all of them
+    reads_free_memory: bool = False  # of prop: it reads the device's free memory
     why: str = ""  # empty: the report was written
     status: int = COMPLETE
     summary: str = ""
@@ -484,9 +488,12 @@ class Run:
 
     @property
     def alone(self) -> bool:
-        """A battery that reads the device's free memory runs with nothing else running (the
-        driver-fault countdown judges by the interposer's ledger, not by free memory)."""
-        return alone(self.adapter) and not self.suffix
+        """A property that reads the device's free memory, or a whole battery of a feature that
+        has such properties, runs with nothing else running (the driver-fault countdown judges by
+        the interposer's ledger, not by free memory)."""
+        if self.suffix:
+            return False
+        return self.reads_free_memory if self.prop else alone(self.adapter)
 
 
 def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
@@ -516,8 +523,8 @@ def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
 def start_order(runs: Sequence[Run]) -> List[Run]:
     """The order the checks start in: the driver-fault countdowns (each one check of many
     processes, the longest side by side) before the batteries, each group in the table's order, so
-    that the longest do not start last. The region batteries run alone before either
-    (``schedule``)."""
+    that the longest do not start last. What reads the device's free memory runs alone before
+    either (``schedule``)."""
     return sorted(runs, key=lambda r: not r.suffix)
 
 
@@ -641,8 +648,10 @@ def exit_status(statuses: Sequence[int]) -> int:
 
 #: Features whose batteries read the device's free memory (a region's release is judged by the
 #: driver's count: ``release_is_real``, ``many_cycles``), which another process's CUDA context or
-#: allocations would move: the batteries of a library of such a feature run with nothing else
-#: running (its driver-fault countdown, judged by the interposer's ledger, runs with the others).
+#: allocations would move: a whole battery of a library of such a feature (checked whole: with
+#: ``--jobs 1``, or where its properties cannot be listed) runs with nothing else running (its
+#: driver-fault countdown, judged by the interposer's ledger, runs with the others). Checked one
+#: property at a time, only the properties that read free memory run alone.
 ALONE_FEATURES = ("region",)
 
 
@@ -691,16 +700,16 @@ def run(o: argparse.Namespace) -> int:
     progress(f"{len(selected)} libraries on the {executor} executor ({why}); classifications "
              f"{o.classified}; offloadkit {offloadkit}; into {out}")
     factories = [o.factory.get(a.name, a.factory) for a in selected]
-    names = [a.name for a in selected]
+    factory_of = {a.name: f for a, f in zip(selected, factories)}
     with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
         prepared = list(pool.map(lambda e: prepare_library(e[0], e[1], o, out),
                                  zip(selected, factories)))
     # Side by side, a battery's properties each in a check of its own (where they can be listed).
     split = [a.name for a, (_, probe) in zip(selected, prepared)
-             if o.jobs > 1 and probe.get("ok") and not alone(a)]
+             if o.jobs > 1 and probe.get("ok")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=o.jobs) as pool:
         listed = dict(zip(split, pool.map(
-            lambda n: battery_properties(factories[names.index(n)], executor), split)))
+            lambda n: battery_properties(factory_of[n], executor), split)))
     runs: List[Run] = []
     for i, (adapter, factory, (_, probe)) in enumerate(zip(selected, factories, prepared), 1):
         progress(f"[{i}/{len(selected)}] {adapter.name}: {factory}")
@@ -708,8 +717,8 @@ def run(o: argparse.Namespace) -> int:
             # Where the factory does not load, the batteries' check says why; a countdown
             # would say the same again.
             if not suffix and listed.get(adapter.name):
-                runs += [Run(i, adapter, factory, suffix, extra, probe, prop=p)
-                         for p in listed[adapter.name]]
+                runs += [Run(i, adapter, factory, suffix, extra, probe, prop=p,
+                             reads_free_memory=reads) for p, reads in listed[adapter.name]]
             elif not suffix or probe.get("ok"):
                 runs.append(Run(i, adapter, factory, suffix, extra, probe))
     schedule(start_order(runs), lambda r: r.alone, lambda r: check_run(r, o, executor, out),

@@ -306,9 +306,54 @@ class PropertySplitTest(unittest.TestCase):
         with open(os.path.join(self.out, name), "w", encoding="utf-8") as f:
             json.dump({"summary": summary}, f)
 
-    def parts(self, props):
-        return [ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {}, prop=p)
-                for p in props]
+    def parts(self, props, adapter=None, reads=()):
+        adapter = adapter or self.adapter
+        return [ecosystem.Run(1, adapter, adapter.factory, "", [], {}, prop=p,
+                              reads_free_memory=p in reads) for p in props]
+
+    def test_only_the_properties_that_read_free_memory_run_alone(self):
+        region = next(a for a in adapters.ADAPTERS if a.feature == "region")
+        runs = self.parts(["model_based", "release_is_real", "many_cycles", "cross_stream_order"],
+                          region, reads=("release_is_real", "many_cycles"))
+        self.assertEqual([r.alone for r in runs], [False, True, True, False])
+        # Checked whole, a region battery runs alone; its countdown never does.
+        self.assertTrue(ecosystem.Run(1, region, region.factory, "", [], {}).alone)
+        self.assertFalse(ecosystem.Run(1, region, region.factory, "-faults", [], {}).alone)
+        # A stash property that reads free memory runs alone too.
+        self.assertTrue(self.parts(["multi_device"], reads=("multi_device",))[0].alone)
+
+    def test_every_library_with_listed_properties_is_split(self):
+        region = next(a for a in adapters.ADAPTERS if a.feature == "region")
+        listings = {region.factory: [("model_based", False), ("release_is_real", True)],
+                    self.adapter.factory: [("round_trip", False)]}
+        o = ecosystem.parser().parse_args(["--jobs", "4", "--out", self.out, "--only",
+                                           region.name, "--only", self.adapter.name])
+        ecosystem.check_values(ecosystem.parser(), o)
+        seen = []
+
+        def check_run(run, *_):
+            seen.append((run.name, run.alone))
+            run.why, run.status = "stand-in", ecosystem.COMPLETE
+            return run
+
+        with mock.patch.object(ecosystem, "prepare_library",
+                               side_effect=lambda a, f, o, out: (
+                                   ecosystem.Outcome(a.name, f, a.adds), {"ok": True})), \
+                mock.patch.object(ecosystem, "battery_properties",
+                                  side_effect=lambda f, e: listings[f]), \
+                mock.patch.object(ecosystem, "check_run", side_effect=check_run), \
+                mock.patch.object(ecosystem, "resolve_executor", return_value=("host", "test")), \
+                mock.patch.object(ecosystem, "find_offloadkit", return_value="offloadkit"), \
+                mock.patch.object(ecosystem, "native"), \
+                mock.patch.object(ecosystem, "progress"), \
+                mock.patch.object(ecosystem.subprocess, "run",
+                                  return_value=subprocess.CompletedProcess([], 0, "", "")), \
+                contextlib.redirect_stdout(io.StringIO()):
+            ecosystem.run(o)
+        # The reader first, alone; then the rest (side by side, in any order).
+        self.assertEqual(seen[0], (region.name + ".release_is_real", True))
+        self.assertEqual(sorted(seen[1:]), sorted([(region.name + ".model_based", False),
+                                                   (self.adapter.name + ".round_trip", False)]))
 
     def test_each_part_has_its_report_and_the_summary_adds_them_up(self):
         runs = self.parts(["round_trip", "config_edges", "storage_dedup", "two_devices",
@@ -367,11 +412,15 @@ class PropertySplitTest(unittest.TestCase):
         self.assertEqual(log, os.path.join(self.out, "megatron.config_edges.log"))
 
     def test_the_properties_are_listed_by_list_cases(self):
-        listing = json.dumps({"cases": [{"name": "round_trip"}, {"name": "config_edges"}]})
+        listing = json.dumps({"cases": [
+            {"name": "round_trip", "reads_free_memory": False},
+            {"name": "release_is_real", "reads_free_memory": True},
+            {"name": "older"}]})
         done = subprocess.CompletedProcess([], 0, stdout="note\n" + listing + "\n", stderr="")
         with mock.patch.object(ecosystem.subprocess, "run", return_value=done) as ran:
+            # A listing that does not say is taken to say the property reads free memory.
             self.assertEqual(ecosystem.battery_properties("m:f", "cuda"),
-                             ["round_trip", "config_edges"])
+                             [("round_trip", False), ("release_is_real", True), ("older", True)])
         self.assertEqual(ran.call_args[0][0][-4:], ["list-cases", "m:f", "--executor", "cuda"])
         failed = subprocess.CompletedProcess([], 4, stdout="", stderr="Traceback")
         with mock.patch.object(ecosystem.subprocess, "run", return_value=failed):
