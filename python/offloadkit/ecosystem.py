@@ -8,12 +8,14 @@ For each adapter of ``offloadkit.adapters.ADAPTERS`` (those ``--only`` names, ea
    library's version, or why it cannot be loaded;
 2. ``python -m offloadkit check FACTORY --executor E --report DIR/NAME.json`` runs the batteries
    (its output in ``DIR/NAME.log``); with ``--driver-faults``, ``... --driver-faults --report
-   DIR/NAME-faults.json`` too. With ``--jobs`` above 1, every library's batteries are checked
-   one property at a time (``... --property P --report DIR/NAME.P.json``): a battery runs its
-   properties one after another, and one library's would otherwise be the whole run's length.
-   The properties that read the device's free memory (``list-cases`` says which) run first, one
-   at a time with nothing else running, since another check's allocations would move what they
-   read; then every other check side by side.
+   DIR/NAME-faults.json`` too. With ``--jobs`` above 1, a library's batteries are checked in
+   parts: a battery runs its properties one after another, and one library's would otherwise be
+   the whole run's length. The properties that read the device's free memory (``list-cases``
+   says which) are one check per library (``... --free-memory only --report
+   DIR/NAME.free-memory.json``), and these checks run first, one at a time with nothing else
+   running, since another check's allocations would move what they read; every other property
+   is a check of its own (``... --property P --report DIR/NAME.P.json``), and these and the
+   driver-fault countdowns then run side by side.
 
 A library that does not import here (the adapter's ``LibraryMissing``: the check ends with exit
 status 4), that the adapter refuses here (``Unsupported``: a build without the part it drives), or
@@ -129,10 +131,10 @@ def parser() -> Parser:
     p.add_argument("--jobs", metavar="N", default="1",
                    help="checks run at once, 1..64 (default 1): each library's batteries and "
                         "its driver-fault countdown are checks of their own, each in processes "
-                        "of its own; above 1, the batteries are checked one property at a time "
-                        "(DIR/NAME.PROPERTY.json), those that read the device's free memory "
-                        "first, one at a time with nothing else running, then the others and "
-                        "the driver-fault countdowns side by side")
+                        "of its own; above 1, the properties that read the device's free memory "
+                        "are one check per library (DIR/NAME.free-memory.json), run first, one "
+                        "at a time with nothing else running, then every other property "
+                        "(DIR/NAME.PROPERTY.json) and the driver-fault countdowns side by side")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="only this library (repeatable)")
     p.add_argument("--factory", metavar="NAME=MODULE:FACTORY", action="append",
@@ -462,8 +464,8 @@ def library_runs(o: argparse.Namespace) -> List[Tuple[str, List[str]]]:
 
 @dataclasses.dataclass
 class Run:
-    """One check of one library: its batteries (suffix ""), one property of them (``prop``), or
-    its driver-fault countdown."""
+    """One check of one library: its batteries (suffix ""), one property of them (``prop``), those
+    of them that read the device's free memory (``readers``), or its driver-fault countdown."""
 
     index: int  # the library's place in the table, from 1
     adapter: adapters.Adapter
@@ -471,16 +473,18 @@ class Run:
     suffix: str
     extra: List[str]
     probe: Dict[str, Any]
-    prop: str = ""  # one property of the batteries; empty: all of them
-    reads_free_memory: bool = False  # of prop: it reads the device's free memory
+    prop: str = ""  # one property of the batteries; empty: all of them (or the readers)
+    readers: bool = False  # the properties that read the device's free memory
     why: str = ""  # empty: the report was written
     status: int = COMPLETE
     summary: str = ""
 
     @property
     def name(self) -> str:
-        """The check's name: NAME, NAME.PROPERTY or NAME-faults (its report's and log's stem)."""
-        return self.adapter.name + self.suffix + (f".{self.prop}" if self.prop else "")
+        """The check's name: NAME, NAME.PROPERTY, NAME.free-memory or NAME-faults (its report's
+        and log's stem)."""
+        part = ".free-memory" if self.readers else f".{self.prop}" if self.prop else ""
+        return self.adapter.name + self.suffix + part
 
     @property
     def report(self) -> str:
@@ -488,19 +492,20 @@ class Run:
 
     @property
     def alone(self) -> bool:
-        """A property that reads the device's free memory, or a whole battery of a feature that
-        has such properties, runs with nothing else running (the driver-fault countdown judges by
-        the interposer's ledger, not by free memory)."""
-        if self.suffix:
+        """The properties that read the device's free memory, or a whole battery of a feature
+        that has such properties, run with nothing else running (one property of the others does
+        not; nor does the driver-fault countdown, judged by the interposer's ledger)."""
+        if self.suffix or self.prop:
             return False
-        return self.reads_free_memory if self.prop else alone(self.adapter)
+        return self.readers or alone(self.adapter)
 
 
 def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
     """Runs one check into out/NAME.json (NAME.PROPERTY.json, NAME-faults.json), its output into
     the .log of the same name."""
     log = os.path.join(out, run.name + ".log")
-    extra = run.extra + ([f"--property={run.prop}"] if run.prop else [])
+    extra = run.extra + ([f"--property={run.prop}"] if run.prop else []) + (
+        ["--free-memory=only"] if run.readers else [])
     command = check_command(run.factory, o, executor, extra, os.path.join(out, run.report))
     started = time.monotonic()
     rc, output = run_logged(command, log)
@@ -542,15 +547,16 @@ def merge_runs(outcome: Outcome, runs: Sequence[Run], out: str) -> Outcome:
         else:
             outcome.notes.append(f"driver faults not checked: {run.why}")
             outcome.status = max(outcome.status, run.status)
-    parts = [r.report for r in runs if r.prop]
+    parts = [r.report for r in runs if r.prop or r.readers]
     if parts and not outcome.not_run:
         outcome.summary = battery_summary([os.path.join(out, p) for p in parts])
     return outcome
 
 
 def battery_summary(reports: Sequence[str]) -> str:
-    """The batteries' summary over the reports of their properties, each checked on its own, in
-    the words of a whole battery's report."""
+    """The batteries' summary over the reports of their parts (one property, or the properties
+    that read free memory, each part a check of its own), in the words of a whole battery's
+    report."""
     total: Dict[str, float] = collections.Counter()
     for path in reports:
         try:
@@ -563,8 +569,8 @@ def battery_summary(reports: Sequence[str]) -> str:
             total[key] += int(summary.get(key, 0))
         total["seconds"] = max(total["seconds"], float(summary.get("seconds", 0)))
     text = (f"{total['holds']} hold, {total['fails']} fail, {total['not_applicable']} not "
-            f"applicable, {total['skipped']} skipped ({total['properties']} properties, each "
-            f"checked on its own, the longest {total['seconds']:.0f} s)")
+            f"applicable, {total['skipped']} skipped ({total['properties']} properties in "
+            f"{len(reports)} checks, the longest {total['seconds']:.0f} s)")
     if total["shutdown_findings"]:
         text += f"; {total['shutdown_findings']} shutdown findings"
     return text
@@ -717,8 +723,11 @@ def run(o: argparse.Namespace) -> int:
             # Where the factory does not load, the batteries' check says why; a countdown
             # would say the same again.
             if not suffix and listed.get(adapter.name):
-                runs += [Run(i, adapter, factory, suffix, extra, probe, prop=p,
-                             reads_free_memory=reads) for p, reads in listed[adapter.name]]
+                cases = listed[adapter.name]
+                if any(reads for _, reads in cases):
+                    runs.append(Run(i, adapter, factory, suffix, extra, probe, readers=True))
+                runs += [Run(i, adapter, factory, suffix, extra, probe, prop=p)
+                         for p, reads in cases if not reads]
             elif not suffix or probe.get("ok"):
                 runs.append(Run(i, adapter, factory, suffix, extra, probe))
     schedule(start_order(runs), lambda r: r.alone, lambda r: check_run(r, o, executor, out),

@@ -32,7 +32,7 @@ set(expect
   "\\| `region/many_cycles` \\| \\*\\*\\[fails: limitation\\]\\(#torch-memory-saver-region-many-cycles\\)\\*\\* \\| holds \\| holds \\| ${nr}"
   "## Not run here"
   "<a id=.megatron-not-run.></a>\\*\\*megatron\\*\\* \\(`offloadkit\\.adapters\\.megatron:make_offload_all`\\): offloadkit\\.adapters\\.megatron: the library module 'megatron\\.core' cannot be imported here"
-  "### torch_memory_saver: region/many_cycles \\(limitation\\)\n\n- evidence: torch_memory_saver's README \\(.CPU Backup.\\)[^\n]*\n- report: `torch_memory_saver\\.many_cycles\\.json` \\(executor host\\)\n- seed: `[0-9]+`\n- reproduce: `[^`]*-m offloadkit check --executor host --feature region --implementation torch_memory_saver --property many_cycles")
+  "### torch_memory_saver: region/many_cycles \\(limitation\\)\n\n- evidence: torch_memory_saver's README \\(.CPU Backup.\\)[^\n]*\n- report: `torch_memory_saver\\.free-memory\\.json` \\(executor host\\)\n- seed: `[0-9]+`\n- reproduce: `[^`]*-m offloadkit check --executor host --feature region --implementation torch_memory_saver --property many_cycles")
 string(JOIN ".*" expect ${expect})
 add_test(NAME python_module.ecosystem_standins
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
@@ -90,15 +90,16 @@ add_test(NAME python_module.ecosystem_shutdown_classified
           "-DEXPECT_FILE=1 failures, every one classified.*${shutdown_matrix}fails: defect\\]"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 
-# Side by side (--jobs 2), a library that does not run alone is checked one property at a time:
-# Megatron's paged stash over its stand-in, each property's report of its own
+# Side by side (--jobs 2), a library is checked in parts: Megatron's paged stash over its
+# stand-in, the property that reads the device's free memory (multi_device) in a check of its own
+# (megatron-paged-stash.free-memory.json), every other property's report of its own
 # (megatron-paged-stash.PROPERTY.json), one column, the summary over them all.
 add_test(NAME python_module.ecosystem_split
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
           "-DARGS=${ecosystem_run} --only megatron-paged-stash --factory megatron-paged-stash=${standins}:megatron_paged_stash --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/split"
           -DEXPECT_RC=0 -DFILE=${ecosystem_out}/split/conformance.json
-          "-DEXPECT_FILE=\"reports\": \\[\n *\"megatron-paged-stash\\.round_trip_and_conservation\\.json\",\n *\"megatron-paged-stash\\.capacity_sweep_first_overflow\\.json\",.*\"megatron-paged-stash\\.multi_device\\.json\"\n *\\]"
-          "-DEXPECT_OUT=1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties, each checked on its own"
+          "-DEXPECT_FILE=\"reports\": \\[\n *\"megatron-paged-stash\\.free-memory\\.json\",\n *\"megatron-paged-stash\\.round_trip_and_conservation\\.json\",\n *\"megatron-paged-stash\\.capacity_sweep_first_overflow\\.json\",.*\"megatron-paged-stash\\.graph_replay_row_counts\\.json\"\n *\\]"
+          "-DEXPECT_OUT=1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties in 10 checks, the longest"
           "-DEXPECT_ERR=  megatron-paged-stash\\.model_based: 1 hold, 0 fail"
           -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
 set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified

@@ -294,8 +294,9 @@ class ScheduleTest(unittest.TestCase):
 
 
 class PropertySplitTest(unittest.TestCase):
-    """With --jobs above 1, a library that does not run alone is checked one property at a time,
-    each property's report on its own; the library is one column all the same."""
+    """With --jobs above 1, a library is checked in parts: its properties that read the device's
+    free memory in one check, every other property in one of its own, each part's report on its
+    own; the library is one column all the same."""
 
     def setUp(self):
         self.out = tempfile.mkdtemp()
@@ -306,25 +307,40 @@ class PropertySplitTest(unittest.TestCase):
         with open(os.path.join(self.out, name), "w", encoding="utf-8") as f:
             json.dump({"summary": summary}, f)
 
-    def parts(self, props, adapter=None, reads=()):
+    def parts(self, props, adapter=None):
         adapter = adapter or self.adapter
-        return [ecosystem.Run(1, adapter, adapter.factory, "", [], {}, prop=p,
-                              reads_free_memory=p in reads) for p in props]
+        return [ecosystem.Run(1, adapter, adapter.factory, "", [], {}, prop=p) for p in props]
 
     def test_only_the_properties_that_read_free_memory_run_alone(self):
         region = next(a for a in adapters.ADAPTERS if a.feature == "region")
-        runs = self.parts(["model_based", "release_is_real", "many_cycles", "cross_stream_order"],
-                          region, reads=("release_is_real", "many_cycles"))
-        self.assertEqual([r.alone for r in runs], [False, True, True, False])
+        readers = ecosystem.Run(1, region, region.factory, "", [], {}, readers=True)
+        runs = [readers] + self.parts(["model_based", "cross_stream_order"], region)
+        self.assertEqual([r.alone for r in runs], [True, False, False])
+        self.assertEqual(readers.report, region.name + ".free-memory.json")
         # Checked whole, a region battery runs alone; its countdown never does.
         self.assertTrue(ecosystem.Run(1, region, region.factory, "", [], {}).alone)
         self.assertFalse(ecosystem.Run(1, region, region.factory, "-faults", [], {}).alone)
-        # A stash property that reads free memory runs alone too.
-        self.assertTrue(self.parts(["multi_device"], reads=("multi_device",))[0].alone)
+        # A stash library's readers run alone too.
+        self.assertTrue(ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {},
+                                      readers=True).alone)
+
+    def test_the_readers_command_picks_them(self):
+        run = ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {}, readers=True)
+        o = ecosystem.parser().parse_args(["--cases", "8"])
+        ecosystem.check_values(ecosystem.parser(), o)
+        with mock.patch.object(ecosystem, "run_logged", return_value=(0, "")) as logged, \
+                mock.patch.object(ecosystem, "progress"):
+            self.report("megatron.free-memory.json", holds=1, properties=1)
+            ecosystem.check_run(run, o, "cuda", self.out)
+        command, log = logged.call_args[0]
+        self.assertEqual(command[-4:], ["--cases=8", "--free-memory=only", "--report",
+                                        os.path.join(self.out, "megatron.free-memory.json")])
+        self.assertEqual(log, os.path.join(self.out, "megatron.free-memory.log"))
 
     def test_every_library_with_listed_properties_is_split(self):
         region = next(a for a in adapters.ADAPTERS if a.feature == "region")
-        listings = {region.factory: [("model_based", False), ("release_is_real", True)],
+        listings = {region.factory: [("model_based", False), ("release_is_real", True),
+                                     ("many_cycles", True)],
                     self.adapter.factory: [("round_trip", False)]}
         o = ecosystem.parser().parse_args(["--jobs", "4", "--out", self.out, "--only",
                                            region.name, "--only", self.adapter.name])
@@ -350,8 +366,8 @@ class PropertySplitTest(unittest.TestCase):
                                   return_value=subprocess.CompletedProcess([], 0, "", "")), \
                 contextlib.redirect_stdout(io.StringIO()):
             ecosystem.run(o)
-        # The reader first, alone; then the rest (side by side, in any order).
-        self.assertEqual(seen[0], (region.name + ".release_is_real", True))
+        # The readers first, in one check, alone; then the rest (side by side, in any order).
+        self.assertEqual(seen[0], (region.name + ".free-memory", True))
         self.assertEqual(sorted(seen[1:]), sorted([(region.name + ".model_based", False),
                                                    (self.adapter.name + ".round_trip", False)]))
 
@@ -368,6 +384,10 @@ class PropertySplitTest(unittest.TestCase):
         self.report("megatron.storage_dedup.json", not_applicable=1, properties=1, seconds=2.0)
         self.report("megatron.two_devices.json", skipped=1, properties=1, seconds=0.5)
         self.report("megatron.caller_writes_late.json", holds=1, properties=1, seconds=9.0)
+        # The properties that read free memory, in one check of their own.
+        runs.append(ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {},
+                                  readers=True))
+        self.report("megatron.free-memory.json", holds=3, properties=3, seconds=30.0)
         faults = ecosystem.Run(1, self.adapter, self.adapter.factory, "-faults",
                                ["--driver-faults"], {}, summary="driver faults: 5 clean")
         outcome = ecosystem.merge_runs(
@@ -375,8 +395,8 @@ class PropertySplitTest(unittest.TestCase):
             self.out)
         self.assertEqual(outcome.reports, [r.report for r in runs] + ["megatron-faults.json"])
         self.assertEqual(outcome.summary,
-                         "2 hold, 1 fail, 1 not applicable, 1 skipped (5 properties, each "
-                         "checked on its own, the longest 41 s); 1 shutdown findings")
+                         "5 hold, 1 fail, 1 not applicable, 1 skipped (8 properties in 6 "
+                         "checks, the longest 41 s); 1 shutdown findings")
 
     def test_one_part_that_did_not_run_makes_the_library_not_run_here(self):
         runs = self.parts(["round_trip", "config_edges"])
