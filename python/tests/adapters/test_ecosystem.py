@@ -324,19 +324,6 @@ class PropertySplitTest(unittest.TestCase):
         self.assertTrue(ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {},
                                       readers=True).alone)
 
-    def test_the_readers_command_picks_them(self):
-        run = ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {}, readers=True)
-        o = ecosystem.parser().parse_args(["--cases", "8"])
-        ecosystem.check_values(ecosystem.parser(), o)
-        with mock.patch.object(ecosystem, "run_logged", return_value=(0, "")) as logged, \
-                mock.patch.object(ecosystem, "progress"):
-            self.report("megatron.free-memory.json", holds=1, properties=1)
-            ecosystem.check_run(run, o, "cuda", self.out)
-        command, log = logged.call_args[0]
-        self.assertEqual(command[-4:], ["--cases=8", "--free-memory=only", "--report",
-                                        os.path.join(self.out, "megatron.free-memory.json")])
-        self.assertEqual(log, os.path.join(self.out, "megatron.free-memory.log"))
-
     def test_every_library_with_listed_properties_is_split(self):
         region = next(a for a in adapters.ADAPTERS if a.feature == "region")
         listings = {region.factory: [("model_based", False), ("release_is_real", True),
@@ -418,18 +405,21 @@ class PropertySplitTest(unittest.TestCase):
                          [region.name + "-faults", "megatron-faults", region.name,
                           "megatron.round_trip", "megatron.config_edges"])
 
-    def test_the_command_names_the_property_and_its_report(self):
-        run = self.parts(["config_edges"])[0]
+    def test_the_command_names_the_part_and_its_report(self):
         o = ecosystem.parser().parse_args(["--cases", "8"])
         ecosystem.check_values(ecosystem.parser(), o)
-        with mock.patch.object(ecosystem, "run_logged", return_value=(0, "")) as logged, \
-                mock.patch.object(ecosystem, "progress"):
-            self.report("megatron.config_edges.json", holds=1, properties=1)
-            ecosystem.check_run(run, o, "cuda", self.out)
-        command, log = logged.call_args[0]
-        self.assertEqual(command[-4:], ["--cases=8", "--property=config_edges", "--report",
-                                        os.path.join(self.out, "megatron.config_edges.json")])
-        self.assertEqual(log, os.path.join(self.out, "megatron.config_edges.log"))
+        readers = ecosystem.Run(1, self.adapter, self.adapter.factory, "", [], {}, readers=True)
+        for run, option, stem in ((self.parts(["config_edges"])[0], "--property=config_edges",
+                                   "megatron.config_edges"),
+                                  (readers, "--free-memory=only", "megatron.free-memory")):
+            with mock.patch.object(ecosystem, "run_logged", return_value=(0, "")) as logged, \
+                    mock.patch.object(ecosystem, "progress"):
+                self.report(stem + ".json", holds=1, properties=1)
+                ecosystem.check_run(run, o, "cuda", self.out)
+            command, log = logged.call_args[0]
+            self.assertEqual(command[-4:], ["--cases=8", option, "--report",
+                                            os.path.join(self.out, stem + ".json")])
+            self.assertEqual(log, os.path.join(self.out, stem + ".log"))
 
     def test_the_properties_are_listed_by_list_cases(self):
         listing = json.dumps({"cases": [
