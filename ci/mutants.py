@@ -15,11 +15,15 @@ any other survivor makes the exit status 1.
 
 The source files are changed in place and always restored (also on SIGINT / SIGTERM); a mutant's
 file that has uncommitted changes is refused before anything is changed, so that no work is lost.
-At the end the build folder is brought back up to date with the unmutated sources.
+At the end the build folder is brought back up to date with the unmutated sources; where a mutant
+of the Python package ran, the copy of it that ``python_module.pip_install`` installs into the
+build's test virtual environment (a test that needs that fixture reinstalls it, mutated) is
+installed again from the unmutated sources, by running that test.
 
 Exit status: 0 every mutant killed or explained; 1 a mutant survived unexplained; 2 bad usage, or
 a mutant's ``old`` no longer occurs exactly once (the list is stale: fix the list); 3 the build
-folder is not configured, or the build fails without a mutant; 128+N interrupted by signal N.
+folder is not configured, or the build fails without a mutant, or the test virtual environment's
+package could not be installed again at the end; 128+N interrupted by signal N.
 """
 
 import argparse
@@ -47,6 +51,7 @@ class Mutant(NamedTuple):
 
 
 ADAPTERS_UNIT = r"^python_adapters\.unit$"
+PIP_INSTALL = r"^python_module\.pip_install$"
 INTERPOSE = r"^interpose_tests\.host$"
 CONFORMANCE = r"^offloadkit_conformance\."
 
@@ -73,6 +78,16 @@ MUTANTS = (
            "        elif run.suffix:\n            outcome.reports.clear()",
            ADAPTERS_UNIT, "a driver-fault countdown that did not run makes the library not run, "
            "and a battery that did not run is only a note"),
+    Mutant("ecosystem.readers_not_alone", "python/offloadkit/ecosystem.py",
+           "        return self.readers or alone(self.adapter)",
+           "        return alone(self.adapter)",
+           ADAPTERS_UNIT, "a library's properties that read the device's free memory (one "
+           "check) run side by side with other checks"),
+    Mutant("ecosystem.readers_report_not_read", "python/offloadkit/ecosystem.py",
+           "    parts = [r.report for r in runs if r.prop or r.readers]",
+           "    parts = [r.report for r in runs if r.prop]",
+           ADAPTERS_UNIT, "a library's summary leaves out the properties checked in its "
+           "free-memory check"),
     Mutant("ecosystem.split_summary_fails", "python/offloadkit/ecosystem.py",
            "{total['fails']} fail,", "{total['holds']} fail,",
            ADAPTERS_UNIT, "the summary over a battery's per-property reports counts holds as "
@@ -378,6 +393,13 @@ def main(argv: List[str]) -> int:
         results.append(r)
         print(f" {r['outcome']}: {r['by']} ({r['seconds']} s)", flush=True)
     build(o.build)
+    reinstalled = True
+    if any(m.path.startswith("python/") for m in selected):
+        reinstalled = subprocess.run(["ctest", "--test-dir", o.build, "-R", PIP_INSTALL],
+                                     capture_output=True, text=True).returncode == 0
+        print("the test virtual environment's offloadkit installed again from the unmutated "
+              f"sources (ctest -R '{PIP_INSTALL}'): "
+              f"{'done' if reinstalled else 'FAILED: run that test again'}")
     survivors = [r for r in results if r["outcome"] in ("survived", "error")]
     counts = {k: sum(r["outcome"] == k for r in results)
               for k in ("killed", "explained", "survived", "error")}
@@ -389,7 +411,9 @@ def main(argv: List[str]) -> int:
         with open(o.json, "w", encoding="utf-8") as f:
             json.dump({"mutants": results, "counts": counts}, f, indent=2)
             f.write("\n")
-    return 1 if survivors else 0
+    if survivors:
+        return 1
+    return 0 if reinstalled else 3
 
 
 if __name__ == "__main__":
