@@ -159,10 +159,13 @@ MUTANTS = (
     Mutant("interpose.free_host_as_device_runtime", "interpose/src/interpose.cpp",
            "if (call.tracked() && r == cudaSuccess) ledger_remove(r_pinned, as_key(p));",
            "if (call.tracked() && r == cudaSuccess) ledger_remove(r_device, as_key(p));",
-           r"^interpose_tests\.host$", "cudaFreeHost's release filed as a device release",
-           survives="the runtime API's wrappers (cudaMalloc ... cudaFreeHost) have no stand-in "
-           "runtime in CI (the stand-in is a driver); they are reached only on a GPU, where "
-           "PyTorch's calls go through them"),
+           r"^interpose_tests\.host$", "cudaFreeHost's release filed as a device release"),
+    Mutant("interpose.host_alloc_as_device_runtime", "interpose/src/interpose.cpp",
+           "  if (call.tracked() && r == cudaSuccess && pHost != nullptr) {\n"
+           "    ledger_add(r_pinned, as_key(*pHost), size);",
+           "  if (call.tracked() && r == cudaSuccess && pHost != nullptr) {\n"
+           "    ledger_add(r_device, as_key(*pHost), size);",
+           r"^interpose_tests\.host$", "cudaHostAlloc's pinned memory filed as device memory"),
     # ---- the driver-fault countdown: each case's class, the framework's caches, shutdowns --------
     Mutant("countdown.failed_retry_clean", "interpose/src/countdown.cpp",
            "  if (s.retried && !s.retry_ok) {",
@@ -234,6 +237,36 @@ MUTANTS = (
            '{"skipped", c.not_applicable},',
            r"^report_test\.host$", "the JSON report's count of skipped properties is the "
            "not-applicable count"),
+    Mutant("report.html_verdict_colour", "tools/report.cpp",
+           "    std::string css = verdict;\n",
+           "    std::string css = \"holds\";\n",
+           r"^report_test\.host$", "the HTML report colours every verdict as holding"),
+    Mutant("report.html_message_unescaped", "tools/report.cpp",
+           'os << "</ul>\\n<pre>" << html(o.message) << "</pre>\\n";',
+           'os << "</ul>\\n<pre>" << o.message << "</pre>\\n";',
+           r"^report_test\.host$", "the HTML report writes a failure's message unescaped (its "
+           "markup becomes the page's)"),
+    # ---- offloadkit conformance: the matrix it writes -----------------------------------------
+    Mutant("conformance.failure_not_linked", "tools/conformance.cpp",
+           '        const bool fails = c != nullptr && c->verdict == "fails";',
+           '        const bool fails = false;',
+           r"^offloadkit_conformance\.(complete|committed_matrix)$", "the Markdown matrix's "
+           "failing cells neither bold nor linked to their evidence"),
+    Mutant("conformance.not_run_reason_dropped", "tools/conformance.cpp",
+           '         << md_cell(lib.not_run) << "\\n";',
+           '         << "\\n";',
+           r"^offloadkit_conformance\.not_run$", "a library not run here listed without the "
+           "reason"),
+    Mutant("conformance.verdict_counts", "tools/conformance.cpp",
+           '      fails += c.verdict == "fails" ? 1 : 0;',
+           '      fails += c.verdict == "holds" ? 1 : 0;',
+           r"^offloadkit_conformance\.committed_matrix$", "a library's count of failing "
+           "properties is its count of holding ones"),
+    Mutant("conformance.html_cell_colour", "tools/conformance.cpp",
+           '  if (c->verdict == "fails" || c->verdict == "holds" ||',
+           '  if (c->verdict == "holds" ||',
+           r"^offloadkit_conformance\.(complete_html|intermittent_html)$", "the HTML matrix "
+           "colours a failing cell as unknown"),
     # ---- the benchmark harness: the ratio users read --------------------------------------------
     Mutant("bench.ratio_inverted", "bench/harness.hpp",
            "return limit > 0 ? figure / limit : 0; }",

@@ -166,6 +166,47 @@ TEST(Interpose, TheStandInDriverWorksWithoutTheInterposer) {
   EXPECT_NE(run.output.find("probe: ok"), std::string::npos) << run.output;
 }
 
+// ---- the runtime's allocations, bound by dlsym on its handle ------------------------------------
+
+std::vector<std::string> runtime_probe(const std::string& mode) {
+  return {RUNTIME_PROBE, FAKE_RUNTIME, mode};
+}
+
+TEST(Interpose, TheRuntimesAllocationsAreCountedAndFiledEachUnderItsKind) {
+  const scratch s;
+  const probe_run p = under_interposer(runtime_probe("clean"), s);
+  ASSERT_EQ(p.run.how, child_run::end::exited) << p.run.output;
+  ASSERT_EQ(p.run.exit_code, 0) << p.run.output;
+  EXPECT_NE(p.run.output.find("probe: live 0"), std::string::npos) << p.run.output;
+  ASSERT_TRUE(p.report.has_value()) << p.run.output;
+  const oi::interposer_report& r = *p.report;
+  const std::vector<std::pair<std::string, std::uint64_t>> expected = {{"cudaMalloc", 1},
+                                                                       {"cudaFree", 1},
+                                                                       {"cudaMallocHost", 1},
+                                                                       {"cudaHostAlloc", 1},
+                                                                       {"cudaFreeHost", 2}};
+  EXPECT_EQ(r.functions.size(), expected.size());
+  for (const auto& [name, calls] : expected) {
+    ASSERT_EQ(r.functions.count(name), 1u) << name << " was not counted";
+    EXPECT_EQ(r.functions.at(name).calls, calls) << name;
+  }
+  EXPECT_EQ(r.counted_calls, 3u);  // the acquiring calls
+  EXPECT_EQ(oi::describe_leak(r.outstanding), "");
+  EXPECT_EQ(r.untracked_releases, 0u);
+}
+
+TEST(Interpose, APinnedLeakThroughTheRuntimeIsInTheLedgerAsPinned) {
+  const scratch s;
+  const probe_run p = under_interposer(runtime_probe("leak"), s);
+  ASSERT_EQ(p.run.exit_code, 0) << p.run.output;
+  EXPECT_NE(p.run.output.find("probe: live 1"), std::string::npos) << p.run.output;
+  ASSERT_TRUE(p.report.has_value()) << p.run.output;
+  EXPECT_EQ(p.report->outstanding.pinned_allocations, 1);
+  EXPECT_EQ(p.report->outstanding.pinned_bytes, 64 * 1024);
+  EXPECT_EQ(p.report->outstanding.device_allocations, 0);
+  EXPECT_EQ(p.report->untracked_releases, 0u);
+}
+
 // ---- failing call N ----------------------------------------------------------------------------
 
 TEST(Interpose, FailsCallNWithOutOfMemory) {

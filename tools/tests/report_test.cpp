@@ -238,8 +238,12 @@ TEST(CheckReport, HtmlIsOnePageWithColouredVerdicts) {
   EXPECT_TRUE(contains(page, "<td>exhaustion</td><td class=\"fails\"")) << page;
   EXPECT_TRUE(contains(page, "<td>graphs</td><td class=\"not_applicable\"")) << page;
   EXPECT_TRUE(contains(page, "<td>two_devices</td><td class=\"skipped\"")) << page;
-  EXPECT_TRUE(contains(page, "rows = `7` | &lt;b&gt;")) << page;
-  EXPECT_FALSE(contains(page, "<b>\n")) << "the message's markup is escaped";
+  // The message, in the verdict's title and in the failure's section, escaped in both.
+  EXPECT_TRUE(contains(page, "title=\"Falsifiable after 2 tests\nrows = `7` | &lt;b&gt;\">"))
+      << page;
+  EXPECT_TRUE(contains(page, "<pre>Falsifiable after 2 tests\nrows = `7` | &lt;b&gt;</pre>"))
+      << page;
+  EXPECT_FALSE(contains(page, "| <b>")) << "the message's markup is written unescaped";
 }
 
 TEST(CheckReport, AnInterruptedRunSaysSo) {
