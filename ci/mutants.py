@@ -7,11 +7,12 @@ one at a time, each followed by the fast CPU tests that should catch it.
                           [--timeout S]
 
 For each mutant of MUTANTS below: the snippet ``old`` of ``path`` (which must occur there exactly
-once) becomes ``new``; the build folder is brought up to date (``cmake --build DIR``); ``ctest -R
-TESTS`` runs; the file is restored. A mutant is *killed* when a test fails (or the build does,
-which is named as such), and *survives* when every selected test passes: the tests were too weak
-for that path. Survivors that cannot be killed (an equivalent change) say why in ``survives``;
-any other survivor makes the exit status 1.
+once) becomes ``new``; the build folder is brought up to date (``cmake --build DIR``, or only the
+targets the mutant names, where its file is a header of many targets that its tests do not all
+need); ``ctest -R TESTS`` runs; the file is restored. A mutant is *killed* when a test fails (or
+the build does, which is named as such), and *survives* when every selected test passes: the tests
+were too weak for that path. Survivors that cannot be killed (an equivalent change) say why in
+``survives``; any other survivor makes the exit status 1.
 
 The source files are changed in place and always restored (also on SIGINT / SIGTERM); a mutant's
 file that has uncommitted changes is refused before anything is changed, so that no work is lost.
@@ -48,6 +49,8 @@ class Mutant(NamedTuple):
     tests: str  #: ctest -R regular expression: the fast CPU tests that must catch it
     what: str  #: the wrong change, in words
     survives: str = ""  #: why it cannot be killed (an equivalent change); empty: it must be
+    #: the build targets its tests need, where a header of many targets is mutated; empty: all
+    targets: tuple = ()
 
 
 ADAPTERS_UNIT = r"^python_adapters\.unit$"
@@ -271,17 +274,20 @@ MUTANTS = (
     Mutant("bench.ratio_inverted", "bench/harness.hpp",
            "return limit > 0 ? figure / limit : 0; }",
            "return limit > 0 ? limit / figure : 0; }",
-           r"^bench_harness_test\.host$", "a figure divided into its limit, not by it"),
+           r"^bench_harness_test\.host$", "a figure divided into its limit, not by it",
+           targets=("bench_harness_test",)),
     Mutant("bench.limit_direction", "bench/harness.cpp",
            "    if (to_host) {\n      ex.copy(host.data(), dev.data(), bytes, s);",
            "    if (!to_host) {\n      ex.copy(host.data(), dev.data(), bytes, s);",
            r"^bench_harness_test\.host$", "the D2H limit measured with H2D copies and the other "
-           "way round"),
+           "way round",
+           targets=("bench_harness_test",)),
     Mutant("bench.json_bad_bytes", "bench/harness.cpp",
            "doc.dump(2, ' ', false, json::error_handler_t::replace)",
            "doc.dump(2, ' ', false, json::error_handler_t::ignore)",
            r"^bench_harness_test\.host$", "bytes that are not UTF-8 (in a command line, say) "
-           "dropped from the JSON instead of replaced with a mark"),
+           "dropped from the JSON instead of replaced with a mark",
+           targets=("bench_harness_test",)),
     Mutant("bench_peers.of_limit_inverted", "bench/peers/peers_measure.py",
            '"of_limit": limit_s / time_s if time_s > 0 else 0.0,',
            '"of_limit": time_s / limit_s if limit_s > 0 else 0.0,',
@@ -319,8 +325,10 @@ def parse(argv: List[str]) -> argparse.Namespace:
     return o
 
 
-def build(build_dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["cmake", "--build", build_dir], capture_output=True, text=True)
+def build(build_dir: str, targets: tuple = ()) -> subprocess.CompletedProcess:
+    """Brings the build folder up to date: the named targets only, or everything."""
+    command = ["cmake", "--build", build_dir] + (["--target", *targets] if targets else [])
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 def failed_tests(output: str) -> List[str]:
@@ -366,7 +374,7 @@ def run_one(m: Mutant, o: argparse.Namespace, restorer: Restorer) -> Dict[str, o
     result: Dict[str, object] = {"id": m.id, "path": m.path, "what": m.what, "tests": m.tests}
     try:
         restorer.mutate(path, text, text.replace(m.old, m.new, 1))
-        built = build(o.build)
+        built = build(o.build, m.targets)
         if built.returncode != 0:
             result.update(outcome="killed", by="the build")
         else:
