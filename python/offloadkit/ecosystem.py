@@ -501,8 +501,8 @@ class Run:
 
 
 def check_run(run: Run, o: argparse.Namespace, executor: str, out: str) -> Run:
-    """Runs one check into out/NAME.json (NAME.PROPERTY.json, NAME-faults.json), its output into
-    the .log of the same name."""
+    """Runs one check into out/NAME.json (NAME.PROPERTY.json, NAME.free-memory.json,
+    NAME-faults.json), its output into the .log of the same name."""
     log = os.path.join(out, run.name + ".log")
     extra = run.extra + ([f"--property={run.prop}"] if run.prop else []) + (
         ["--free-memory=only"] if run.readers else [])
