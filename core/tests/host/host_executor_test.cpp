@@ -27,11 +27,7 @@ namespace ok = offloadkit;
 
 namespace {
 
-using ::offloadkit::testing::host_executor_test::gate;
-using ::offloadkit::testing::host_executor_test::granule;
-using ::offloadkit::testing::host_executor_test::mark_first_rows;
-using ::offloadkit::testing::host_executor_test::message_of;
-using ::offloadkit::testing::host_executor_test::small_options;
+using namespace ::offloadkit::testing::host_executor_test;
 
 // Launch bodies (trivially copyable, device pointers by value).
 struct count_indices {
