@@ -1,6 +1,8 @@
 """Builds the offloadkit Python package: the pure-Python sources of python/offloadkit, plus the
-extension module offloadkit._native and the driver-call interposer built by this project's own
-CMake build (targets offloadkit_python_module and offloadkit_interpose, nothing else).
+extension module offloadkit._native, the driver-call interposer and the offloadkit program (the
+package's `offloadkit` command hands it the commands that do not run in Python) built by this
+project's own CMake build (targets offloadkit_python_module, offloadkit_interpose and offloadkit,
+nothing else).
 
 Environment:
 - OFFLOADKIT_CMAKE_BUILD_DIR: an existing build folder configured from this checkout (`bash ci/main`
@@ -23,8 +25,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-TARGETS = ["offloadkit_python_module", "offloadkit_interpose"]
+TARGETS = ["offloadkit_python_module", "offloadkit_interpose", "offloadkit"]
 INTERPOSER = "liboffloadkit_interpose.so"
+PROGRAM = "offloadkit"
 
 
 def project_version():
@@ -41,7 +44,8 @@ class CMakeBuildError(RuntimeError):
 
 
 class cmake_build_ext(build_ext):
-    """Builds offloadkit._native with CMake and copies it, and the interposer, into the package."""
+    """Builds offloadkit._native with CMake and copies it, the interposer and the program into
+    the package."""
 
     def run(self):
         for ext in self.extensions:
@@ -106,6 +110,14 @@ class cmake_build_ext(build_ext):
         if not os.path.isfile(interposer):
             raise CMakeBuildError(f"the CMake build in {build_dir} made no {interposer}")
         shutil.copyfile(interposer, os.path.join(lib_dir, INTERPOSER))
+        # The program beside lib/, so that it finds the interposer in <prefix>/lib.
+        program = os.path.join(build_dir, "tools", PROGRAM)
+        if not os.path.isfile(program):
+            raise CMakeBuildError(f"the CMake build in {build_dir} made no {program}")
+        bin_dir = os.path.join(os.path.dirname(target), "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        shutil.copyfile(program, os.path.join(bin_dir, PROGRAM))
+        os.chmod(os.path.join(bin_dir, PROGRAM), 0o755)
 
 
 setup(

@@ -596,7 +596,7 @@ int check_main(const std::vector<std::string>& args, const check_program& progra
     // check (python -m offloadkit check), with these same options.
     const python_interpreter python = find_python_interpreter();
     expect_offloadkit_package(python, OFFLOADKIT_VERSION, OKIT_ABI_VERSION);
-    exec_python_check(python, args);
+    exec_python_command(python, "check", args);
   }
   if (opt.driver_faults) {
     driver_fault_request request = driver_fault_request_of(program, opt);

@@ -30,10 +30,10 @@ constexpr const char* forwarded_options[] = {"--no-shrink", "--plugin", "--pytho
 
 /// The value of --python checked to be MODULE:FACTORY; a module given as a file path (with a '/' or
 /// ending in .py) is made absolute, so that reproduce commands and children find it from anywhere.
-std::string python_factory(const std::string& value) {
+std::string python_factory(const std::string& value, const std::string& option) {
   const auto colon = value.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
-    throw usage_error("--python: '" + value +
+    throw usage_error(option + ": '" + value +
                       "' is not MODULE:FACTORY: expected a module name or a .py file, a colon "
                       "and the factory to call (e.g. my_offload:make or ./my_offload.py:make)");
   }
@@ -141,6 +141,10 @@ std::unique_ptr<CLI::App> check_app(const std::string& program_name, check_optio
                   "version (pip install --no-build-isolation .) (not with\n"
                   "--plugin)")
       ->type_name("MODULE:FACTORY");
+  app->add_option("factory", o.factory_argument,
+                  "the same as --python MODULE:FACTORY (the form `python -m\n"
+                  "offloadkit check` takes)")
+      ->type_name("MODULE:FACTORY");
   app->add_flag("--driver-faults", o.driver_faults,
                 "with --plugin or --python, instead of the batteries: run\n"
                 "each feature's scenario with the implementation's own\n"
@@ -200,7 +204,14 @@ bool parse_check_options(const std::vector<std::string>& args, const std::string
     const auto absolute = std::filesystem::absolute(o.plugin, ec);
     if (!ec) o.plugin = absolute.lexically_normal().string();
   }
-  if (app->count("--python") > 0) o.python = python_factory(o.python);
+  if (app->count("factory") > 0) {
+    if (app->count("--python") > 0) {
+      throw usage_error("MODULE:FACTORY: '" + o.factory_argument + "' and --python '" + o.python +
+                        "' both name a factory: give one of them");
+    }
+    o.python = python_factory(o.factory_argument, "MODULE:FACTORY");
+  }
+  if (app->count("--python") > 0) o.python = python_factory(o.python, "--python");
   o.shrink = app->count("--no-shrink") == 0;
   o.timeout_given = app->count("--timeout") > 0;
   if (app->count("--report") > 0) {
@@ -211,7 +222,9 @@ bool parse_check_options(const std::vector<std::string>& args, const std::string
     }
   }
   for (const char* name : forwarded_options) {
-    if (app->count(name) == 0) continue;
+    const bool given =
+        app->count(name) > 0 || (std::string(name) == "--python" && !o.python.empty());
+    if (!given) continue;
     o.forwarded.emplace_back(name);
     if (std::string(name) == "--plugin") o.forwarded.push_back(o.plugin);
     if (std::string(name) == "--python") o.forwarded.push_back(o.python);

@@ -29,8 +29,10 @@ struct check_options {
   /// empty for both.
   std::string free_memory;
   std::string plugin;  ///< absolute path of the plugin library, empty for the built-in batteries
-  /// MODULE:FACTORY of --python (a module given as a file path made absolute), empty without it.
+  /// MODULE:FACTORY of --python, or of the one argument that says the same (a module given as a
+  /// file path made absolute); empty without either.
   std::string python;
+  std::string factory_argument;  ///< MODULE:FACTORY given as the command's one argument
   bool shrink = true;
   int timeout_s = default_timeout_s;
   bool timeout_given = false;

@@ -3,7 +3,10 @@
 // registered property battery on the best executor available (cuda where a GPU is usable, host
 // otherwise) or the one asked for, each property in a child process of its own (check_cli.hpp);
 // capture and analyze report on CUPTI timelines (timeline_cli.hpp); replay, schedule-gen and
-// schedule-from-trace work on schedule files.
+// schedule-from-trace work on schedule files; ecosystem runs the Python package's command of that
+// name. The Python package's `offloadkit` command hands every command it does not run itself to
+// this program, whose table below is the one list of commands both print.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,7 +16,9 @@
 #include "cli_common.hpp"
 #include "conformance.hpp"
 #include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/plugin.h"
 #include "plugin_subjects.hpp"
+#include "python_command.hpp"
 #include "schedule_commands.hpp"
 #include "timeline_cli.hpp"
 
@@ -39,6 +44,7 @@ constexpr command_entry commands[] = {
     {"schedule-gen", "write a generated 1F1B or interleaved schedule file"},
     {"schedule-from-trace", "turn the schedule events of a captured timeline into a schedule file"},
     {"conformance", "build the conformance matrix of several libraries from their check reports"},
+    {"ecosystem", "check the libraries offloadkit.adapters drives (in Python) into a matrix"},
     {"version", "print the version and whether the cuda back end is usable here"},
     {"help", "print this text; help COMMAND prints that command's options"},
 };
@@ -90,6 +96,33 @@ int run_check(const std::vector<std::string>& rest) {
   });
 }
 
+/// `ecosystem` is the Python package's command: it drives the libraries a Python interpreter
+/// imports. The program becomes `python3 -m offloadkit ecosystem` in the interpreter
+/// OFFLOADKIT_PYTHON names (else python3 on PATH), as `check --python` does; its --help is that
+/// command's, or, where no interpreter has the package, this text and why.
+int run_ecosystem(const std::vector<std::string>& rest) {
+  const bool help = std::find_if(rest.begin(), rest.end(), [](const std::string& a) {
+                      return a == "--help" || a == "-h";
+                    }) != rest.end();
+  return tools::run_guarded("ecosystem", [&rest, help] {
+    tools::python_interpreter python;
+    try {
+      python = tools::find_python_interpreter("ecosystem");
+      tools::expect_offloadkit_package(python, OFFLOADKIT_VERSION, OKIT_ABI_VERSION);
+    } catch (const offloadkit::unavailable_error& e) {
+      if (!help) throw;
+      std::cout << "usage: offloadkit ecosystem [options]\n\n"
+                   "Checks every library offloadkit.adapters drives, as a Python interpreter\n"
+                   "imports them, and writes their conformance matrix: it runs `python3 -m\n"
+                   "offloadkit ecosystem` in the interpreter OFFLOADKIT_PYTHON names (else\n"
+                   "python3 on PATH), whose --help lists the options. Not available here: "
+                << e.what() << "\n";
+      return exit_status::ok;
+    }
+    tools::exec_python_command(python, "ecosystem", rest);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +148,7 @@ int main(int argc, char** argv) {
   if (command == "schedule-gen") return tools::schedule_gen_main(rest);
   if (command == "schedule-from-trace") return tools::schedule_from_trace_main(rest);
   if (command == "conformance") return tools::conformance_main(rest);
+  if (command == "ecosystem") return run_ecosystem(rest);
   if (command == "version" || command == "--version") {
     return tools::run_guarded("version", [&rest] { return run_version(rest); });
   }

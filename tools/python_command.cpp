@@ -67,40 +67,38 @@ std::string on_path(const std::string& name) {
 std::string python_install_hint(const python_interpreter& python) {
   return "install offloadkit into that interpreter (`" + python.path +
          " -m pip install --no-build-isolation .` from offloadkit's checkout), or set "
-         "OFFLOADKIT_PYTHON to an interpreter that has it (python -m offloadkit check runs the "
-         "same "
-         "check there)";
+         "OFFLOADKIT_PYTHON to an interpreter that has it (python -m offloadkit " +
+         python.command + " runs the same command there)";
 }
 
-python_interpreter find_python_interpreter() {
+python_interpreter find_python_interpreter(const std::string& command) {
+  const std::string runs = (command == "check" ? "--python runs" : "it runs") +
+                           std::string(" `python3 -m offloadkit ") + command + "`";
   const char* chosen = std::getenv("OFFLOADKIT_PYTHON");
   if (chosen != nullptr && chosen[0] != '\0') {
     const std::string value = chosen;
-    python_interpreter p{value, "OFFLOADKIT_PYTHON=" + value};
+    python_interpreter p{value, "OFFLOADKIT_PYTHON=" + value, command};
     if (value.find('/') == std::string::npos) {
       p.path = on_path(value);
       if (p.path.empty()) {
         throw unavailable_error(
-            "--python runs `python3 -m offloadkit check` in the interpreter "
-            "OFFLOADKIT_PYTHON names, but OFFLOADKIT_PYTHON=" +
-            value + " is not on PATH: set it to an interpreter's path");
+            runs + " in the interpreter OFFLOADKIT_PYTHON names, but OFFLOADKIT_PYTHON=" + value +
+            " is not on PATH: set it to an interpreter's path");
       }
     } else if (!is_executable_file(value)) {
       throw unavailable_error(
-          "--python runs `python3 -m offloadkit check` in the interpreter OFFLOADKIT_PYTHON "
-          "names, but OFFLOADKIT_PYTHON=" +
-          value +
+          runs + " in the interpreter OFFLOADKIT_PYTHON names, but OFFLOADKIT_PYTHON=" + value +
           " is not an executable file: set it to an interpreter that has offloadkit ("
           "`pip install --no-build-isolation .` from offloadkit's checkout installs it)");
     }
     return p;
   }
-  python_interpreter p{on_path("python3"), "python3 from PATH"};
+  python_interpreter p{on_path("python3"), "python3 from PATH", command};
   if (p.path.empty()) {
-    throw unavailable_error(
-        "--python runs `python3 -m offloadkit check`, but there is no python3 on PATH: set "
-        "OFFLOADKIT_PYTHON to an interpreter that has offloadkit (`pip install "
-        "--no-build-isolation .` from offloadkit's checkout installs it)");
+    throw unavailable_error(runs +
+                            ", but there is no python3 on PATH: set OFFLOADKIT_PYTHON to an "
+                            "interpreter that has offloadkit (`pip install "
+                            "--no-build-isolation .` from offloadkit's checkout installs it)");
   }
   return p;
 }
@@ -108,19 +106,21 @@ python_interpreter find_python_interpreter() {
 void expect_offloadkit_package(const python_interpreter& python, const std::string& version,
                                unsigned plugin_abi_version) {
   const std::string who = python.path + " (" + python.origin + ")";
+  // check --python names its option; ecosystem, a command that runs there whole, needs no name.
+  const std::string lead = python.command == "check" ? "--python: " : "";
   child_run run;
   try {
     run = run_child({python.path, "-c", probe_script},
                     std::chrono::duration_cast<std::chrono::milliseconds>(probe_timeout));
   } catch (const std::system_error& e) {
-    throw unavailable_error("--python: the Python interpreter " + who +
+    throw unavailable_error(lead + "the Python interpreter " + who +
                             " cannot be started: " + e.what() + "; " + python_install_hint(python));
   }
   const auto marker = run.output.rfind(probe_marker);
   if (run.how != child_run::end::exited || marker == std::string::npos) {
     const std::string tail = last_lines(run.output, 10);
     throw unavailable_error(
-        "--python: the Python interpreter " + who +
+        lead + "the Python interpreter " + who +
         " did not say which offloadkit it imports: " + describe_end(run, probe_timeout) +
         (tail.empty() ? std::string() : ", its output:\n" + tail) + "\n" +
         python_install_hint(python));
@@ -130,29 +130,30 @@ void expect_offloadkit_package(const python_interpreter& python, const std::stri
     const auto begin = marker + std::strlen(probe_marker);
     answer = nlohmann::json::parse(run.output.substr(begin, run.output.find('\n', begin) - begin));
   } catch (const nlohmann::json::exception& e) {
-    throw unavailable_error("--python: the Python interpreter " + who +
+    throw unavailable_error(lead + "the Python interpreter " + who +
                             " gave an answer that is not JSON (" + e.what() + "); " +
                             python_install_hint(python));
   }
   if (answer.contains("error")) {
-    throw unavailable_error("--python: the Python interpreter " + who +
-                            " cannot import offloadkit (" + answer["error"].get<std::string>() +
-                            "); " + python_install_hint(python));
+    throw unavailable_error(lead + "the Python interpreter " + who + " cannot import offloadkit (" +
+                            answer["error"].get<std::string>() + "); " +
+                            python_install_hint(python));
   }
   const std::string theirs = answer.value("version", std::string("unknown"));
   const auto& abi = answer["plugin_abi"];
   const bool same_abi = abi.is_number_unsigned() && abi.get<unsigned>() == plugin_abi_version;
   if (theirs != version || !same_abi) {
     throw unavailable_error(
-        "--python: the Python interpreter " + who + " imports offloadkit " + theirs +
-        " (plugin ABI " + (abi.is_null() ? std::string("unknown") : abi.dump()) + ", " +
+        lead + "the Python interpreter " + who + " imports offloadkit " + theirs + " (plugin ABI " +
+        (abi.is_null() ? std::string("unknown") : abi.dump()) + ", " +
         answer.value("package", std::string("?")) + "), but this command is offloadkit " + version +
         " (plugin ABI " + std::to_string(plugin_abi_version) + "): " + python_install_hint(python));
   }
 }
 
-void exec_python_check(const python_interpreter& python, const std::vector<std::string>& args) {
-  std::vector<std::string> words = {python.path, "-m", "offloadkit", "check"};
+void exec_python_command(const python_interpreter& python, const std::string& command,
+                         const std::vector<std::string>& args) {
+  std::vector<std::string> words = {python.path, "-m", "offloadkit", command};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   argv.reserve(words.size() + 1);
@@ -162,7 +163,8 @@ void exec_python_check(const python_interpreter& python, const std::vector<std::
   std::cerr.flush();
   ::execv(python.path.c_str(), argv.data());
   const int err = errno;
-  throw unavailable_error("--python: the Python interpreter " + python.path + " (" + python.origin +
+  throw unavailable_error(std::string(python.command == "check" ? "--python: " : "") +
+                          "the Python interpreter " + python.path + " (" + python.origin +
                           ") cannot be started: " + std::strerror(err) + "; " +
                           python_install_hint(python));
 }

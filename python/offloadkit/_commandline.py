@@ -1,15 +1,17 @@
 """What the Python commands (``python -m offloadkit check``, ``replay``, ``ecosystem``, ...) share:
 the exit statuses of bad usage and of an implementation that cannot be loaded, argparse with the
-C++ command's wording, a factory's file made absolute, and the extension module."""
+C++ command's wording, a factory's file made absolute, the extension module, and the C++ program
+the package hands its other commands to."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import NoReturn
+from typing import NoReturn, Optional
 
 USAGE = 2  # exit status of bad usage, as the C++ command's
+UNAVAILABLE = 3  # what the command needs cannot run here (the executor, the offloadkit program)
 PLUGIN = 4  # a plugin or Python implementation cannot be loaded or has nothing to run
 
 
@@ -48,3 +50,18 @@ def native():
             f"checkout, or put a build's python folder (<build>/python) on PYTHONPATH\n")
         sys.exit(PLUGIN)
     return _native
+
+
+def program_path() -> Optional[str]:
+    """The C++ program ``offloadkit`` this package hands its other commands to: the one
+    ``OFFLOADKIT_PROGRAM`` names (``none``: no program), else the one the package ships, else the
+    build tree's beside the build's python folder. None where there is none."""
+    named = os.environ.get("OFFLOADKIT_PROGRAM", "")
+    if named:
+        return None if named == "none" else named
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "bin", "offloadkit"),
+                      os.path.join(here, os.pardir, os.pardir, "tools", "offloadkit")):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.normpath(candidate)
+    return None

@@ -16,6 +16,15 @@ paged stash of a Python implementation, as ``offloadkit replay --plugin`` does t
 ``python -m offloadkit ecosystem [options]`` checks every library ``offloadkit.adapters`` drives
 and writes their conformance matrix (``offloadkit.ecosystem``).
 
+One ``offloadkit``: this command (the package's console script, and ``python -m offloadkit``) and
+the C++ program ``offloadkit`` take the same commands. What runs in Python runs here: ``check``
+and ``replay`` of a Python implementation (MODULE:FACTORY), ``ecosystem``, ``version``. Everything
+else (``check`` of offloadkit's own batteries or of a ``--plugin`` library, ``capture``,
+``analyze``, ``schedule-gen``, ``conformance``, ``help``, ...) is handed to the program, which
+the package ships (``offloadkit/bin/offloadkit``; in a build tree, ``<build>/tools/offloadkit``;
+``OFFLOADKIT_PROGRAM=PATH`` names another, ``=none`` none); the program hands ``ecosystem`` and
+``check MODULE:FACTORY`` back to Python. Its command table is the one list ``--help`` prints.
+
 argparse reads the command line's shape (the factory, which options take a value, ``--help``);
 the values themselves are checked once, by the C++ command, whose messages name the option, the
 value and the valid range (``offloadkit check: --cases: 0 is out of range: valid range
@@ -31,7 +40,8 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
-from ._commandline import PLUGIN, USAGE, _Parser, absolute_factory, native
+from ._commandline import (PLUGIN, UNAVAILABLE, USAGE, _Parser, absolute_factory, native,
+                           program_path)
 
 
 # The C++ command's options that take a value, and its flags, as `python -m offloadkit check`
@@ -126,11 +136,49 @@ def run_check(args: Sequence[str]) -> int:
                               ["-m", "offloadkit", "check"])
 
 
+def run_program(args: Sequence[str]) -> int:
+    """Becomes the C++ program with `args` (exec), with this interpreter as the one it runs
+    Python commands in (unless ``OFFLOADKIT_PYTHON`` names another). Returns only where there is
+    no program: exit status 3, saying where it was looked for."""
+    program = program_path()
+    if program is None:
+        command = f"offloadkit {args[0]}" if args else "offloadkit"
+        sys.stderr.write(
+            f"{command}: runs in the offloadkit program, and this package has none "
+            f"(OFFLOADKIT_PROGRAM={os.environ.get('OFFLOADKIT_PROGRAM', '')!s} or unset; not "
+            f"shipped in {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bin')}): "
+            f"install the package with `pip install --no-build-isolation .` from offloadkit's "
+            f"checkout, which ships it, or set OFFLOADKIT_PROGRAM to the program's path\n")
+        return UNAVAILABLE
+    _point_at_interposer()
+    os.environ.setdefault("OFFLOADKIT_PYTHON", sys.executable)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(program, [program] + list(args))
+    except OSError as e:
+        sys.stderr.write(f"offloadkit: the offloadkit program {program} cannot be started: "
+                         f"{e.strerror}; set OFFLOADKIT_PROGRAM to the program's path\n")
+    return UNAVAILABLE
+
+
+def _names_factory(argv: Sequence[str]) -> bool:
+    """Whether a check's arguments name a Python factory (MODULE:FACTORY or --python): a check
+    without one is the program's (offloadkit's own batteries, or a --plugin library)."""
+    if any(a == "--plugin" or a.startswith("--plugin=") for a in argv):
+        return False
+    opts, _ = _check_parser().parse_known_args(list(argv))
+    return opts.factory is not None or opts.python is not None
+
+
 def check(argv: Sequence[str]) -> int:
     """``check``: reads the command line, then runs the batteries. Returns the exit status."""
     if "--run-one" in argv:
         # A child the check command started: its arguments are the C++ command's own.
         return run_check(argv)
+    asks_help = any(a in ("-h", "--help") for a in argv)
+    if (asks_help or not _names_factory(argv)) and program_path() is not None:
+        return run_program(["check"] + list(argv))
     parser = _check_parser()
     opts, rest = parser.parse_known_args(list(argv))
     forwarded: List[str] = []
@@ -184,6 +232,9 @@ def replay(argv: Sequence[str]) -> int:
     """``replay FILE|FOLDER... --python MODULE:FACTORY [options]``: the C++ ``offloadkit replay``
     through the paged stash of the Python factory, in this interpreter. Returns the exit status."""
     args = list(argv)
+    if not any(a == "--python" or a.startswith("--python=") for a in args) and \
+            not any(a in ("-h", "--help") for a in args) and program_path() is not None:
+        return run_program(["replay"] + args)  # through the program's own stashes or a plugin's
     if any(a in ("-h", "--help") for a in args):
         sys.stdout.write(
             "usage: python -m offloadkit replay FILE|FOLDER... --python MODULE:FACTORY [options]\n\n"
@@ -240,6 +291,7 @@ def _usage(prog: str, message: str) -> int:
     return USAGE
 
 
+# The commands that run here where the program is missing (the program's table lists them too).
 COMMANDS = {
     "check": "run the property batteries against a Python implementation (MODULE:FACTORY)",
     "replay": "replay schedule files through the paged stash of a Python implementation",
@@ -249,20 +301,30 @@ COMMANDS = {
 }
 
 
+def _own_help(args: Sequence[str]) -> int:
+    """``--help`` where there is no program: the commands that run here, and why the others do
+    not."""
+    names = ", ".join(COMMANDS)
+    if not args:
+        sys.stderr.write(f"offloadkit: no command given: valid commands are {names}\n")
+    out = sys.stdout if args else sys.stderr
+    out.write("usage: python -m offloadkit <command> [options]\n\ncommands:\n")
+    for name, text in COMMANDS.items():
+        out.write(f"  {name:<10} {text}\n")
+    out.write("\nEvery command prints its own options with --help (python -m offloadkit check "
+              "--help).\nThe offloadkit program's commands (capture, analyze, schedule-gen, "
+              "conformance, check of\na plugin library, ...) need the program, which this "
+              "package does not find: see\nOFFLOADKIT_PROGRAM in `pydoc offloadkit.cli`.\n")
+    return 0 if args else USAGE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``offloadkit`` console script and ``python -m offloadkit``. Returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    names = ", ".join(COMMANDS)
     if not args or args[0] in ("-h", "--help", "help"):
-        if not args:
-            sys.stderr.write(f"offloadkit: no command given: valid commands are {names}\n")
-        out = sys.stdout if args else sys.stderr
-        out.write("usage: python -m offloadkit <command> [options]\n\ncommands:\n")
-        for name, text in COMMANDS.items():
-            out.write(f"  {name:<10} {text}\n")
-        out.write("\nEvery command prints its own options with --help "
-                  "(python -m offloadkit check --help).\n")
-        return 0 if args else USAGE
+        if program_path() is not None:
+            return run_program(args)
+        return _own_help(args)
     command, rest = args[0], args[1:]
     if command == "check":
         return check(rest)
@@ -279,10 +341,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return ecosystem.plugin_info(rest)
     if command in ("version", "--version"):
+        if any(a in ("-h", "--help") for a in rest) and program_path() is not None:
+            return run_program(args)
         _native = native()
         reason = _native.cuda_unavailable_reason()
         print(f"offloadkit {_native.version} (extension module {_native.module_path()})")
         print("cuda back end: " + ("usable" if not reason else f"unavailable ({reason})"))
+        print(f"program: {program_path() or 'none (see OFFLOADKIT_PROGRAM)'}")
         return 0
-    sys.stderr.write(f"offloadkit: {command}: unknown command: valid commands are {names}\n")
+    if program_path() is not None:
+        return run_program(args)  # the program's command, or its message for an unknown one
+    names = ", ".join(COMMANDS)
+    sys.stderr.write(f"offloadkit: {command}: unknown command here: valid commands are {names} "
+                     f"(the offloadkit program, not found, has more)\n")
     return USAGE

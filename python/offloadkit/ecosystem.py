@@ -57,7 +57,7 @@ import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 from . import adapters
-from ._commandline import USAGE, _Parser, absolute_factory, native
+from ._commandline import USAGE, _Parser, absolute_factory, native, program_path
 
 PROG = "offloadkit ecosystem"
 COMPLETE = 0
@@ -204,13 +204,17 @@ class Stop(Exception):
 
 
 def find_offloadkit(option: Optional[str], environ: Dict[str, str]) -> str:
-    """The C++ command: --offloadkit, else OFFLOADKIT (a path or a name on PATH), else offloadkit
-    on PATH. Stop (exit status 3) where there is none, or where it is not the C++ command (the
-    Python package's console script has no `conformance`)."""
+    """The C++ command: --offloadkit, else OFFLOADKIT (a path or a name on PATH), else the program
+    the package ships (offloadkit/bin/offloadkit), else offloadkit on PATH. Stop (exit status 3)
+    where there is none, or where it has no `conformance` (a console script that finds no
+    program)."""
+    shipped = program_path()
     if option:
         where, value = "--offloadkit", option
     elif environ.get("OFFLOADKIT"):
         where, value = "OFFLOADKIT", environ["OFFLOADKIT"]
+    elif shipped is not None:
+        where, value = "the package's program", shipped
     else:
         where, value = "PATH", "offloadkit"
     path = value if os.sep in value else shutil.which(value, path=environ.get("PATH"))
@@ -227,9 +231,9 @@ def find_offloadkit(option: Optional[str], environ: Dict[str, str]) -> str:
         is_cxx = False
     if not is_cxx:
         raise Stop(f"{path} ({where}) is not offloadkit's C++ command: its `conformance --help` "
-                   f"does not describe the conformance matrix (the Python package's console "
-                   f"script has no conformance command): name the C++ command with --offloadkit "
-                   f"PATH or OFFLOADKIT=PATH", CANNOT_RUN)
+                   f"does not describe the conformance matrix (a console script that finds no "
+                   f"offloadkit program has no conformance command): name the C++ command with "
+                   f"--offloadkit PATH or OFFLOADKIT=PATH", CANNOT_RUN)
     return path
 
 

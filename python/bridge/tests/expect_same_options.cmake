@@ -20,6 +20,8 @@ function(options_of out)
   set(${out} "${names}" PARENT_SCOPE)
 endfunction()
 options_of(command ${OFFLOADKIT} check --help)
+# The Python command's own options (it hands --help to the program where it finds one).
+set(ENV{OFFLOADKIT_PROGRAM} none)
 options_of(python ${PYTHON} -m offloadkit check --help)
 list(REMOVE_ITEM command --plugin)
 set(missing "")

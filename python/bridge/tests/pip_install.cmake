@@ -52,6 +52,8 @@ assert root.startswith(venv), f"offloadkit was imported from {root}, not from {v
 assert os.path.isfile(os.path.join(root, "py.typed")), "py.typed is not installed"
 lib = os.path.join(root, "lib", "liboffloadkit_interpose.so")
 assert os.path.isfile(lib), f"{lib} is not installed"
+program = os.path.join(root, "bin", "offloadkit")
+assert os.access(program, os.X_OK), f"{program} (the offloadkit program) is not installed"
 eps = md.entry_points()
 pytest11 = [e for e in eps.select(group="pytest11") if e.value == "offloadkit.pytest"]
 assert pytest11, "no pytest11 entry point names offloadkit.pytest"
@@ -61,6 +63,7 @@ wheels = glob.glob(os.path.join(sys.argv[2], "offloadkit-*.whl"))
 assert len(wheels) == 1, f"expected one wheel, got {wheels}"
 names = zipfile.ZipFile(wheels[0]).namelist()
 for want in ("offloadkit/_native", "offloadkit/py.typed", "offloadkit/lib/liboffloadkit_interpose.so",
+             "offloadkit/bin/offloadkit",
              "offloadkit/pytest.py", "offloadkit/cli.py"):
     assert any(n.startswith(want) for n in names), f"{want} is not in {wheels[0]}: {names}"
 print("installed:", root, "wheel:", os.path.basename(wheels[0]))
@@ -73,7 +76,8 @@ endif()
 message(STATUS "${out}")
 execute_process(COMMAND ${VENV}/bin/offloadkit version WORKING_DIRECTORY ${VENV}/scratch
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "offloadkit [0-9.]+ \\(extension module ${VENV}/")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "offloadkit [0-9.]+ \\(extension module ${VENV}/"
+   OR NOT out MATCHES "program: ${VENV}/[^\n]*/offloadkit/bin/offloadkit")
   message(FATAL_ERROR "the console script 'offloadkit version' (${rc}):\n${out}\n${err}")
 endif()
 message(STATUS "${out}")

@@ -133,14 +133,16 @@ foreach(entry IN LISTS ecosystem_usage_cases)
   string(REGEX REPLACE "\\|.*" "" name "${entry}")
   list(APPEND module_tests python_module.ecosystem_usage.${name})
 endforeach()
-# `offloadkit` on PATH is the package's console script here (the venv's bin), which has no
-# conformance command: named as not the C++ command (exit 3).
+# `offloadkit` on PATH is the package's console script here (the venv's bin), told to find no
+# program (OFFLOADKIT_PROGRAM=none), so that it has no conformance command: named as not the C++
+# command (exit 3).
 add_test(NAME python_module.ecosystem_console_script
   COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python} "-DARGS=-m offloadkit ecosystem"
           "-DEXPECT=offloadkit ecosystem: ${venv}/bin/offloadkit .PATH. is not offloadkit's C\\+\\+ command"
           -DEXPECT_RC=3 -P ${PROJECT_SOURCE_DIR}/tools/expect_usage_error.cmake)
 set_tests_properties(python_module.ecosystem_console_script PROPERTIES
-  LABELS "cpu;python;adapters;cli" TIMEOUT 60 ENVIRONMENT "PATH=${venv}/bin;OFFLOADKIT=")
+  LABELS "cpu;python;adapters;cli" TIMEOUT 60
+  ENVIRONMENT "PATH=${venv}/bin;OFFLOADKIT=;OFFLOADKIT_PROGRAM=none")
 add_test(NAME python_module.ecosystem_help
   COMMAND ${CMAKE_COMMAND} -E env ${venv_python} -m offloadkit ecosystem --help)
 set_tests_properties(python_module.ecosystem_help PROPERTIES LABELS "cpu;python;adapters;cli"

@@ -475,6 +475,11 @@ class UsageTest(unittest.TestCase):
 
 class CommandTest(unittest.TestCase):
     def test_the_cxx_command_is_found_or_named(self):
+        # Without the program the package ships (or a build tree's beside it).
+        with mock.patch.object(ecosystem, "program_path", return_value=None):
+            self._found_or_named()
+
+    def _found_or_named(self):
         with self.assertRaises(ecosystem.Stop) as caught:
             ecosystem.find_offloadkit(None, {"PATH": "/nonexistent"})
         self.assertEqual(caught.exception.status, ecosystem.CANNOT_RUN)
@@ -496,6 +501,12 @@ class CommandTest(unittest.TestCase):
         with open(fake, "w") as f:
             f.write("#!/bin/sh\necho '{\"format\": \"offloadkit.conformance\"}'\n")
         self.assertEqual(ecosystem.find_offloadkit(None, {"PATH": folder}), fake)
+        # The package's own program comes before PATH, after OFFLOADKIT.
+        with mock.patch.object(ecosystem, "program_path", return_value=fake):
+            self.assertEqual(ecosystem.find_offloadkit(None, {"PATH": "/nonexistent"}), fake)
+            with self.assertRaises(ecosystem.Stop) as caught:
+                ecosystem.find_offloadkit(None, {"OFFLOADKIT": "/nonexistent/offloadkit"})
+            self.assertIn("(OFFLOADKIT: /nonexistent/offloadkit)", str(caught.exception))
 
     def test_the_executor(self):
         self.assertEqual(ecosystem.resolve_executor("auto", "no driver")[0], "host")
