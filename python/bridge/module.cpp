@@ -19,6 +19,7 @@
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/plugin.h"
+#include "offloadkit/plugin/capabilities.hpp"
 #include "plugin_subjects.hpp"
 #include "schedule_commands.hpp"
 
@@ -132,4 +133,14 @@ PYBIND11_MODULE(_native, m) {
       },
       "Why the cuda executor cannot run here; empty where it can.");
   m.def("module_path", &module_path, "The file of this extension module.");
+  m.def(
+      "capability_table",
+      [] {
+        py::list out;
+        for (const auto& c : offloadkit::plugin::capability_table())
+          out.append(py::make_tuple(c.feature, c.name, c.bit, c.meaning));
+        return out;
+      },
+      "Every capability of every feature as (feature, name, bit, meaning), common ones first: the "
+      "one table the C ABI's host, the check command and the Python bridge read.");
 }
