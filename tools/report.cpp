@@ -356,7 +356,11 @@ std::string verdict_of(const report_row& row) {
   return "fails";
 }
 
-std::string render_report(const check_report& report, report_format format) {
+namespace {
+
+/// A check report or a fault report in `format`, by the writer of that format.
+template <class Report>
+std::string render_in(const Report& report, report_format format) {
   switch (format) {
     case report_format::markdown:
       return render_markdown(report);
@@ -368,16 +372,14 @@ std::string render_report(const check_report& report, report_format format) {
   return render_json(report);
 }
 
+}  // namespace
+
+std::string render_report(const check_report& report, report_format format) {
+  return render_in(report, format);
+}
+
 std::string render_report(const fault_report& report, report_format format) {
-  switch (format) {
-    case report_format::markdown:
-      return render_markdown(report);
-    case report_format::json:
-      return render_json(report);
-    case report_format::html:
-      return render_html(report);
-  }
-  return render_json(report);
+  return render_in(report, format);
 }
 
 }  // namespace offloadkit::tools
