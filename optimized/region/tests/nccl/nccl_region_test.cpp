@@ -76,6 +76,7 @@
 #include "collectives.hpp"
 #include "markup.hpp"
 #include "nccl_api.hpp"
+#include "nccl_test.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/host_executor.hpp"
@@ -84,42 +85,123 @@
 #include "offloadkit/resources.hpp"
 
 namespace offloadkit::multigpu {
+
+// ---- variants -----------------------------------------------------------------------------------
+
+const std::vector<variant>& all_variants() {
+  static const std::vector<variant> variants = {
+      {"plain",
+       false,
+       registration::none,
+       true,
+       {},
+       "in-place all-reduce of the region, NCCL's defaults"},
+      {"plain-nographreg",
+       false,
+       registration::none,
+       false,
+       {{"NCCL_GRAPH_REGISTER", "0"}},
+       "as plain with NCCL's graph-time registration off: a control, should plain fail"},
+      {"out-of-place",
+       true,
+       registration::none,
+       false,
+       {{"NCCL_GRAPH_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
+       "region -> output region; NCCL may register the output's memory at capture (its default)"},
+      {"out-of-place-nographreg",
+       true,
+       registration::none,
+       true,
+       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_PROTO", "Simple"}},
+       "region -> output region with NCCL's graph-time registration off"},
+      {"registered",
+       true,
+       registration::kept,
+       false,
+       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_LOCAL_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
+       "region -> output region, both registered with ncclCommRegister and kept registered"},
+      {"registered-reregister",
+       true,
+       registration::redone,
+       true,
+       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_LOCAL_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
+       "as registered, but deregistered before pause, registered and captured again after "
+       "resume"},
+  };
+  return variants;
+}
+
+const variant* find_variant(const std::string& name) {
+  for (const variant& v : all_variants()) {
+    if (v.name == name) return &v;
+  }
+  return nullptr;
+}
+
+// ---- output -------------------------------------------------------------------------------------
+
+std::string mib(long long bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+std::string seconds_since(clock_type::time_point start) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s",
+                std::chrono::duration<double>(clock_type::now() - start).count());
+  return text;
+}
+
+void write_out(const std::string& text) {
+  std::fflush(stdout);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+/// The first wrong sum found, if any.
+std::mutex earlier_mutex;
+std::string earlier_wrong;
 
-// Exit statuses. A variant child: 0 right sum, 1 wrong sum, 3 error, 4 hang, 77 skipped. The
-// runner: 0 every gating variant gave the right sum, 1 one did not, 77 plain was skipped.
-constexpr int exit_right = 0;
-constexpr int exit_wrong = 1;
-constexpr int exit_usage = 2;
-constexpr int exit_error = 3;
-constexpr int exit_hang = 4;
-constexpr int exit_skip = 77;  // ctest's SKIP_RETURN_CODE
+}  // namespace
 
-constexpr const char* result_prefix = "==> result: ";
-constexpr const char* held_prefix = "==> held: ";
+void note_wrong(const std::string& text) {
+  const std::lock_guard<std::mutex> lock(earlier_mutex);
+  if (earlier_wrong.empty()) earlier_wrong = text;
+}
+
+std::string after_earlier_wrong(const std::string& text) {
+  const std::lock_guard<std::mutex> lock(earlier_mutex);
+  return earlier_wrong.empty() ? text : "wrong sum: " + earlier_wrong + "; then " + text;
+}
+
+void finish(int code, const std::string& result) {
+  write_out(std::string(result_prefix) + result + "\n");
+  ::_exit(code);
+}
+
+void hang(const std::string& what, int seconds) {
+  const std::string text =
+      "hang: " + what + " did not complete within " + std::to_string(seconds) + " s";
+  write_out(text + "\n");
+  finish(exit_hang, after_earlier_wrong(text));
+}
+
+void skip(const std::string& reason) {
+  write_out("OFFLOADKIT SKIP: " + reason + "\n");
+  finish(exit_skip, "skipped: " + reason);
+}
+
+namespace {
 
 // ---- options ------------------------------------------------------------------------------------
-
-struct options {
-  std::string variant;  ///< empty: run every variant, each in a child process
-  int rounds = 3;       ///< pause/resume rounds after the first replay; the last one discards
-  /// Floats per region: about 24 MiB, not a multiple of the 2 MiB granularity, so that the
-  /// region's last (and only) chunk is partly used.
-  std::size_t elements = std::size_t{6} * 1024 * 1024 + 12345;
-  int deadline_s = 60;  ///< per step; NCCL's initialization gets twice as long
-  /// cuda: NCCL on GPUs 0 and 1. host: the host executor and the host stand-in for NCCL, the
-  /// scenario's dry run on a machine without GPUs.
-  std::string executor = "cuda";
-  host_fault fault = host_fault::none;  ///< planted by the host stand-in
-  std::string fault_name = "none";
-  bool list = false;
-  bool find_nccl_only = false;
-  /// Where the runner writes its table and findings (Markdown) on every outcome, pass, fail or
-  /// skip; empty: nowhere but stdout.
-  std::string findings;
-};
 
 /// Parses the command line into `o`: -1 to go on, or the exit status (0 after --help, 2 after a
 /// usage error, on stderr as "nccl_region_test: <option>: <value> ... valid ...").
@@ -192,718 +274,6 @@ int parse_options(int argc, char** argv, options& o) {
   }
   (void)parse_host_fault(o.fault_name, o.fault);
   return -1;
-}
-
-// ---- variants -----------------------------------------------------------------------------------
-
-enum class registration { none, kept, redone };
-
-struct variant {
-  std::string name;
-  bool out_of_place = false;
-  registration reg = registration::none;
-  bool gates = false;  ///< a wrong sum (or a hang, a crash, an error) fails the test
-  std::vector<std::pair<std::string, std::string>> env;  ///< set, overriding, before NCCL loads
-  std::string what;                                      ///< one line
-};
-
-const std::vector<variant>& all_variants() {
-  static const std::vector<variant> variants = {
-      {"plain",
-       false,
-       registration::none,
-       true,
-       {},
-       "in-place all-reduce of the region, NCCL's defaults"},
-      {"plain-nographreg",
-       false,
-       registration::none,
-       false,
-       {{"NCCL_GRAPH_REGISTER", "0"}},
-       "as plain with NCCL's graph-time registration off: a control, should plain fail"},
-      {"out-of-place",
-       true,
-       registration::none,
-       false,
-       {{"NCCL_GRAPH_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
-       "region -> output region; NCCL may register the output's memory at capture (its default)"},
-      {"out-of-place-nographreg",
-       true,
-       registration::none,
-       true,
-       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_PROTO", "Simple"}},
-       "region -> output region with NCCL's graph-time registration off"},
-      {"registered",
-       true,
-       registration::kept,
-       false,
-       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_LOCAL_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
-       "region -> output region, both registered with ncclCommRegister and kept registered"},
-      {"registered-reregister",
-       true,
-       registration::redone,
-       true,
-       {{"NCCL_GRAPH_REGISTER", "0"}, {"NCCL_LOCAL_REGISTER", "1"}, {"NCCL_PROTO", "Simple"}},
-       "as registered, but deregistered before pause, registered and captured again after "
-       "resume"},
-  };
-  return variants;
-}
-
-const variant* find_variant(const std::string& name) {
-  for (const variant& v : all_variants()) {
-    if (v.name == name) return &v;
-  }
-  return nullptr;
-}
-
-// ---- output -------------------------------------------------------------------------------------
-
-std::string mib(long long bytes) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
-
-std::string seconds_since(clock_type::time_point start) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f s",
-                std::chrono::duration<double>(clock_type::now() - start).count());
-  return text;
-}
-
-/// Writes straight to stdout: the watchdog thread uses it while the main thread is stuck.
-void write_out(const std::string& text) {
-  std::fflush(stdout);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(STDOUT_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<std::size_t>(n);
-  }
-}
-
-/// The first wrong sum found, if any: a hang or an error after it (in the teardown, say) is
-/// reported together with it, so that the wrong sum is not lost from the table.
-std::mutex earlier_mutex;
-std::string earlier_wrong;
-
-void note_wrong(const std::string& text) {
-  const std::lock_guard<std::mutex> lock(earlier_mutex);
-  if (earlier_wrong.empty()) earlier_wrong = text;
-}
-
-std::string after_earlier_wrong(const std::string& text) {
-  const std::lock_guard<std::mutex> lock(earlier_mutex);
-  return earlier_wrong.empty() ? text : "wrong sum: " + earlier_wrong + "; then " + text;
-}
-
-/// Prints the final result line and ends the process without running destructors or exit
-/// handlers: after a hang or an error the CUDA and NCCL state is not one to tear down.
-[[noreturn]] void finish(int code, const std::string& result) {
-  write_out(std::string(result_prefix) + result + "\n");
-  ::_exit(code);
-}
-
-[[noreturn]] void hang(const std::string& what, int seconds) {
-  const std::string text =
-      "hang: " + what + " did not complete within " + std::to_string(seconds) + " s";
-  write_out(text + "\n");
-  finish(exit_hang, after_earlier_wrong(text));
-}
-
-[[noreturn]] void skip(const std::string& reason) {
-  write_out("OFFLOADKIT SKIP: " + reason + "\n");
-  finish(exit_skip, "skipped: " + reason);
-}
-
-// ---- watchdog -----------------------------------------------------------------------------------
-
-/// Bounds the steps that block inside CUDA or NCCL (initialization, capture, pause, teardown):
-/// armed with a step's name and limit, it reports a hang and ends the process when the step has
-/// not finished in time.
-class watchdog {
- public:
-  watchdog() = default;
-  watchdog(const watchdog&) = delete;
-  watchdog& operator=(const watchdog&) = delete;
-  ~watchdog() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-
-  /// Disarms the watchdog when it goes out of scope.
-  class step {
-   public:
-    explicit step(watchdog& w) : w_(&w) {}
-    step(const step&) = delete;
-    step& operator=(const step&) = delete;
-    ~step() { w_->disarm(); }
-
-   private:
-    watchdog* w_;
-  };
-
-  [[nodiscard]] step arm(std::string what, int seconds) {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      what_ = std::move(what);
-      seconds_ = seconds;
-      deadline_ = clock_type::now() + std::chrono::seconds(seconds);
-      armed_ = true;
-    }
-    wake_.notify_all();
-    return step(*this);
-  }
-
-  void disarm() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    armed_ = false;
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      if (!armed_) {
-        wake_.wait(lock);
-        continue;
-      }
-      const auto deadline = deadline_;
-      wake_.wait_until(lock, deadline);
-      if (armed_ && !stop_ && deadline_ == deadline && clock_type::now() >= deadline) {
-        hang(what_, seconds_);
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::string what_;
-  int seconds_ = 0;
-  clock_type::time_point deadline_{};
-  bool armed_ = false;
-  bool stop_ = false;
-  std::thread thread_{[this] { run(); }};  // last: starts once the members above exist
-};
-
-// ---- the scenario (one variant, in this process) -----------------------------------------------
-
-/// Element i of device d's region in round r: small integers, so that every sum is exact in fp32.
-float value(int device, int round, std::size_t i) {
-  return static_cast<float>(device + 1 + static_cast<int>(i % 97) + 128 * round);
-}
-
-float expected_sum(int round, std::size_t i) { return value(0, round, i) + value(1, round, i); }
-
-constexpr unsigned char poison_byte = 0xFF;   // 0xFFFFFFFF: a NaN, never a sum
-constexpr unsigned char scratch_byte = 0x5A;  // what another user writes into the released memory
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-std::string float_text(float f) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9g (0x%08x)", static_cast<double>(f),
-                static_cast<unsigned>(bits_of(f)));
-  return text;
-}
-
-struct per_device {
-  int device = 0;
-  stream s;
-  event done;
-  buffer host;                                 // pinned staging for fills and read-backs
-  std::unique_ptr<region::vmm_region> region;  // all-reduced; in place, it also holds the sum
-  std::unique_ptr<region::vmm_region> output;  // out of place: the sum
-  void* region_address = nullptr;              // as created: resume must map it there again
-  void* output_address = nullptr;
-  graph g;
-  void* region_handle = nullptr;  // ncclCommRegister's handles (null: not registered)
-  void* output_handle = nullptr;
-
-  [[nodiscard]] std::size_t footprint() const {
-    return region->footprint() + (output ? output->footprint() : 0);
-  }
-};
-
-class scenario {
- public:
-  scenario(const variant& v, const options& o) : v_(v), o_(o), bytes_(o.elements * sizeof(float)) {}
-
-  /// Runs the variant and ends the process with its result: an error is caught here, before the
-  /// scenario's members (regions, graphs, the executor) would be torn down by unwinding.
-  [[noreturn]] void run();
-
- private:
-  [[noreturn]] void steps();
-  void header() const;
-  void init_cuda();
-  void init_nccl();
-  void create_resources();
-  void wait_all(const std::string& what);
-  void record_all();
-  void fill(int round);
-  void poison_outputs();
-  void register_buffers();
-  void deregister_buffers();
-  void warm_up();
-  void capture();
-  void destroy_graphs();
-  void pause_all(region::pause_mode mode, int round);
-  void resume_all(int round);
-  void replay(const std::string& what);
-  bool check(int round, const std::string& when);
-  void teardown();
-
-  const variant& v_;
-  const options& o_;
-  std::size_t bytes_;
-  watchdog wd_;
-  std::unique_ptr<executor> ex_;
-  std::unique_ptr<collective> coll_;
-  std::array<per_device, 2> dev_;
-  std::size_t held_max_ = 0;  // device memory a pause did not give back, largest seen
-  std::string first_wrong_;   // the first wrong element found, as reported
-};
-
-void scenario::record_all() {
-  for (per_device& d : dev_) ex_->record(d.done.ref(), d.s.ref());
-}
-
-// Polls both devices' events until they complete; past the deadline the step is a hang.
-void scenario::wait_all(const std::string& what) {
-  record_all();
-  const auto deadline = clock_type::now() + std::chrono::seconds(o_.deadline_s);
-  for (;;) {
-    bool all = true;
-    for (per_device& d : dev_) all = ex_->ready(d.done.ref()) && all;
-    if (all) return;
-    coll_->check_async_errors(what);
-    if (clock_type::now() >= deadline) hang(what, o_.deadline_s);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void scenario::fill(int round) {
-  for (per_device& d : dev_) {
-    auto* host = d.host.as<float>();
-    for (std::size_t i = 0; i < o_.elements; ++i) host[i] = value(d.device, round, i);
-    ex_->copy(d.region->data(), host, bytes_, d.s.ref());
-  }
-  wait_all("copying round " + std::to_string(round) + "'s values into the regions");
-}
-
-void scenario::poison_outputs() {
-  if (!v_.out_of_place) return;
-  for (per_device& d : dev_) ex_->fill(d.output->data(), poison_byte, bytes_, d.s.ref());
-  wait_all("setting the output regions to NaN before the replay");
-}
-
-void scenario::register_buffers() {
-  const auto step = wd_.arm("ncclCommRegister of the regions", o_.deadline_s);
-  for (per_device& d : dev_) {
-    d.region_handle = coll_->register_buffer(d.device, d.region->data(), bytes_);
-    d.output_handle = coll_->register_buffer(d.device, d.output->data(), bytes_);
-    std::printf("  registered with NCCL on device %d: region %p handle %p, output %p handle %p%s\n",
-                d.device, d.region->data(), d.region_handle, d.output->data(), d.output_handle,
-                d.region_handle == nullptr || d.output_handle == nullptr
-                    ? " (a null handle: NCCL declined to register, see NCCL_LOCAL_REGISTER)"
-                    : "");
-  }
-}
-
-void scenario::deregister_buffers() {
-  const auto step = wd_.arm("ncclCommDeregister of the regions", o_.deadline_s);
-  for (per_device& d : dev_) {
-    coll_->deregister_buffer(d.device, d.region_handle);
-    coll_->deregister_buffer(d.device, d.output_handle);
-    d.region_handle = nullptr;
-    d.output_handle = nullptr;
-  }
-  std::printf("  deregistered both regions on both devices\n");
-}
-
-void scenario::warm_up() {
-  poison_outputs();
-  {
-    const auto step = wd_.arm("issuing the warm-up all-reduce", o_.deadline_s);
-    coll_->group_start();
-    for (per_device& d : dev_) {
-      void* out = v_.out_of_place ? d.output->data() : d.region->data();
-      coll_->all_reduce(d.device, d.region->data(), out, o_.elements, d.s.ref());
-    }
-    coll_->group_end();
-  }
-  wait_all("the warm-up all-reduce (not captured)");
-}
-
-// Both streams are captured at once and the two all-reduces issued in one NCCL group, the way a
-// single thread drives several GPUs (NCCL's group semantics; nccl-tests does the same with -G).
-void scenario::capture() {
-  const auto start = clock_type::now();
-  const auto step =
-      wd_.arm("capturing the all-reduce into CUDA graphs on both devices", o_.deadline_s);
-  for (per_device& d : dev_) ex_->begin_capture(d.s.ref());
-  coll_->group_start();
-  for (per_device& d : dev_) {
-    void* out = v_.out_of_place ? d.output->data() : d.region->data();
-    coll_->all_reduce(d.device, d.region->data(), out, o_.elements, d.s.ref());
-  }
-  coll_->group_end();
-  for (per_device& d : dev_) d.g = graph(*ex_, ex_->end_capture(d.s.ref()));
-  std::printf("  captured the all-reduce (%s) into one graph per device (%s)\n",
-              v_.out_of_place ? "region -> output" : "in place", seconds_since(start).c_str());
-}
-
-void scenario::destroy_graphs() {
-  const auto step = wd_.arm("destroying the graphs", o_.deadline_s);
-  for (per_device& d : dev_) d.g = graph();
-}
-
-void scenario::pause_all(region::pause_mode mode, int round) {
-  std::array<memory_info, 2> before{};
-  for (per_device& d : dev_)
-    before[static_cast<std::size_t>(d.device)] = ex_->device_memory(d.device);
-  {
-    const auto step = wd_.arm(std::string("pausing the regions (") + region::to_string(mode) + ")",
-                              o_.deadline_s);
-    for (per_device& d : dev_) {
-      d.region->pause(mode, d.s.ref());
-      if (d.output) d.output->pause(mode, d.s.ref());
-    }
-  }
-  std::string line = "  round " + std::to_string(round) + ": paused (";
-  line += region::to_string(mode);
-  line += "):";
-  for (per_device& d : dev_) {
-    const memory_info after = ex_->device_memory(d.device);
-    const auto released = static_cast<long long>(after.free) -
-                          static_cast<long long>(before[static_cast<std::size_t>(d.device)].free);
-    const auto footprint = static_cast<long long>(d.footprint());
-    line += d.device == 0 ? " device 0" : ", device 1";
-    line += " gave back ";
-    line += mib(released);
-    line += " of ";
-    line += mib(footprint);
-    // What the driver did not get back is still mapped somewhere else: NCCL's registration.
-    const long long held = footprint - released;
-    const auto granule = static_cast<long long>(ex_->granularity(d.device));
-    if (held >= granule) {
-      line += " (";
-      line += mib(held);
-      line += " still mapped elsewhere, e.g. by NCCL)";
-      held_max_ = std::max(held_max_, static_cast<std::size_t>(held));
-    }
-  }
-  std::printf("%s\n", line.c_str());
-  write_out(std::string(held_prefix) + std::to_string(held_max_) + "\n");
-}
-
-void scenario::resume_all(int round) {
-  // While paused, another user takes the memory that was released and writes into it, as the
-  // KV cache's neighbours do in a training step.
-  std::vector<buffer> scratch;
-  {
-    const auto step = wd_.arm("allocating scratch memory while paused", o_.deadline_s);
-    for (per_device& d : dev_) {
-      scratch.emplace_back(*ex_, memory_kind::device, d.footprint(), d.device);
-      ex_->fill(scratch.back().data(), scratch_byte, scratch.back().size(), d.s.ref());
-    }
-  }
-  wait_all("writing scratch memory while paused");
-  {
-    const auto step = wd_.arm("resuming the regions", o_.deadline_s);
-    for (per_device& d : dev_) {
-      d.region->resume(d.s.ref());
-      if (d.output) d.output->resume(d.s.ref());
-    }
-  }
-  wait_all("the resume's copies (round " + std::to_string(round) + ")");
-  {
-    const auto step = wd_.arm("freeing the scratch memory", o_.deadline_s);
-    scratch.clear();
-  }
-  for (per_device& d : dev_) {
-    if (d.region->data() != d.region_address ||
-        (d.output && d.output->data() != d.output_address)) {
-      finish(exit_wrong, "wrong sum: the region on device " + std::to_string(d.device) +
-                             " moved on resume: it is no longer where the graph was captured");
-    }
-  }
-  std::printf("  round %d: resumed at the same addresses\n", round);
-}
-
-void scenario::replay(const std::string& what) {
-  {
-    const auto step = wd_.arm("launching the graphs", o_.deadline_s);
-    for (per_device& d : dev_) d.g.replay(d.s.ref());
-  }
-  wait_all(what);
-}
-
-// Reads every element back and compares it with the sum; prints what it found and returns
-// whether every element on both devices is right.
-bool scenario::check(int round, const std::string& when) {
-  struct finding {
-    std::size_t wrong = 0, poison = 0, stale = 0, scratch = 0, unreduced = 0;
-    std::size_t first = 0;
-    float expected = 0;
-    float got = 0;
-  };
-  bool all_right = true;
-  std::uint32_t scratch_bits = 0;
-  std::memset(&scratch_bits, scratch_byte, sizeof scratch_bits);
-  for (per_device& d : dev_) {
-    // The sum (the output, or the region in place), then, out of place, the untouched region.
-    const int passes = v_.out_of_place ? 2 : 1;
-    for (int pass = 0; pass < passes; ++pass) {
-      const bool sum_pass = pass == 0;
-      const region::vmm_region& r = sum_pass && v_.out_of_place ? *d.output : *d.region;
-      ex_->copy(d.host.data(), r.data(), bytes_, d.s.ref());
-      wait_all("copying the result back (round " + std::to_string(round) + ")");
-      const auto* host = d.host.as<const float>();
-      finding f;
-      for (std::size_t i = 0; i < o_.elements; ++i) {
-        const float want = sum_pass ? expected_sum(round, i) : value(d.device, round, i);
-        const float got = host[i];
-        if (got == want) continue;
-        if (f.wrong++ == 0) {
-          f.first = i;
-          f.expected = want;
-          f.got = got;
-        }
-        const std::uint32_t b = bits_of(got);
-        if (b == 0xFFFFFFFFu) ++f.poison;
-        if (b == scratch_bits) ++f.scratch;
-        if (round > 0 && got == expected_sum(round - 1, i)) ++f.stale;
-        if (got == value(d.device, round, i)) ++f.unreduced;
-      }
-      const char* what = sum_pass ? (v_.out_of_place ? "output" : "region") : "region (input)";
-      if (f.wrong == 0) continue;
-      all_right = false;
-      char text[1024];
-      std::snprintf(text, sizeof text,
-                    "round %d (%s): device %d %s element %zu of %zu: expected %s, got %s; %zu "
-                    "elements differ (%zu never written: still NaN, %zu the previous round's sum, "
-                    "%zu the scratch pattern of the memory's other user, %zu this device's own "
-                    "value, not reduced)",
-                    round, when.c_str(), d.device, what, f.first, o_.elements,
-                    float_text(f.expected).c_str(), float_text(f.got).c_str(), f.wrong, f.poison,
-                    f.stale, f.scratch, f.unreduced);
-      std::printf("  WRONG: %s\n", text);
-      if (first_wrong_.empty()) first_wrong_ = text;
-      note_wrong(text);
-    }
-  }
-  if (all_right) {
-    std::printf("  round %d (%s): right sum on both devices (%zu elements each)\n", round,
-                when.c_str(), o_.elements);
-  }
-  return all_right;
-}
-
-void scenario::teardown() {
-  destroy_graphs();
-  if (v_.reg != registration::none) deregister_buffers();
-  {
-    const auto step = wd_.arm("finalizing and destroying the NCCL communicators", o_.deadline_s);
-    coll_->finalize();
-  }
-  const auto step = wd_.arm("releasing the regions, streams and staging buffers", o_.deadline_s);
-  for (per_device& d : dev_) {
-    d.output.reset();
-    d.region.reset();
-    d.host.reset();
-  }
-}
-
-void scenario::init_cuda() {
-  ex_ = std::make_unique<cuda_executor>();
-  if (ex_->device_count() < 2) {
-    skip("needs 2 GPUs, found " + std::to_string(ex_->device_count()) +
-         " (cudaGetDeviceCount; CUDA_VISIBLE_DEVICES may hide some)");
-  }
-  for (int d = 0; d < 2; ++d) {
-    cudaDeviceProp prop{};
-    if (const cudaError_t e = cudaGetDeviceProperties(&prop, d); e != cudaSuccess) {
-      throw std::runtime_error(std::string("cudaGetDeviceProperties(") + std::to_string(d) +
-                               ") failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-    }
-    int peer = 0;
-    if (cudaDeviceCanAccessPeer(&peer, d, 1 - d) != cudaSuccess) peer = -1;
-    std::printf("  device %d: %s (sm_%d%d, %s), peer access to device %d: %s\n", d, prop.name,
-                prop.major, prop.minor, mib(static_cast<long long>(prop.totalGlobalMem)).c_str(),
-                1 - d,
-                peer == 1   ? "yes"
-                : peer == 0 ? "no"
-                            : "unknown (query failed)");
-  }
-  (void)cudaGetLastError();
-}
-
-void scenario::init_nccl() {
-  nccl_search search;
-  {
-    const auto step = wd_.arm("looking for NCCL (dlopen, python3's sys.path)", o_.deadline_s);
-    search = find_nccl();
-  }
-  if (!search.loaded) skip("NCCL cannot be loaded: " + search.summary());
-  for (const std::string& a : search.attempts) std::printf("    (not used: %s)\n", a.c_str());
-  coll_ = make_nccl_collective(search.api);
-}
-
-void scenario::create_resources() {
-  for (int d = 0; d < 2; ++d) {
-    per_device& p = dev_[static_cast<std::size_t>(d)];
-    p.device = d;
-    p.s = stream(*ex_, d);
-    p.done = event(*ex_, d);
-    p.host = buffer(*ex_, memory_kind::pinned, bytes_);
-    p.region = std::make_unique<region::vmm_region>(*ex_, region::region_config{bytes_, d, 0});
-    p.region_address = p.region->data();
-    if (v_.out_of_place) {
-      p.output = std::make_unique<region::vmm_region>(*ex_, region::region_config{bytes_, d, 0});
-      p.output_address = p.output->data();
-    }
-    std::printf(
-        "  device %d: region at %p: %zu floats (%zu bytes) in %zu bytes of physical "
-        "memory, chunks of %zu bytes (granularity %zu)\n",
-        d, p.region->data(), o_.elements, bytes_, p.region->footprint(), p.region->chunk_bytes(),
-        ex_->granularity(d));
-    if (p.output)
-      std::printf("  device %d: output region at %p, the same size\n", d, p.output->data());
-  }
-}
-
-void scenario::header() const {
-  std::printf("nccl_region_test --variant %s: %s\n", v_.name.c_str(), v_.what.c_str());
-  std::string env = "  environment:";
-  for (const char* name : {"NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER", "NCCL_LOCAL_REGISTER",
-                           "NCCL_PROTO", "NCCL_ALGO", "NCCL_CUMEM_ENABLE", "NCCL_P2P_DISABLE",
-                           "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "CUDA_VISIBLE_DEVICES"}) {
-    const char* value = std::getenv(name);
-    env += std::string(" ") + name + "=" + (value != nullptr ? value : "(unset)");
-  }
-  std::printf("%s\n", env.c_str());
-}
-
-void scenario::run() {
-  try {
-    steps();
-  } catch (const std::exception& e) {
-    write_out(std::string("error: ") + e.what() + "\n");
-    finish(exit_error, after_earlier_wrong(std::string("error: ") + e.what()));
-  } catch (...) {
-    finish(exit_error, after_earlier_wrong("error: an exception that is not a std::exception"));
-  }
-}
-
-void scenario::steps() {
-  // Before NCCL is loaded: it reads its environment once. NCCL_NVLS_ENABLE was forced in main().
-  for (const auto& [name, value] : v_.env) ::setenv(name.c_str(), value.c_str(), 1);
-  // NCCL's registration messages show whether it registered the regions, and its tuning ones
-  // which algorithm and protocol each all-reduce used; a setting of the caller's own is kept.
-  ::setenv("NCCL_DEBUG", "INFO", 0);
-  ::setenv("NCCL_DEBUG_SUBSYS", "REG,TUNING", 0);
-  header();
-
-  if (o_.executor == "host") {
-    ex_ = std::make_unique<host_executor>();
-    coll_ = make_host_collective(*ex_, o_.fault);
-    std::printf("  executor: host (a dry run: no GPU, no NCCL)\n");
-  } else {
-    if (const std::string reason = cuda_unavailable_reason(); !reason.empty()) {
-      skip("no usable GPU: " + reason);
-    }
-    {
-      const auto step = wd_.arm("initializing CUDA on the devices", o_.deadline_s);
-      init_cuda();
-    }
-    init_nccl();
-  }
-  std::printf("  collective: %s\n", coll_->describe().c_str());
-  if (v_.reg != registration::none && !coll_->can_register()) {
-    skip(coll_->describe() +
-         " has no ncclCommRegister/ncclCommDeregister (they came with NCCL 2.19)");
-  }
-
-  {
-    const auto step = wd_.arm("creating the streams, regions and staging buffers", o_.deadline_s);
-    create_resources();
-  }
-
-  const auto start = clock_type::now();
-  {
-    const auto step = wd_.arm("ncclCommInitAll over devices 0 and 1", 2 * o_.deadline_s);
-    coll_->init();
-  }
-  std::printf("  ncclCommInitAll: 2 ranks on devices 0 and 1 (%s)\n", seconds_since(start).c_str());
-
-  std::vector<int> wrong_rounds;
-  auto checked = [&](int round, const std::string& when) {
-    const bool right = check(round, when);
-    if (!right && (wrong_rounds.empty() || wrong_rounds.back() != round)) {
-      wrong_rounds.push_back(round);
-    }
-  };
-  fill(0);
-  if (v_.reg != registration::none) register_buffers();
-  // Not captured, as frameworks warm up before they capture: NCCL connects the ranks here, and
-  // the sum of an all-reduce outside any graph is the baseline for the rest.
-  warm_up();
-  checked(0, "warm-up all-reduce, not captured");
-  fill(0);
-  capture();
-  poison_outputs();
-  std::printf("  round 0: replaying the graphs\n");
-  replay("the replay before any pause");
-  checked(0, "before any pause");
-
-  for (int round = 1; round <= o_.rounds; ++round) {
-    const bool discard = o_.rounds >= 2 && round == o_.rounds;
-    const auto mode = discard ? region::pause_mode::discard : region::pause_mode::preserve;
-    const std::string when =
-        discard ? "after pause (discard), resume and refill" : "after pause (preserve) and resume";
-    if (!discard) fill(round);  // the values must come back through the pause
-    if (v_.reg == registration::redone) {
-      destroy_graphs();
-      deregister_buffers();
-    }
-    pause_all(mode, round);
-    resume_all(round);
-    if (discard) fill(round);
-    if (v_.reg == registration::redone) {
-      register_buffers();
-      capture();
-    }
-    poison_outputs();
-    std::printf("  round %d: replaying the graphs captured %s\n", round,
-                v_.reg == registration::redone ? "after this resume" : "before the first pause");
-    replay("the replay after resume");
-    checked(round, when);
-  }
-
-  teardown();
-  const int replays = o_.rounds + 1;
-  if (!wrong_rounds.empty()) {
-    std::string rounds;
-    for (const int r : wrong_rounds) rounds += (rounds.empty() ? "" : ",") + std::to_string(r);
-    finish(exit_wrong, "wrong sum: " + first_wrong_ + "; wrong in round(s) " + rounds + " of 0.." +
-                           std::to_string(o_.rounds));
-  }
-  std::string text =
-      "right sum in the warm-up and in all " + std::to_string(replays) + " replays of the graphs";
-  if (held_max_ > 0) text += "; " + mib(static_cast<long long>(held_max_)) + " held across pause";
-  finish(exit_right, text);
 }
 
 // ---- the runner: every variant in a child process -----------------------------------------------
@@ -1253,7 +623,7 @@ int main_impl(int argc, char** argv) {
                  o.variant.c_str(), names.c_str());
     return exit_usage;
   }
-  scenario(*v, o).run();
+  run_scenario(*v, o);
 }
 
 }  // namespace
