@@ -7,29 +7,19 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <algorithm>
-#include <chrono>
-#include <csignal>
+#include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include "offloadkit/activation/reference_offloader.hpp"
-#include "offloadkit/arena/coalesced_offloader.hpp"
-#include "offloadkit/arena/reference_offloader.hpp"
-#include "offloadkit/plugin/export.hpp"
-#include "offloadkit/region/reference_region.hpp"
-#include "offloadkit/stash/eager_stash.hpp"
-#include "offloadkit/stash/eager_stash_wrapper.hpp"
-#include "offloadkit/teardown.hpp"
+#include "offloadkit/detail/text.hpp"
+#include "offloadkit/error.hpp"
+#include "offloadkit/executor.hpp"
+#include "offloadkit/region/region.hpp"
 #include "planted_support.hpp"
 
 #if PLANTED == OKIT_PLANTED_region_leak
