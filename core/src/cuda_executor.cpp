@@ -24,6 +24,7 @@
 
 #include "offloadkit/detail/cuda_try.hpp"
 #include "offloadkit/detail/device_guard.hpp"
+#include "offloadkit/detail/driver_vmm.hpp"
 #include "offloadkit/error.hpp"
 
 namespace offloadkit {
@@ -35,17 +36,10 @@ namespace {
 // has every function in its current ABI, so any driver that runs this runtime provides them.
 constexpr unsigned driver_api_version = 12000;
 
-struct driver_api {
+struct driver_api : driver_vmm_calls {
   PFN_cuGetErrorName_v6000 get_error_name = nullptr;
   PFN_cuGetErrorString_v6000 get_error_string = nullptr;
   PFN_cuMemGetAllocationGranularity_v10020 get_granularity = nullptr;
-  PFN_cuMemAddressReserve_v10020 address_reserve = nullptr;
-  PFN_cuMemAddressFree_v10020 address_free = nullptr;
-  PFN_cuMemCreate_v10020 create = nullptr;
-  PFN_cuMemRelease_v10020 release = nullptr;
-  PFN_cuMemMap_v10020 map = nullptr;
-  PFN_cuMemUnmap_v10020 unmap = nullptr;
-  PFN_cuMemSetAccess_v10020 set_access = nullptr;
   PFN_cuMemGetAddressRange_v3020 address_range = nullptr;
   std::string missing;  ///< why an entry point could not be resolved; empty when all were
 };
@@ -77,7 +71,7 @@ const driver_api& driver() {
     resolve("cuGetErrorName", a.get_error_name, a.missing);
     resolve("cuGetErrorString", a.get_error_string, a.missing);
     resolve("cuMemGetAllocationGranularity", a.get_granularity, a.missing);
-    resolve("cuMemAddressReserve", a.address_reserve, a.missing);
+    resolve("cuMemAddressReserve", a.reserve, a.missing);
     resolve("cuMemAddressFree", a.address_free, a.missing);
     resolve("cuMemCreate", a.create, a.missing);
     resolve("cuMemRelease", a.release, a.missing);
@@ -641,7 +635,7 @@ void* cuda_executor::do_reserve(std::size_t bytes, int device) {
   const detail::driver_api& d = detail::vmm_driver();
   device_guard guard(device);
   CUdeviceptr va = 0;
-  OFFLOADKIT_CU_TRY_CTX(d.address_reserve(&va, bytes, g, 0, 0), "reserving ", bytes,
+  OFFLOADKIT_CU_TRY_CTX(d.reserve(&va, bytes, g, 0, 0), "reserving ", bytes,
                         " bytes of address space");
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(va));
 }

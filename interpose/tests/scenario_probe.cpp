@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "offloadkit/detail/driver_vmm.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/interpose/control.h"
@@ -40,15 +41,7 @@ namespace {
 
 namespace ok = offloadkit;
 
-struct vmm_api {
-  PFN_cuMemAddressReserve_v10020 reserve = nullptr;
-  PFN_cuMemAddressFree_v10020 address_free = nullptr;
-  PFN_cuMemCreate_v10020 create = nullptr;
-  PFN_cuMemRelease_v10020 release = nullptr;
-  PFN_cuMemMap_v10020 map = nullptr;
-  PFN_cuMemUnmap_v10020 unmap = nullptr;
-  PFN_cuMemSetAccess_v10020 set_access = nullptr;
-};
+using vmm_api = ok::detail::driver_vmm_calls;
 
 vmm_api api;
 

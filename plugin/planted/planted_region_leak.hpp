@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "offloadkit/detail/driver_vmm.hpp"
 #include "offloadkit/detail/text.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/executor.hpp"
@@ -28,15 +29,8 @@ namespace offloadkit::planted {
 
 /// The driver's virtual-memory calls, obtained as offloadkit's executor obtains them (through the
 /// runtime, never by linking libcuda).
-struct vmm_api {
+struct vmm_api : ok::detail::driver_vmm_calls {
   PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
-  PFN_cuMemAddressReserve_v10020 reserve = nullptr;
-  PFN_cuMemAddressFree_v10020 address_free = nullptr;
-  PFN_cuMemCreate_v10020 create = nullptr;
-  PFN_cuMemRelease_v10020 release = nullptr;
-  PFN_cuMemMap_v10020 map = nullptr;
-  PFN_cuMemUnmap_v10020 unmap = nullptr;
-  PFN_cuMemSetAccess_v10020 set_access = nullptr;
 };
 
 template <class Fn>
