@@ -62,6 +62,12 @@ std::string on_path(const std::string& name) {
   return {};
 }
 
+/// How an error about the interpreter begins: check --python names its option; ecosystem, a
+/// command that runs there whole, names none (run_guarded names the command).
+std::string error_lead(const python_interpreter& python) {
+  return python.command == "check" ? "--python: " : "";
+}
+
 }  // namespace
 
 std::string python_install_hint(const python_interpreter& python) {
@@ -106,8 +112,7 @@ python_interpreter find_python_interpreter(const std::string& command) {
 void expect_offloadkit_package(const python_interpreter& python, const std::string& version,
                                unsigned plugin_abi_version) {
   const std::string who = python.path + " (" + python.origin + ")";
-  // check --python names its option; ecosystem, a command that runs there whole, needs no name.
-  const std::string lead = python.command == "check" ? "--python: " : "";
+  const std::string lead = error_lead(python);
   child_run run;
   try {
     run = run_child({python.path, "-c", probe_script},
@@ -163,9 +168,8 @@ void exec_python_command(const python_interpreter& python, const std::string& co
   std::cerr.flush();
   ::execv(python.path.c_str(), argv.data());
   const int err = errno;
-  throw unavailable_error(std::string(python.command == "check" ? "--python: " : "") +
-                          "the Python interpreter " + python.path + " (" + python.origin +
-                          ") cannot be started: " + std::strerror(err) + "; " +
+  throw unavailable_error(error_lead(python) + "the Python interpreter " + python.path + " (" +
+                          python.origin + ") cannot be started: " + std::strerror(err) + "; " +
                           python_install_hint(python));
 }
 

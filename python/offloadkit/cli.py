@@ -136,20 +136,14 @@ def run_check(args: Sequence[str]) -> int:
                               ["-m", "offloadkit", "check"])
 
 
-def run_program(args: Sequence[str]) -> int:
-    """Becomes the C++ program with `args` (exec), with this interpreter as the one it runs
-    Python commands in (unless ``OFFLOADKIT_PYTHON`` names another). Returns only where there is
-    no program: exit status 3, saying where it was looked for."""
-    program = program_path()
-    if program is None:
-        command = f"offloadkit {args[0]}" if args else "offloadkit"
-        sys.stderr.write(
-            f"{command}: runs in the offloadkit program, and this package has none "
-            f"(OFFLOADKIT_PROGRAM={os.environ.get('OFFLOADKIT_PROGRAM', '')!s} or unset; not "
-            f"shipped in {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bin')}): "
-            f"install the package with `pip install --no-build-isolation .` from offloadkit's "
-            f"checkout, which ships it, or set OFFLOADKIT_PROGRAM to the program's path\n")
-        return UNAVAILABLE
+def _asks_help(args: Sequence[str]) -> bool:
+    return any(a in ("-h", "--help") for a in args)
+
+
+def run_program(program: str, args: Sequence[str]) -> int:
+    """Becomes the C++ program `program` (program_path()) with `args` (exec), with this
+    interpreter as the one it runs Python commands in (unless ``OFFLOADKIT_PYTHON`` names
+    another). Returns only where the exec fails: exit status 3."""
     _point_at_interposer()
     os.environ.setdefault("OFFLOADKIT_PYTHON", sys.executable)
     sys.stdout.flush()
@@ -162,27 +156,24 @@ def run_program(args: Sequence[str]) -> int:
     return UNAVAILABLE
 
 
-def _names_factory(argv: Sequence[str]) -> bool:
-    """Whether a check's arguments name a Python factory (MODULE:FACTORY or --python): a check
-    without one is the program's (offloadkit's own batteries, or a --plugin library)."""
-    if any(a == "--plugin" or a.startswith("--plugin=") for a in argv):
-        return False
-    opts, _ = _check_parser().parse_known_args(list(argv))
-    return opts.factory is not None or opts.python is not None
-
-
 def check(argv: Sequence[str]) -> int:
-    """``check``: reads the command line, then runs the batteries. Returns the exit status."""
+    """``check``: reads the command line, then runs the batteries. Returns the exit status. A
+    check that names no Python factory (MODULE:FACTORY or --python), or names a --plugin library,
+    and --help, are the program's where there is one."""
     if "--run-one" in argv:
         # A child the check command started: its arguments are the C++ command's own.
         return run_check(argv)
-    asks_help = any(a in ("-h", "--help") for a in argv)
-    if (asks_help or not _names_factory(argv)) and program_path() is not None:
-        return run_program(["check"] + list(argv))
+    program = program_path()
+    # --plugin first: argparse, which does not know it, would take its value for the factory.
+    plugin = any(a == "--plugin" or a.startswith("--plugin=") for a in argv)
+    if program is not None and (_asks_help(argv) or plugin):
+        return run_program(program, ["check"] + list(argv))
     parser = _check_parser()
     opts, rest = parser.parse_known_args(list(argv))
-    forwarded: List[str] = []
     factory: Optional[str] = opts.factory
+    if program is not None and factory is None and opts.python is None:
+        return run_program(program, ["check"] + list(argv))
+    forwarded: List[str] = []
     if opts.python is not None:
         if factory is not None:
             parser.error(f"{factory}: unexpected argument (the factory is given by --python "
@@ -232,10 +223,12 @@ def replay(argv: Sequence[str]) -> int:
     """``replay FILE|FOLDER... --python MODULE:FACTORY [options]``: the C++ ``offloadkit replay``
     through the paged stash of the Python factory, in this interpreter. Returns the exit status."""
     args = list(argv)
-    if not any(a == "--python" or a.startswith("--python=") for a in args) and \
-            not any(a in ("-h", "--help") for a in args) and program_path() is not None:
-        return run_program(["replay"] + args)  # through the program's own stashes or a plugin's
-    if any(a in ("-h", "--help") for a in args):
+    program = program_path()
+    names_factory = any(a == "--python" or a.startswith("--python=") for a in args)
+    if program is not None and not names_factory and not _asks_help(args):
+        # through the program's own stashes or a plugin's
+        return run_program(program, ["replay"] + args)
+    if _asks_help(args):
         sys.stdout.write(
             "usage: python -m offloadkit replay FILE|FOLDER... --python MODULE:FACTORY [options]\n\n"
             "Replays paged-stash schedule files (one per pipeline rank, or folders of them) through\n"
@@ -321,10 +314,9 @@ def _own_help(args: Sequence[str]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``offloadkit`` console script and ``python -m offloadkit``. Returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    program = program_path()
     if not args or args[0] in ("-h", "--help", "help"):
-        if program_path() is not None:
-            return run_program(args)
-        return _own_help(args)
+        return run_program(program, args) if program is not None else _own_help(args)
     command, rest = args[0], args[1:]
     if command == "check":
         return check(rest)
@@ -341,16 +333,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return ecosystem.plugin_info(rest)
     if command in ("version", "--version"):
-        if any(a in ("-h", "--help") for a in rest) and program_path() is not None:
-            return run_program(args)
+        if _asks_help(rest) and program is not None:
+            return run_program(program, args)
         _native = native()
         reason = _native.cuda_unavailable_reason()
         print(f"offloadkit {_native.version} (extension module {_native.module_path()})")
         print("cuda back end: " + ("usable" if not reason else f"unavailable ({reason})"))
-        print(f"program: {program_path() or 'none (see OFFLOADKIT_PROGRAM)'}")
+        print(f"program: {program or 'none (see OFFLOADKIT_PROGRAM)'}")
         return 0
-    if program_path() is not None:
-        return run_program(args)  # the program's command, or its message for an unknown one
+    if program is not None:
+        # The program's command, or its message for an unknown one.
+        return run_program(program, args)
     names = ", ".join(COMMANDS)
     sys.stderr.write(f"offloadkit: {command}: unknown command here: valid commands are {names} "
                      f"(the offloadkit program, not found, has more)\n")
