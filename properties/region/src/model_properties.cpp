@@ -258,9 +258,9 @@ void discard_then_preserve(executor& ex, const region_implementation& impl, cons
   s.synchronize();
 }
 
-/// A preserving pause, then a resume on stream a whose work there is held back 10 ms, then a read
-/// on stream b: ordered after the resume by an event where the region is stream-ordered, at once
-/// where it declares itself synchronous (its resume has done its copies when it returns). The
+/// A preserving pause, then a resume on stream a whose work there is held back 150 to 250 ms, then
+/// a read on stream b: ordered after the resume by an event where the region is stream-ordered, at
+/// once where it declares itself synchronous (its resume has done its copies when it returns). The
 /// random sequences reach this order only where a delayed resume is followed by a read or write on
 /// the other stream.
 void resume_then_read_elsewhere(executor& ex, const region_implementation& impl, const shape& sh) {
@@ -270,7 +270,10 @@ void resume_then_read_elsewhere(executor& ex, const region_implementation& impl,
   stream b(dx, 0);
   write_pattern(dx, r->data(), sh.words, 3, a);
   r->pause(pause_mode::preserve, a);
-  dx.delay_next(std::chrono::milliseconds(10), 1, a);
+  // The hold outlasts the read's start on a loaded machine (a coverage build under ctest -j):
+  // a resume that leaves its copy on `a` loses the race to the read on `b` every run.
+  const int delay_us = *rc::gen::inRange(150000, 250000);
+  dx.delay_next(std::chrono::microseconds(delay_us), 1, a);
   r->resume(a);
   dx.clear();
   if (impl.caps.streams != offloadkit::testing::region_streams::synchronous) {

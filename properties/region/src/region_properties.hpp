@@ -203,8 +203,8 @@ void state_errors(executor& base, const region_implementation& impl);
 void multi_device(executor& ex, const region_implementation& impl);
 
 /// A resume's copies are the region's own work: a pause issued right after it on another stream
-/// must not copy out (or unmap) before they land. Delays on the resume's stream widen the window
-/// past any bounded wait shorter than 60 ms, however fast or slow the build runs.
+/// must not copy out (or unmap) before they land. Delays on the resume's stream (250 to 350 ms)
+/// widen the window past any bounded wait shorter than that, however fast or slow the build runs.
 void cross_stream_order(executor& ex, const region_implementation& impl);
 
 /// The caller's last write of the contents is late on the caller's stream: a long hold, then the

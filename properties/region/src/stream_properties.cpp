@@ -4,8 +4,10 @@
 namespace offloadkit::region::testing {
 
 /// A resume's copies are the region's own work: a pause issued right after it on another stream
-/// must not copy out (or unmap) before they land. Delays on the resume's stream widen the window
-/// past any bounded wait shorter than 60 ms, however fast or slow the build runs. Then a few
+/// must not copy out (or unmap) before they land. Delays on the resume's stream (250 to 350 ms,
+/// drawn per case) widen the window past any bounded wait shorter than that, however fast or slow
+/// the build runs (the other properties' resumes, large ones on a loaded machine included, land
+/// well within 200 ms). Then a few
 /// rounds of pause and resume on the other stream, each read at once on that stream: a resume
 /// whose copies run on a stream of the implementation's own (held back by the driver's delays
 /// where the interposer is loaded) must order the caller's stream after them. One round's read is
@@ -13,7 +15,7 @@ namespace offloadkit::region::testing {
 void cross_stream_order(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
-  const int delay_us = *rc::gen::inRange(60000, 100000);
+  const int delay_us = *rc::gen::inRange(250000, 350000);
   const driver_delays own_work_delays;  // the region's own CUDA work, where interposed
   delay_adaptor dx(ex);
   stream a(dx, 0), b(dx, 0);
