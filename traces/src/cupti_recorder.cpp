@@ -221,6 +221,27 @@ sync_kind sync_of(CUpti_ActivitySynchronizationType t) {
   }
 }
 
+/// The span and place every device activity record (kernel, copy, memset) has.
+template <class Activity>
+void set_device_span(record& r, const Activity* a) {
+  r.start_ns = static_cast<std::int64_t>(a->start);
+  r.end_ns = static_cast<std::int64_t>(a->end);
+  r.device = static_cast<int>(a->deviceId);
+  r.stream = a->streamId;
+}
+
+/// A copy record: its direction's name, its ends' kinds, its bytes and its span.
+template <class Memcpy>
+void set_copy(record& r, const Memcpy* m, copy_direction d) {
+  r.kind = record_kind::memcpy;
+  r.direction = d;
+  r.src = location_of(m->srcKind);
+  r.dst = location_of(m->dstKind);
+  r.name = std::string("memcpy ") + to_string(d);
+  r.bytes = m->bytes;
+  set_device_span(r, m);
+}
+
 /// Converts one activity record; called with the state's mutex held.
 void convert(const CUpti_Activity* a, recording_state& s) {
   record r;
@@ -230,38 +251,16 @@ void convert(const CUpti_Activity* a, recording_state& s) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(a);
       r.kind = record_kind::kernel;
       r.name = k->name != nullptr ? k->name : "kernel";
-      r.start_ns = static_cast<std::int64_t>(k->start);
-      r.end_ns = static_cast<std::int64_t>(k->end);
-      r.device = static_cast<int>(k->deviceId);
-      r.stream = k->streamId;
+      set_device_span(r, k);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(a);
-      r.kind = record_kind::memcpy;
-      r.direction = direction_of_kind(m->copyKind);
-      r.src = location_of(m->srcKind);
-      r.dst = location_of(m->dstKind);
-      r.name = std::string("memcpy ") + to_string(r.direction);
-      r.bytes = m->bytes;
-      r.start_ns = static_cast<std::int64_t>(m->start);
-      r.end_ns = static_cast<std::int64_t>(m->end);
-      r.device = static_cast<int>(m->deviceId);
-      r.stream = m->streamId;
+      set_copy(r, m, direction_of_kind(m->copyKind));
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(a);
-      r.kind = record_kind::memcpy;
-      r.direction = copy_direction::p2p;
-      r.src = location_of(m->srcKind);
-      r.dst = location_of(m->dstKind);
-      r.name = "memcpy p2p";
-      r.bytes = m->bytes;
-      r.start_ns = static_cast<std::int64_t>(m->start);
-      r.end_ns = static_cast<std::int64_t>(m->end);
-      r.device = static_cast<int>(m->deviceId);
-      r.stream = m->streamId;
+      set_copy(r, reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(a), copy_direction::p2p);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -270,10 +269,7 @@ void convert(const CUpti_Activity* a, recording_state& s) {
       r.name = "memset";
       r.dst = location_of(static_cast<std::uint8_t>(m->memoryKind));
       r.bytes = m->bytes;
-      r.start_ns = static_cast<std::int64_t>(m->start);
-      r.end_ns = static_cast<std::int64_t>(m->end);
-      r.device = static_cast<int>(m->deviceId);
-      r.stream = m->streamId;
+      set_device_span(r, m);
       break;
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {

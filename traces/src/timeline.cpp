@@ -123,88 +123,80 @@ copy_direction direction_of(memory_location src, memory_location dst) noexcept {
   return copy_direction::unknown;
 }
 
-record& timeline::add_kernel(std::string name, std::int64_t start, std::int64_t end,
-                             std::int64_t stream, int device) {
+namespace {
+
+/// Appends a record of `kind` named `name` over [start, end) and returns it for the rest.
+record& append(std::vector<record>& records, record_kind kind, std::string name, std::int64_t start,
+               std::int64_t end) {
   record r;
-  r.kind = record_kind::kernel;
+  r.kind = kind;
   r.name = std::move(name);
   r.start_ns = start;
   r.end_ns = end;
-  r.stream = stream;
-  r.device = device;
   records.push_back(std::move(r));
   return records.back();
+}
+
+/// The same for work on a device's stream.
+record& append_on_stream(std::vector<record>& records, record_kind kind, std::string name,
+                         std::int64_t start, std::int64_t end, std::int64_t stream, int device) {
+  record& r = append(records, kind, std::move(name), start, end);
+  r.stream = stream;
+  r.device = device;
+  return r;
+}
+
+}  // namespace
+
+record& timeline::add_kernel(std::string name, std::int64_t start, std::int64_t end,
+                             std::int64_t stream, int device) {
+  return append_on_stream(records, record_kind::kernel, std::move(name), start, end, stream,
+                          device);
 }
 
 record& timeline::add_copy(memory_location src, memory_location dst, std::uint64_t bytes,
                            std::int64_t start, std::int64_t end, std::int64_t stream, int device) {
-  record r;
-  r.kind = record_kind::memcpy;
+  const copy_direction d = direction_of(src, dst);
+  record& r = append_on_stream(records, record_kind::memcpy, std::string("memcpy ") + to_string(d),
+                               start, end, stream, device);
   r.src = src;
   r.dst = dst;
-  r.direction = direction_of(src, dst);
-  r.name = std::string("memcpy ") + to_string(r.direction);
+  r.direction = d;
   r.bytes = bytes;
-  r.start_ns = start;
-  r.end_ns = end;
-  r.stream = stream;
-  r.device = device;
-  records.push_back(std::move(r));
-  return records.back();
+  return r;
 }
 
 record& timeline::add_memset(std::uint64_t bytes, std::int64_t start, std::int64_t end,
                              std::int64_t stream, int device) {
-  record r;
-  r.kind = record_kind::memset;
-  r.name = "memset";
+  record& r = append_on_stream(records, record_kind::memset, "memset", start, end, stream, device);
   r.dst = memory_location::device;
   r.bytes = bytes;
-  r.start_ns = start;
-  r.end_ns = end;
-  r.stream = stream;
-  r.device = device;
-  records.push_back(std::move(r));
-  return records.back();
+  return r;
 }
 
 record& timeline::add_sync(sync_kind kind, std::int64_t start, std::int64_t end,
                            std::uint64_t thread) {
-  record r;
-  r.kind = record_kind::sync;
+  record& r =
+      append(records, record_kind::sync, std::string("sync ") + to_string(kind), start, end);
   r.sync = kind;
-  r.name = std::string("sync ") + to_string(kind);
-  r.start_ns = start;
-  r.end_ns = end;
   r.thread = thread;
-  records.push_back(std::move(r));
-  return records.back();
+  return r;
 }
 
 record& timeline::add_range(std::string name, std::int64_t start, std::int64_t end,
                             std::uint64_t thread) {
-  record r;
-  r.kind = record_kind::range;
-  r.name = std::move(name);
-  r.start_ns = start;
-  r.end_ns = end;
+  record& r = append(records, record_kind::range, std::move(name), start, end);
   r.thread = thread;
-  records.push_back(std::move(r));
-  return records.back();
+  return r;
 }
 
 record& timeline::add_api(api_kind kind, std::string name, std::int64_t start, std::int64_t end,
                           std::uint64_t bytes, std::uint64_t thread) {
-  record r;
-  r.kind = record_kind::api;
+  record& r = append(records, record_kind::api, std::move(name), start, end);
   r.api = kind;
-  r.name = std::move(name);
-  r.start_ns = start;
-  r.end_ns = end;
   r.bytes = bytes;
   r.thread = thread;
-  records.push_back(std::move(r));
-  return records.back();
+  return r;
 }
 
 void timeline::sort() {

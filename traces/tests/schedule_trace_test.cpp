@@ -263,30 +263,29 @@ void expect_event_error(const std::vector<std::string>& events, std::size_t inde
 
 TEST(ScheduleTrace, FirstEventThatCannotBePlacedIsNamed) {
   const auto good = small_events({1, 2, 3, 4});
+  struct bad_event {
+    std::size_t index;
+    const char* text;
+    const char* reason;
+  };
+  for (const bad_event& b : std::initializer_list<bad_event>{
+           {2, "offloadkit.stash vp=0 layer=1 mb=0 rows=2 color=red", "unknown field color="},
+           {3, "offloadkit.stash vp=0 layer=0 mb=1", "the field rows= is missing"},
+           {1, "offloadkit.stash vp=0 layer=2 mb=0 rows=1", "layer = 2 is outside [0, 2)"},
+           {4, "offloadkit.stash vp=0 layer=1 mb=1 rows=301",
+            "rows = 301 is outside [0, max_rows = 300]"},
+           {1, "offloadkit.stash vp=0 layer=0 mb=0 rows=-1",
+            "rows = '-1' is not a non-negative integer"},
+           {5, "offloadkit.frobnicate", "unknown event 'offloadkit.frobnicate'"},
+           {0, "offloadkit.schedule version=2", "version = 2 is not supported"},
+       }) {
+    auto ev = good;
+    ev[b.index] = b.text;
+    expect_event_error(ev, b.index, b.reason);
+  }
   auto ev = good;
-  ev[2] = "offloadkit.stash vp=0 layer=1 mb=0 rows=2 color=red";
-  expect_event_error(ev, 2, "unknown field color=");
-  ev = good;
-  ev[3] = "offloadkit.stash vp=0 layer=0 mb=1";
-  expect_event_error(ev, 3, "the field rows= is missing");
-  ev = good;
-  ev[1] = "offloadkit.stash vp=0 layer=2 mb=0 rows=1";
-  expect_event_error(ev, 1, "layer = 2 is outside [0, 2)");
-  ev = good;
-  ev[4] = "offloadkit.stash vp=0 layer=1 mb=1 rows=301";
-  expect_event_error(ev, 4, "rows = 301 is outside [0, max_rows = 300]");
-  ev = good;
-  ev[1] = "offloadkit.stash vp=0 layer=0 mb=0 rows=-1";
-  expect_event_error(ev, 1, "rows = '-1' is not a non-negative integer");
-  ev = good;
   ev.insert(ev.begin() + 1, "offloadkit.restore vp=0 layer=0 mb=1");  // before its stash
   expect_event_error(ev, 1, "restore");
-  ev = good;
-  ev[5] = "offloadkit.frobnicate";
-  expect_event_error(ev, 5, "unknown event 'offloadkit.frobnicate'");
-  ev = good;
-  ev[0] = "offloadkit.schedule version=2";
-  expect_event_error(ev, 0, "version = 2 is not supported");
   // The payload is the device's value: it must agree with the text.
   expect_event_error(good, 1, "the payload (9) disagrees with rows = 1",
                      {ot::payload_type::none, ot::payload_type::u64}, 9);
