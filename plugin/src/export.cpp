@@ -63,6 +63,22 @@ void expect_out(const void* out, const char* entry) {
   OFFLOADKIT_EXPECTS(out != nullptr, logic_error, entry, ": the output pointer is NULL");
 }
 
+/// A create entry's frame: checks the output pointer and the entry's input (`in`, with
+/// `in_is_null` the error when it is NULL; nullptr for an entry that takes none), makes the object
+/// on `ex`, has `build` make its implementation on the object's executor, and hands it out.
+template <class Object, class Build>
+okit_status create_object(okit_error* err, const okit_executor* ex, void** out, const char* entry,
+                          const void* in, const char* in_is_null, const Build& build) noexcept {
+  return guard(err, [&] {
+    expect_out(out, entry);
+    OFFLOADKIT_EXPECTS(in_is_null == nullptr || in != nullptr, logic_error, entry, ": ",
+                       in_is_null);
+    auto o = std::make_unique<Object>(ex);
+    o->impl = build(o->ex);
+    *out = o.release();
+  });
+}
+
 // ---- stash ------------------------------------------------------------------------------------
 
 struct stash_object : object<stash::stash_interface> {
@@ -106,10 +122,8 @@ activation::dtype dtype_of(std::int32_t t) {
 
 okit_status create_stash(stash_maker make, okit_error* err, const okit_executor* ex,
                          const okit_stash_config* cfg, void** out, okit_stream s) noexcept {
-  return guard(err, [&] {
-    expect_out(out, "stash.create");
-    OFFLOADKIT_EXPECTS(cfg != nullptr, logic_error, "stash.create: the config is NULL");
-    auto o = std::make_unique<stash_object>(ex);
+  // Reads the config only once create_object has checked it.
+  const auto build = [&](executor& on) {
     stash::stash_config c;
     c.row_bytes = cfg->row_bytes;
     c.rows_per_page = cfg->rows_per_page;
@@ -118,9 +132,10 @@ okit_status create_stash(stash_maker make, okit_error* err, const okit_executor*
     c.pinned_pages = cfg->pinned_pages;
     c.max_keys = cfg->max_keys;
     c.device = cfg->device;
-    o->impl = make(o->ex, c, from_c(s));
-    *out = o.release();
-  });
+    return make(on, c, from_c(s));
+  };
+  return create_object<stash_object>(err, ex, out, "stash.create", cfg, "the config is NULL",
+                                     build);
 }
 
 okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabilities,
@@ -210,10 +225,7 @@ okit_stash_vtable stash_vtable(const char* implementation, std::uint64_t capabil
 
 okit_status create_region(region_maker make, okit_error* err, const okit_executor* ex,
                           const okit_region_config* cfg, void** out) noexcept {
-  return guard(err, [&] {
-    expect_out(out, "region.create");
-    OFFLOADKIT_EXPECTS(cfg != nullptr, logic_error, "region.create: the config is NULL");
-    auto o = std::make_unique<object<region::offload_region>>(ex);
+  const auto build = [&](executor& on) {
     region::region_config c;
     c.bytes = cfg->bytes;
     c.device = cfg->device;
@@ -222,9 +234,10 @@ okit_status create_region(region_maker make, okit_error* err, const okit_executo
     // fills the field in (-1 where no mode is fixed).
     if (cfg->pause_mode == OKIT_PAUSE_PRESERVE) c.fixed_mode = region::pause_mode::preserve;
     if (cfg->pause_mode == OKIT_PAUSE_DISCARD) c.fixed_mode = region::pause_mode::discard;
-    o->impl = make(o->ex, c);
-    *out = o.release();
-  });
+    return make(on, c);
+  };
+  return create_object<object<region::offload_region>>(err, ex, out, "region.create", cfg,
+                                                       "the config is NULL", build);
 }
 
 namespace {
@@ -292,12 +305,8 @@ okit_region_vtable region_vtable(const char* implementation, std::uint64_t capab
 
 okit_status create_arena(arena_maker make, okit_error* err, const okit_executor* ex,
                          void** out) noexcept {
-  return guard(err, [&] {
-    expect_out(out, "arena.create");
-    auto o = std::make_unique<object<arena::offloader>>(ex);
-    o->impl = make(o->ex);
-    *out = o.release();
-  });
+  return create_object<object<arena::offloader>>(err, ex, out, "arena.create", nullptr, nullptr,
+                                                 [&](executor& on) { return make(on); });
 }
 
 namespace {
@@ -354,18 +363,16 @@ okit_arena_vtable arena_vtable(const char* implementation, std::uint64_t capabil
 
 okit_status create_activation(activation_maker make, okit_error* err, const okit_executor* ex,
                               const okit_offload_options* o, void** out) noexcept {
-  return guard(err, [&] {
-    expect_out(out, "activation.create");
-    OFFLOADKIT_EXPECTS(o != nullptr, logic_error, "activation.create: the options are NULL");
-    auto obj = std::make_unique<object<activation::offloader>>(ex);
+  const auto build = [&](executor& on) {
     activation::offload_options opt;
     opt.keep_threshold = o->keep_threshold;
     opt.prefetch_bytes = o->prefetch_bytes;
     opt.prefetch_layers = o->prefetch_layers;
     opt.max_pending_bytes = o->max_pending_bytes;
-    obj->impl = make(obj->ex, opt);
-    *out = obj.release();
-  });
+    return make(on, opt);
+  };
+  return create_object<object<activation::offloader>>(err, ex, out, "activation.create", o,
+                                                      "the options are NULL", build);
 }
 
 okit_activation_vtable activation_vtable(const char* implementation, std::uint64_t capabilities,

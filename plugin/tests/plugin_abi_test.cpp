@@ -317,6 +317,39 @@ void make_and_destroy_each(const std::shared_ptr<const op::library>& lib, ok::ex
   if (auto impl = op::activation_of(lib)) (void)impl->make(ex, ok::activation::offload_options{});
 }
 
+TEST(PluginErrors, CreateRefusesANullOutputOrInputNamingTheEntry) {
+  ok::host_executor host;
+  const op::executor_table table(host);
+  const auto lib = op::library::open(OPTIMIZED_PLUGIN);
+  const okit_plugin& d = lib->description();
+  const okit_stash_config stash_cfg{};
+  const okit_region_config region_cfg{};
+  const okit_offload_options options{};
+  void* out = nullptr;
+  // The message without the place in the source that follows it.
+  auto refusal = [](okit_status st, const okit_error& err) {
+    EXPECT_EQ(st, OKIT_ERR_LOGIC);
+    const std::string m = err.message;
+    return m.substr(0, m.rfind(" ("));
+  };
+  okit_error err{};
+  EXPECT_EQ(refusal(d.stash->create(&err, table.get(), &stash_cfg, nullptr, okit_stream{}), err),
+            "stash.create: the output pointer is NULL");
+  EXPECT_EQ(refusal(d.stash->create(&err, table.get(), nullptr, &out, okit_stream{}), err),
+            "stash.create: the config is NULL");
+  EXPECT_EQ(refusal(d.region->create(&err, table.get(), &region_cfg, nullptr), err),
+            "region.create: the output pointer is NULL");
+  EXPECT_EQ(refusal(d.region->create(&err, table.get(), nullptr, &out), err),
+            "region.create: the config is NULL");
+  EXPECT_EQ(refusal(d.arena->create(&err, table.get(), nullptr), err),
+            "arena.create: the output pointer is NULL");
+  EXPECT_EQ(refusal(d.activation->create(&err, table.get(), &options, nullptr), err),
+            "activation.create: the output pointer is NULL");
+  EXPECT_EQ(refusal(d.activation->create(&err, table.get(), nullptr, &out), err),
+            "activation.create: the options are NULL");
+  EXPECT_EQ(out, nullptr);
+}
+
 TEST(PluginTeardown, ATableWithCloseIsClosedAndAnOlderOneIsDestroyed) {
   ok::host_executor ex;
   (void)ok::take_teardown_errors();
