@@ -16,6 +16,29 @@ set(on_standins
   "--factory vllm=${standins}:vllm")
 string(JOIN " " on_standins ${on_standins})
 
+# ecosystem_test(NAME RUN <arguments> RC <exit status> FILE <file under the run's --out>
+#                EXPECT_FILE <regex> [EXPECT_OUT <regex>] [EXPECT_ERR <regex>]): a run of
+# `python -m offloadkit ecosystem` with --out ${ecosystem_out}/NAME, its exit status, and what its
+# file, stdout and stderr must match (tools/expect_exit.cmake); the test is python_module.ecosystem_NAME.
+function(ecosystem_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 E "" "RUN;RC;FILE;EXPECT_FILE;EXPECT_OUT;EXPECT_ERR" "")
+  set(streams)
+  foreach(stream OUT ERR)
+    if(DEFINED E_EXPECT_${stream})
+      list(APPEND streams "-DEXPECT_${stream}=${E_EXPECT_${stream}}")
+    endif()
+  endforeach()
+  set(test python_module.ecosystem_${name})
+  add_test(NAME ${test}
+    COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
+            "-DARGS=${E_RUN} --out ${ecosystem_out}/${name}" -DEXPECT_RC=${E_RC}
+            -DFILE=${ecosystem_out}/${name}/${E_FILE} "-DEXPECT_FILE=${E_EXPECT_FILE}" ${streams}
+            -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+  set_tests_properties(${test} PROPERTIES LABELS "cpu;python;adapters"
+    TIMEOUT ${python_check_timeout})
+  set(module_tests ${module_tests} ${test} PARENT_SCOPE)
+endfunction()
+
 # Every library with the stand-ins' classifications (ecosystem/standins.json: the shipped file's
 # limitations; its defects of the real libraries, a crash at exit say, do not happen in the
 # stand-ins and would be stale there): torch_memory_saver's defaults fail many_cycles
@@ -36,30 +59,24 @@ set(expect
   "<a id=.megatron-not-run.></a>\\*\\*megatron\\*\\* \\(`offloadkit\\.adapters\\.megatron:make_offload_all`\\): offloadkit\\.adapters\\.megatron: the library module 'megatron\\.core' cannot be imported here"
   "### torch_memory_saver: region/many_cycles \\(limitation\\)\n\n- evidence: torch_memory_saver's README \\(.CPU Backup.\\)[^\n]*\n- report: `torch_memory_saver\\.free-memory\\.json` \\(executor host\\)\n- seed: `[0-9]+`\n- reproduce: `[^`]*-m offloadkit check --executor host --feature region --implementation torch_memory_saver --property many_cycles")
 string(JOIN ".*" expect ${expect})
-add_test(NAME python_module.ecosystem_standins
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${ecosystem_run} ${on_standins} --classified ${ecosystem_data}/standins.json --out ${ecosystem_out}/standins"
-          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/standins/CONFORMANCE.md "-DEXPECT_FILE=${expect}"
-          "-DEXPECT_OUT=conformance matrix: [^\n]*CONFORMANCE.md .8 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'.*torch_save_on_cpu: not run here: [^\n]*(No module named 'torch'|has no property to run on the host executor)"
-          "-DEXPECT_ERR=\\[1/8\\] torch_memory_saver: .*\\[6/8\\] torch_save_on_cpu: .*\\[7/8\\] megatron: .*\\[8/8\\] megatron-paged-stash: "
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+ecosystem_test(standins
+  RUN "${ecosystem_run} ${on_standins} --classified ${ecosystem_data}/standins.json"
+  RC 0 FILE CONFORMANCE.md EXPECT_FILE "${expect}"
+  EXPECT_OUT "conformance matrix: [^\n]*CONFORMANCE.md .8 libraries, 15 properties, 4 failures.*torch_memory_saver: 9 hold, 1 fail.*vllm: 7 hold, 3 fail.*trl: not run here: [^\n]*No module named 'trl'.*torch_save_on_cpu: not run here: [^\n]*(No module named 'torch'|has no property to run on the host executor)"
+  EXPECT_ERR "\\[1/8\\] torch_memory_saver: .*\\[6/8\\] torch_save_on_cpu: .*\\[7/8\\] megatron: .*\\[8/8\\] megatron-paged-stash: ")
 
 # Without a classification the same failure makes the run exit 1, listed as a problem; a
 # classification of a property that holds is stale (exit 1).
-add_test(NAME python_module.ecosystem_unclassified
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${ecosystem_run} ${on_standins} --only torch_memory_saver --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/unclassified"
-          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/unclassified/CONFORMANCE.md
-          "-DEXPECT_FILE=1 libraries, 15 properties, 1 failures; 1 problem.*\\| `region/many_cycles` \\| \\*\\*\\[FAILS, unclassified\\].*## Problems\n\n- torch_memory_saver: region/many_cycles fails and is not classified"
-          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver: region/many_cycles fails and is not classified"
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
-add_test(NAME python_module.ecosystem_stale
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${ecosystem_run} ${on_standins} --only torch_memory_saver-retain --classified ${ecosystem_data}/stale.json --out ${ecosystem_out}/stale"
-          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/stale/CONFORMANCE.md
-          "-DEXPECT_FILE=\\| `region/many_cycles` \\| holds \\|.*## Problems\n\n- torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
-          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+ecosystem_test(unclassified
+  RUN "${ecosystem_run} ${on_standins} --only torch_memory_saver --classified ${ecosystem_data}/none.json"
+  RC 1 FILE CONFORMANCE.md
+  EXPECT_FILE "1 libraries, 15 properties, 1 failures; 1 problem.*\\| `region/many_cycles` \\| \\*\\*\\[FAILS, unclassified\\].*## Problems\n\n- torch_memory_saver: region/many_cycles fails and is not classified"
+  EXPECT_ERR "offloadkit conformance: torch_memory_saver: region/many_cycles fails and is not classified")
+ecosystem_test(stale
+  RUN "${ecosystem_run} ${on_standins} --only torch_memory_saver-retain --classified ${ecosystem_data}/stale.json"
+  RC 1 FILE CONFORMANCE.md
+  EXPECT_FILE "\\| `region/many_cycles` \\| holds \\|.*## Problems\n\n- torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now"
+  EXPECT_ERR "offloadkit conformance: torch_memory_saver-retain: region/many_cycles is classified as a limitation, but it holds now")
 # The driver-fault countdown's command line as the ecosystem builds it (with --cases and
 # --timeout) is accepted by the check: it stops only where the cuda back end cannot run (exit 3,
 # CUDA_VISIBLE_DEVICES emptied), never at bad usage, which left every fault column "not checked".
@@ -77,40 +94,25 @@ list(APPEND module_tests python_module.ecosystem_fault_command)
 # 1), so that its one report counts the crashes over all its properties.
 set(shutdown_run "${ecosystem_run} --jobs 1 --only torch_memory_saver-retain --factory torch_memory_saver-retain=${standins}:crashes_at_exit")
 set(shutdown_matrix "\\| `region/many_cycles` \\| holds \\|.*\\| `region/shutdown` \\| \\*\\*\\[")
-add_test(NAME python_module.ecosystem_shutdown
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${shutdown_run} --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/shutdown"
-          -DEXPECT_RC=1 -DFILE=${ecosystem_out}/shutdown/CONFORMANCE.md
-          "-DEXPECT_FILE=${shutdown_matrix}FAILS, unclassified\\].*### torch_memory_saver-retain: region/shutdown \\(UNCLASSIFIED\\).*10 of 10 properties' processes crashed: signal 11 \\(SIGSEGV\\) after its result \\(model_based, [^)]*adjacent_allocations\\); each property's verdict stands"
-          "-DEXPECT_OUT=torch_memory_saver-retain: 10 hold, 0 fail, 4 not applicable, 0 skipped [^\n]*; shutdown: region: 10 of 10 properties' processes crashed"
-          "-DEXPECT_ERR=offloadkit conformance: torch_memory_saver-retain: region/shutdown fails and is not classified"
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
-add_test(NAME python_module.ecosystem_shutdown_classified
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${shutdown_run} --classified ${ecosystem_data}/shutdown.json --out ${ecosystem_out}/shutdown_classified"
-          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/shutdown_classified/CONFORMANCE.md
-          "-DEXPECT_FILE=1 failures, every one classified.*${shutdown_matrix}fails: defect\\]"
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
+ecosystem_test(shutdown
+  RUN "${shutdown_run} --classified ${ecosystem_data}/none.json" RC 1 FILE CONFORMANCE.md
+  EXPECT_FILE "${shutdown_matrix}FAILS, unclassified\\].*### torch_memory_saver-retain: region/shutdown \\(UNCLASSIFIED\\).*10 of 10 properties' processes crashed: signal 11 \\(SIGSEGV\\) after its result \\(model_based, [^)]*adjacent_allocations\\); each property's verdict stands"
+  EXPECT_OUT "torch_memory_saver-retain: 10 hold, 0 fail, 4 not applicable, 0 skipped [^\n]*. shutdown: region: 10 of 10 properties' processes crashed"
+  EXPECT_ERR "offloadkit conformance: torch_memory_saver-retain: region/shutdown fails and is not classified")
+ecosystem_test(shutdown_classified
+  RUN "${shutdown_run} --classified ${ecosystem_data}/shutdown.json" RC 0 FILE CONFORMANCE.md
+  EXPECT_FILE "1 failures, every one classified.*${shutdown_matrix}fails: defect\\]")
 
 # Side by side (--jobs 2), a library is checked in parts: Megatron's paged stash over its
 # stand-in, the property that reads the device's free memory (multi_device) in a check of its own
 # (megatron-paged-stash.free-memory.json), every other property's report of its own
 # (megatron-paged-stash.PROPERTY.json), one column, the summary over them all.
-add_test(NAME python_module.ecosystem_split
-  COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-          "-DARGS=${ecosystem_run} --only megatron-paged-stash --factory megatron-paged-stash=${standins}:megatron_paged_stash --classified ${ecosystem_data}/none.json --out ${ecosystem_out}/split"
-          -DEXPECT_RC=0 -DFILE=${ecosystem_out}/split/conformance.json
-          "-DEXPECT_FILE=\"reports\": \\[\n *\"megatron-paged-stash\\.free-memory\\.json\",\n *\"megatron-paged-stash\\.round_trip_and_conservation\\.json\",\n *\"megatron-paged-stash\\.capacity_sweep_first_overflow\\.json\",.*\"megatron-paged-stash\\.graph_replay_row_counts\\.json\"\n *\\]"
-          "-DEXPECT_OUT=1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties in 10 checks, the longest"
-          "-DEXPECT_ERR=  megatron-paged-stash\\.model_based: 1 hold, 0 fail"
-          -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
-set_tests_properties(python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale python_module.ecosystem_shutdown
-  python_module.ecosystem_shutdown_classified python_module.ecosystem_split
-  PROPERTIES LABELS "cpu;python;adapters" TIMEOUT ${python_check_timeout})
-list(APPEND module_tests python_module.ecosystem_standins python_module.ecosystem_unclassified
-  python_module.ecosystem_stale python_module.ecosystem_shutdown
-  python_module.ecosystem_shutdown_classified python_module.ecosystem_split)
+ecosystem_test(split
+  RUN "${ecosystem_run} --only megatron-paged-stash --factory megatron-paged-stash=${standins}:megatron_paged_stash --classified ${ecosystem_data}/none.json"
+  RC 0 FILE conformance.json
+  EXPECT_FILE "\"reports\": \\[\n *\"megatron-paged-stash\\.free-memory\\.json\",\n *\"megatron-paged-stash\\.round_trip_and_conservation\\.json\",\n *\"megatron-paged-stash\\.capacity_sweep_first_overflow\\.json\",.*\"megatron-paged-stash\\.graph_replay_row_counts\\.json\"\n *\\]"
+  EXPECT_OUT "1 libraries, 11 properties, 0 failures.*megatron-paged-stash: 7 hold, 0 fail, 3 not applicable, 0 skipped .10 properties in 10 checks, the longest"
+  EXPECT_ERR "  megatron-paged-stash\\.model_based: 1 hold, 0 fail")
 
 # Refused before anything runs, with nothing on stdout: bad usage (2), offloadkit's C++ command
 # not found (3), a classifications file that is not one (5).
