@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <stdexcept>
 
 #include "collectives.hpp"
 #include "nccl_api.hpp"
