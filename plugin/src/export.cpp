@@ -4,6 +4,7 @@
 #include "offloadkit/plugin/export.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>

@@ -5,9 +5,11 @@
 // through destroy where it does not.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <new>
 #include <set>
 #include <stdexcept>

@@ -1,4 +1,7 @@
 // Stream order: work on other streams ordered by the region's calls, and the caller's late writes.
+#include <chrono>
+#include <cstdint>
+
 #include "region_properties.hpp"
 
 namespace offloadkit::region::testing {

@@ -4,13 +4,16 @@
 // each; every blocking step under the watchdog.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <string>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "collectives.hpp"
 #include "nccl_api.hpp"
