@@ -4,11 +4,12 @@ PyTorch's ``save_on_cpu``) share: the library's hooks driven through
 errors translated, and, where the library records it (``tracker``), each pack's decision
 (offloaded or kept) reported in ``stats()``."""
 
-from typing import Any, Callable, Dict, FrozenSet
+from typing import Any, Callable, Dict, FrozenSet, Tuple
 
 from ..errors import StateError
 from ..hooks import _HooksActivation
-from . import Unsupported, library_call
+from ..protocol import Plugin
+from . import Unsupported, import_library, library_call, library_version
 
 #: Why ``use_streams=True`` cannot be driven through offloadkit's activation protocol.
 STREAMS_NEED_AUTOGRAD = (
@@ -19,6 +20,47 @@ STREAMS_NEED_AUTOGRAD = (
     "only while autograd's engine runs a backward pass, and the protocol calls pack and unpack "
     "directly, with no autograd graph and no forward/backward phase (offloadkit issue 31, item "
     "4). Check use_streams=False (make_single_stream) instead.")
+
+
+def offload_activations_factories(*, library: str, distribution: str, module: str,
+                                  adapter: str, call: str, implementation: str,
+                                  capabilities: FrozenSet[str]) -> Tuple[Callable[..., type],
+                                                                         Callable[[], Any],
+                                                                         Callable[[], Any]]:
+    """The three factories of an adapter over an ``OffloadActivations`` class (torchtune's, TRL's):
+    ``activation(**arguments)``, the Activation class over ``module.OffloadActivations`` with the
+    library's arguments; ``make()``, the library's defaults (``use_streams=True``), which raises
+    Unsupported naming what the protocol lacks; and ``make_single_stream()``, ``use_streams=False``
+    as a Plugin named ``library`` with ``distribution``'s version. ``adapter`` is the adapter's
+    module, named in import errors and in the factories' text."""
+    def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
+                   use_streams: bool = False) -> type:
+        if use_streams:
+            raise Unsupported(STREAMS_NEED_AUTOGRAD)
+        library_module = import_library(module, adapter)
+        return hooks_feature(
+            library_module.OffloadActivations,
+            {"use_pin_memory": use_pin_memory, "use_streams": False,
+             "min_offload_size": min_offload_size},
+            call=call, implementation=implementation, capabilities=capabilities,
+            threshold=min_offload_size)
+
+    def make() -> Any:
+        import_library(library, adapter)
+        raise Unsupported(STREAMS_NEED_AUTOGRAD)
+
+    def make_single_stream() -> Any:
+        feature = activation()
+        top = import_library(library, adapter)
+        return Plugin(name=library, version=library_version(top, distribution), activation=feature)
+
+    activation.__doc__ = (f"The Activation class over ``{call}`` with these arguments "
+                          "(``use_streams=True`` raises Unsupported, see the module's text).")
+    make.__doc__ = ("The library's defaults (``use_streams=True``): raises Unsupported, naming "
+                    "what the protocol lacks.")
+    make_single_stream.__doc__ = (f"``OffloadActivations(use_streams=False)``: ``python -m "
+                                  f"offloadkit check {adapter}:make_single_stream``.")
+    return activation, make, make_single_stream
 
 
 def hooks_feature(library_class: Callable[..., Any], kwargs: Dict[str, Any], *, call: str,

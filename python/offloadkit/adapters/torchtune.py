@@ -47,47 +47,15 @@ the translation of the library's errors (``AssertionError`` as ``StateError``, `
 ``LogicError``, PyTorch's out-of-memory error as ``OutOfMemory``), each with the library's message.
 """
 
-from typing import Any
-
-from ..protocol import CUDA_EXECUTOR, Plugin
-from . import Unsupported, import_library, library_version
-from ._offload_activations import STREAMS_NEED_AUTOGRAD, hooks_feature
+from ..protocol import CUDA_EXECUTOR
+from ._offload_activations import offload_activations_factories
 
 LIBRARY = "torchtune"
 DISTRIBUTION = "torchtune"
 COMMIT = "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1"
 CAPABILITIES = frozenset({CUDA_EXECUTOR})
 
-
-def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
-               use_streams: bool = False) -> type:
-    """The Activation class over ``torchtune.training.OffloadActivations`` with these arguments
-    (``use_streams=True`` raises Unsupported, see the module's text)."""
-    if use_streams:
-        raise Unsupported(STREAMS_NEED_AUTOGRAD)
-    training = import_library("torchtune.training", "offloadkit.adapters.torchtune")
-    return hooks_feature(
-        training.OffloadActivations,
-        {"use_pin_memory": use_pin_memory, "use_streams": False,
-         "min_offload_size": min_offload_size},
-        call="torchtune.training.OffloadActivations", implementation="torchtune-offload",
-        capabilities=CAPABILITIES, threshold=min_offload_size)
-
-
-def _plugin(feature: Any) -> Plugin:
-    library = import_library(LIBRARY, "offloadkit.adapters.torchtune")
-    return Plugin(name="torchtune", version=library_version(library, DISTRIBUTION),
-                  activation=feature)
-
-
-def make() -> Plugin:
-    """The library's defaults (``use_streams=True``): raises Unsupported, naming what the
-    protocol lacks."""
-    import_library(LIBRARY, "offloadkit.adapters.torchtune")
-    raise Unsupported(STREAMS_NEED_AUTOGRAD)
-
-
-def make_single_stream() -> Plugin:
-    """``OffloadActivations(use_streams=False)``:
-    ``python -m offloadkit check offloadkit.adapters.torchtune:make_single_stream``."""
-    return _plugin(activation())
+activation, make, make_single_stream = offload_activations_factories(
+    library=LIBRARY, distribution=DISTRIBUTION, module="torchtune.training",
+    adapter="offloadkit.adapters.torchtune", call="torchtune.training.OffloadActivations",
+    implementation="torchtune-offload", capabilities=CAPABILITIES)

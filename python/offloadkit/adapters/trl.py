@@ -40,11 +40,8 @@ What the adapter adds: one library object per case, the keep/offload report in `
 the translation of the library's errors, each with the library's message.
 """
 
-from typing import Any
-
-from ..protocol import CUDA_EXECUTOR, Plugin
-from . import Unsupported, import_library, library_version
-from ._offload_activations import STREAMS_NEED_AUTOGRAD, hooks_feature
+from ..protocol import CUDA_EXECUTOR
+from ._offload_activations import offload_activations_factories
 
 LIBRARY = "trl"
 DISTRIBUTION = "trl"
@@ -52,35 +49,7 @@ MODULE = "trl.models.activation_offloading"
 COMMIT = "f2cd57710ae345ea6428ae95363267fcf38a3dc8"
 CAPABILITIES = frozenset({CUDA_EXECUTOR, "opaque_predicate"})
 
-
-def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
-               use_streams: bool = False) -> type:
-    """The Activation class over TRL's ``OffloadActivations`` with these arguments
-    (``use_streams=True`` raises Unsupported)."""
-    if use_streams:
-        raise Unsupported(STREAMS_NEED_AUTOGRAD)
-    module = import_library(MODULE, "offloadkit.adapters.trl")
-    return hooks_feature(
-        module.OffloadActivations,
-        {"use_pin_memory": use_pin_memory, "use_streams": False,
-         "min_offload_size": min_offload_size},
-        call="trl.models.activation_offloading.OffloadActivations", implementation="trl-offload",
-        capabilities=CAPABILITIES, threshold=min_offload_size)
-
-
-def _plugin(feature: Any) -> Plugin:
-    library = import_library(LIBRARY, "offloadkit.adapters.trl")
-    return Plugin(name="trl", version=library_version(library, DISTRIBUTION), activation=feature)
-
-
-def make() -> Plugin:
-    """The library's defaults (``use_streams=True``): raises Unsupported, naming what the
-    protocol lacks."""
-    import_library(LIBRARY, "offloadkit.adapters.trl")
-    raise Unsupported(STREAMS_NEED_AUTOGRAD)
-
-
-def make_single_stream() -> Plugin:
-    """``OffloadActivations(use_streams=False)``:
-    ``python -m offloadkit check offloadkit.adapters.trl:make_single_stream``."""
-    return _plugin(activation())
+activation, make, make_single_stream = offload_activations_factories(
+    library=LIBRARY, distribution=DISTRIBUTION, module=MODULE,
+    adapter="offloadkit.adapters.trl", call=f"{MODULE}.OffloadActivations",
+    implementation="trl-offload", capabilities=CAPABILITIES)
