@@ -18,11 +18,7 @@ class NumpyVmmRegion(ok.Region):
     capabilities = ok.BOTH_EXECUTORS | {"address_stable", "releases_memory", "multi_device"}
 
     def __init__(self, executor, config):
-        if config.bytes < 1:
-            raise ok.OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
-        if not 0 <= config.device < executor.device_count:
-            raise ok.OutOfRange(f"device = {config.device} is outside [0, "
-                                f"{executor.device_count})")
+        ok.Region.check_config(executor, config)
         self.ex = executor
         self.size = config.bytes
         self.device = config.device

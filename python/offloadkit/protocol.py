@@ -113,6 +113,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import types as _t
+from .errors import OutOfRange
 
 CUDA_EXECUTOR = "cuda_executor"
 HOST_EXECUTOR = "host_executor"
@@ -277,6 +278,16 @@ class Region:
 
     implementation: Optional[str] = None
     capabilities = frozenset()
+
+    @staticmethod
+    def check_config(executor: Any, config: Any) -> None:
+        """Raises OutOfRange, naming the value and the valid range, where ``config`` is not one a
+        region can be made of: ``bytes`` below 1, or ``device`` outside [0, device_count). The
+        check every region's constructor makes first (offloadkit's own regions make the same)."""
+        if config.bytes < 1:
+            raise OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
+        if not 0 <= config.device < executor.device_count:
+            raise OutOfRange(f"device = {config.device} is outside [0, {executor.device_count})")
 
     def info(self) -> "_t.RegionInfo":
         """Address, size, device, state, footprint (device bytes held while active) and captures

@@ -5,7 +5,6 @@ own, so that the library's pause and resume of that tag move exactly this memory
 import itertools
 from typing import Any, Callable, ContextManager, Optional
 
-from ..errors import OutOfRange
 from ..protocol import Region
 from ..types import RegionInfo
 from . import library_call
@@ -19,10 +18,7 @@ class TaggedTensorRegion(Region):
     the subclass allocates with ``_allocate`` and keeps ``state`` from then on."""
 
     def __init__(self, executor: Any, config: Any):
-        if config.bytes < 1:
-            raise OutOfRange(f"bytes = {config.bytes}; a region holds at least 1 byte")
-        if not 0 <= config.device < executor.device_count:
-            raise OutOfRange(f"device = {config.device} is outside [0, {executor.device_count})")
+        self.check_config(executor, config)
         self.executor = executor
         self.tag = f"offloadkit-region-{next(_tags)}"
         self.size = int(config.bytes)
