@@ -292,10 +292,18 @@ struct fake_event {
   std::condition_variable done;
   std::uint64_t recorded = 0;
   std::uint64_t completed = 0;
+  /// How many records were issued so far.
+  std::uint64_t recorded_now() {
+    const std::lock_guard<std::mutex> lock(mutex);
+    return recorded;
+  }
+  /// Waits until the first `target` records have completed.
   void wait_for(std::uint64_t target) {
     std::unique_lock<std::mutex> lock(mutex);
     done.wait(lock, [&] { return completed >= target; });
   }
+  /// Waits until the work recorded so far has completed.
+  void wait_for_recorded() { wait_for(recorded_now()); }
 };
 
 // Never destroyed: a worker still running at exit must not meet a destroyed stream.
@@ -406,12 +414,7 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
   if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto* ev = reinterpret_cast<fake_event*>(hEvent);
   // The driver defers the release until recorded work completes; so does this.
-  std::uint64_t target = 0;
-  {
-    std::lock_guard<std::mutex> lock(ev->mutex);
-    target = ev->recorded;
-  }
-  ev->wait_for(target);
+  ev->wait_for_recorded();
   delete ev;
   return CUDA_SUCCESS;
 }
@@ -438,13 +441,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
 
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
   if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* ev = reinterpret_cast<fake_event*>(hEvent);
-  std::uint64_t target = 0;
-  {
-    std::lock_guard<std::mutex> lock(ev->mutex);
-    target = ev->recorded;
-  }
-  ev->wait_for(target);
+  reinterpret_cast<fake_event*>(hEvent)->wait_for_recorded();
   return CUDA_SUCCESS;
 }
 
@@ -458,11 +455,7 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int /*Flags*/) {
   if (hEvent == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto* ev = reinterpret_cast<fake_event*>(hEvent);
-  std::uint64_t target = 0;
-  {
-    std::lock_guard<std::mutex> lock(ev->mutex);
-    target = ev->recorded;
-  }
+  const std::uint64_t target = ev->recorded_now();
   stream_of(hStream).issue([ev, target] { ev->wait_for(target); }, false);
   return CUDA_SUCCESS;
 }

@@ -425,27 +425,30 @@ TEST(Countdown, APlantedLeakIsReportedAtTheFailedMaps) {
   EXPECT_NE(printed.find("4 leak"), std::string::npos) << printed;
 }
 
+/// Every case with a fault (all but the last, which reached no call N) ended as `cls`, its detail
+/// starting with `detail`; the last ran clean.
+void expect_every_fault_ends(const oi::countdown_result& r, oi::fault_class cls,
+                             const std::string& detail) {
+  for (std::size_t i = 0; i + 1 < r.rows.size(); ++i) {
+    EXPECT_EQ(r.rows[i].cls, cls) << table(r.rows);
+    EXPECT_EQ(r.rows[i].detail.rfind(detail, 0), 0u) << r.rows[i].detail;
+  }
+  EXPECT_EQ(r.rows.back().cls, oi::fault_class::clean);
+}
+
 TEST(Countdown, AnExitOnFailureIsReportedAsExited1) {
   const scratch s;
   const oi::countdown_result r = count_down(probe("exported", "exit"), s);
   ASSERT_TRUE(r.complete) << r.stopped;
   ASSERT_EQ(r.rows.size(), 17u);
-  for (std::size_t i = 0; i + 1 < r.rows.size(); ++i) {
-    EXPECT_EQ(r.rows[i].cls, oi::fault_class::exited) << table(r.rows);
-    EXPECT_EQ(r.rows[i].detail.rfind("exit code 1 after ", 0), 0u) << r.rows[i].detail;
-  }
-  EXPECT_EQ(r.rows.back().cls, oi::fault_class::clean);
+  expect_every_fault_ends(r, oi::fault_class::exited, "exit code 1 after ");
 }
 
 TEST(Countdown, ACrashIsReportedAsCrashed) {
   const scratch s;
   const oi::countdown_result r = count_down(probe("procaddress_v1", "crash"), s);
   ASSERT_TRUE(r.complete) << r.stopped;
-  for (std::size_t i = 0; i + 1 < r.rows.size(); ++i) {
-    EXPECT_EQ(r.rows[i].cls, oi::fault_class::crashed) << table(r.rows);
-    EXPECT_EQ(r.rows[i].detail.rfind("signal 11 (SIGSEGV) after ", 0), 0u) << r.rows[i].detail;
-  }
-  EXPECT_EQ(r.rows.back().cls, oi::fault_class::clean);
+  expect_every_fault_ends(r, oi::fault_class::crashed, "signal 11 (SIGSEGV) after ");
 }
 
 TEST(Countdown, OneCaseAlone) {

@@ -10,11 +10,7 @@ namespace offloadkit::region {
 
 unified_region::unified_region(executor& ex, region_config config)
     : ex_(&ex), bytes_(config.bytes), device_(config.device) {
-  OFFLOADKIT_EXPECTS(config.bytes > 0, out_of_range,
-                     "unified_region: bytes = 0; a region holds at least 1 byte");
-  const int devices = ex.device_count();
-  OFFLOADKIT_EXPECTS(config.device >= 0 && config.device < devices, out_of_range,
-                     "unified_region: device = ", config.device, " is outside [0, ", devices, ")");
+  expect_valid_config(config, ex, "unified_region");
   data_ = ex.allocate_managed(bytes_, device_);
 }
 

@@ -20,11 +20,7 @@ std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m;
 
 vmm_region::vmm_region(executor& ex, region_config config)
     : ex_(&ex), bytes_(config.bytes), device_(config.device) {
-  OFFLOADKIT_EXPECTS(config.bytes > 0, out_of_range,
-                     "vmm_region: bytes = 0; a region holds at least 1 byte");
-  const int devices = ex.device_count();
-  OFFLOADKIT_EXPECTS(config.device >= 0 && config.device < devices, out_of_range,
-                     "vmm_region: device = ", config.device, " is outside [0, ", devices, ")");
+  expect_valid_config(config, ex, "vmm_region");
   const std::size_t gran = ex.granularity(device_);
   reserved_ = round_up(bytes_, gran);
   chunk_ = round_up(config.chunk_bytes != 0 ? config.chunk_bytes : default_chunk_bytes, gran);

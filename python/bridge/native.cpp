@@ -13,39 +13,11 @@ namespace {
 
 using namespace pybind11::literals;
 
-const char* backend_name(backend b) { return b == backend::cuda ? "cuda" : "host"; }
-
-const char* kind_name(memory_kind k) {
-  switch (k) {
-    case memory_kind::device:
-      return "device";
-    case memory_kind::pinned:
-      return "pinned";
-    case memory_kind::pageable:
-      break;
-  }
-  return "pageable";
-}
-
 memory_kind kind_of(const std::string& k) {
   if (k == "device") return memory_kind::device;
   if (k == "pinned") return memory_kind::pinned;
   if (k == "pageable") return memory_kind::pageable;
   OFFLOADKIT_FAIL(out_of_range, "memory kind '", k, "' is not one of device, pinned, pageable");
-}
-
-const char* pointer_kind_name(pointer_kind k) {
-  switch (k) {
-    case pointer_kind::device:
-      return "device";
-    case pointer_kind::pinned:
-      return "pinned";
-    case pointer_kind::managed:
-      return "managed";
-    case pointer_kind::pageable:
-      break;
-  }
-  return "pageable";
 }
 
 bool is_buffer(py::handle h) { return py::isinstance(h, names().buffer); }
@@ -139,8 +111,8 @@ py::object make_stream(stream_ref s) {
 
 py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind kind, backend b,
                        std::optional<stream_ref> s) {
-  return names().buffer(reinterpret_cast<std::uintptr_t>(p), bytes, kind_name(kind), device,
-                        backend_name(b), s ? make_stream(*s) : py::none());
+  return names().buffer(reinterpret_cast<std::uintptr_t>(p), bytes, to_string(kind), device,
+                        to_string(b), s ? make_stream(*s) : py::none());
 }
 
 py::object make_release(const std::shared_ptr<release_once>& r) { return py::cast(r); }
@@ -200,7 +172,7 @@ void create_native_module() {
   py::class_<H, std::shared_ptr<H>>(m, "Executor", py::module_local(),
                                     "The executor offloadkit lends to a Python object (see "
                                     "offloadkit.protocol); valid while that object lives")
-      .def_property_readonly("backend", [](const H& h) { return backend_name(h.kind); })
+      .def_property_readonly("backend", [](const H& h) { return to_string(h.kind); })
       .def_property_readonly("name", [](const H& h) { return h.get().name(); })
       .def_property_readonly("device_count", [](const H& h) { return h.get().device_count(); })
       .def(
@@ -235,7 +207,7 @@ void create_native_module() {
              const void* p = to_address(address);
              executor& ex = h.get();
              const pointer_info i = nogil([&] { return ex.classify(p); });
-             return py::make_tuple(pointer_kind_name(i.kind), i.device);
+             return py::make_tuple(to_string(i.kind), i.device);
            })
       .def("extent_of",
            [nogil](const H& h, py::handle address) {
@@ -415,7 +387,7 @@ void create_native_module() {
           },
           "va"_a, "nbytes"_a, "device"_a = 0)
       .def("__repr__", [](const H& h) {
-        return std::string("<offloadkit executor (") + backend_name(h.kind) +
+        return std::string("<offloadkit executor (") + to_string(h.kind) +
                (h.ex == nullptr ? ", closed" : "") + ")>";
       });
 }

@@ -10,12 +10,7 @@ namespace offloadkit::region {
 
 reference_region::reference_region(executor& ex, region_config config)
     : ex_(&ex), bytes_(config.bytes), device_id_(config.device) {
-  OFFLOADKIT_EXPECTS(config.bytes > 0, out_of_range,
-                     "reference_region: bytes = 0; a region holds at least 1 byte");
-  const int devices = ex.device_count();
-  OFFLOADKIT_EXPECTS(config.device >= 0 && config.device < devices, out_of_range,
-                     "reference_region: device = ", config.device, " is outside [0, ", devices,
-                     ")");
+  expect_valid_config(config, ex, "reference_region");
   device_ = ex.allocate(memory_kind::device, bytes_, device_id_);
 }
 

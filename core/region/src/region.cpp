@@ -27,6 +27,13 @@ const char* to_string(pause_mode m) noexcept {
   return "unknown";
 }
 
+void expect_valid_config(const region_config& c, const executor& ex, const char* who) {
+  OFFLOADKIT_EXPECTS(c.bytes > 0, out_of_range, who, ": bytes = 0; a region holds at least 1 byte");
+  const int devices = ex.device_count();
+  OFFLOADKIT_EXPECTS(c.device >= 0 && c.device < devices, out_of_range, who,
+                     ": device = ", c.device, " is outside [0, ", devices, ")");
+}
+
 void offload_region::expect_stream(stream_ref s, const char* call) const {
   OFFLOADKIT_EXPECTS(s.device == device(), out_of_range, "offload_region::", call,
                      ": stream of device ", s.device, " given to a region on device ", device(),

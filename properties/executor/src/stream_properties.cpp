@@ -182,6 +182,32 @@ const char* production_name(const production& p) {
   return p.op == 0 ? "copy" : p.op == 1 ? "fill" : "launch";
 }
 
+/// A producer stream and a consumer stream over one device buffer of `words` words (`shared`)
+/// that starts out holding old bytes (`old_data`, from the seed), with what a production needs
+/// (`source`, `counter`) and the consumer's host buffer (`out`). The constructor writes the old
+/// bytes and waits for them.
+struct handoff {
+  handoff(executor& ex, std::size_t words, std::uint64_t old_seed)
+      : producer(ex),
+        consumer(ex),
+        shared(ex, memory_kind::device, words * 8),
+        source(ex, memory_kind::pinned, words * 8),
+        old_data(ex, memory_kind::pinned, words * 8),
+        out(ex, memory_kind::pinned, words * 8),
+        counter(ex, memory_kind::device, sizeof(unsigned long long)) {
+    write_pattern(old_data.data(), words * 8, old_seed);
+    ex.copy(shared.data(), old_data.data(), words * 8, producer);
+    ex.synchronize(producer);
+  }
+  stream producer;
+  stream consumer;
+  buffer shared;
+  buffer source;
+  buffer old_data;
+  buffer out;
+  buffer counter;
+};
+
 }  // namespace
 
 /// With record on the producer and wait on the consumer, the consumer sees the producer's data
@@ -193,31 +219,21 @@ void event_ordering(executor& base) {
   const production p = gen_production();
   const auto delay = microseconds(*rc::gen::inRange(0, 20000));
 
-  stream producer(ex);
-  stream consumer(ex);
+  handoff h(ex, words, old_seed);
   event done(ex);
-  buffer shared(ex, memory_kind::device, words * 8);
-  buffer source(ex, memory_kind::pinned, words * 8);
-  buffer old_data(ex, memory_kind::pinned, words * 8);
-  buffer out(ex, memory_kind::pinned, words * 8);
-  buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
-  const sync_on_exit guard(ex, {producer, consumer});
+  const sync_on_exit guard(ex, {h.producer, h.consumer});
 
-  write_pattern(old_data.data(), words * 8, old_seed);
-  ex.copy(shared.data(), old_data.data(), words * 8, producer);
-  ex.synchronize(producer);
-
-  ex.delay_next(delay, producer);
-  ex.delay_randomly(consumer, microseconds(*rc::gen::inRange(0, 1000)), gen_seed());
-  produce(ex, p, shared, source, counter, words, producer);
-  ex.record(done, producer);
-  ex.wait(done, consumer);
-  ex.copy(out.data(), shared.data(), words * 8, consumer);
-  ex.synchronize(consumer);
+  ex.delay_next(delay, h.producer);
+  ex.delay_randomly(h.consumer, microseconds(*rc::gen::inRange(0, 1000)), gen_seed());
+  produce(ex, p, h.shared, h.source, h.counter, words, h.producer);
+  ex.record(done, h.producer);
+  ex.wait(done, h.consumer);
+  ex.copy(h.out.data(), h.shared.data(), words * 8, h.consumer);
+  ex.synchronize(h.consumer);
 
   const auto expected = produced_bytes(p, words);
   expect_bytes(
-      out.data(), expected.data(), words * 8,
+      h.out.data(), expected.data(), words * 8,
       offloadkit::detail::concat("consumer's copy after wait on the producer's event (producer ",
                                  production_name(p), " delayed by ", delay.count(), " us)"));
 }
@@ -272,15 +288,9 @@ void missing_wait_is_observable(executor& base) {
   // serialized and the consumer queues behind the gate.
   const auto gate_limit = milliseconds(2000);
 
-  stream producer(ex);
-  stream consumer(ex);
-  buffer shared(ex, memory_kind::device, words * 8);
-  buffer source(ex, memory_kind::pinned, words * 8);
-  buffer old_data(ex, memory_kind::pinned, words * 8);
-  buffer out(ex, memory_kind::pinned, words * 8);
-  buffer counter(ex, memory_kind::device, sizeof(unsigned long long));
+  handoff h(ex, words, old_seed);
   const auto gate = std::make_shared<stream_gate>(gate_limit);
-  const sync_on_exit guard(ex, {producer, consumer});
+  const sync_on_exit guard(ex, {h.producer, h.consumer});
   // Declared after the guard: on the way out the gate opens first, then the streams drain.
   struct open_on_exit {
     std::shared_ptr<stream_gate> g;
@@ -288,18 +298,14 @@ void missing_wait_is_observable(executor& base) {
   };
   const open_on_exit opener{gate};
 
-  write_pattern(old_data.data(), words * 8, old_seed);
-  ex.copy(shared.data(), old_data.data(), words * 8, producer);
-  ex.synchronize(producer);
-
-  ex.delay_next(delay, producer);
-  ex.host_function([gate] { gate->hold(); }, producer);
-  produce(ex, p, shared, source, counter, words, producer);
-  ex.copy(out.data(), shared.data(), words * 8, consumer);
-  ex.synchronize(consumer);
+  ex.delay_next(delay, h.producer);
+  ex.host_function([gate] { gate->hold(); }, h.producer);
+  produce(ex, p, h.shared, h.source, h.counter, words, h.producer);
+  ex.copy(h.out.data(), h.shared.data(), words * 8, h.consumer);
+  ex.synchronize(h.consumer);
   const bool serialized = gate->timed_out();
   gate->open();
-  ex.synchronize(producer);
+  ex.synchronize(h.producer);
 
   if (serialized) {
     RC_FAIL(offloadkit::detail::concat(
@@ -307,12 +313,12 @@ void missing_wait_is_observable(executor& base) {
         "producer's held work gave up waiting (", gate_limit.count(),
         " ms): the two streams do not run independently"));
   }
-  expect_bytes(out.data(), old_data.data(), words * 8,
+  expect_bytes(h.out.data(), h.old_data.data(), words * 8,
                offloadkit::detail::concat("consumer's copy without a wait, while the producer's ",
                                           production_name(p), " was held back (delay ",
                                           delay.count(), " ms, then a gate)"));
   // The producer did write in the end: the old bytes seen above were stale, not a lost write.
-  const auto after = read_back(ex, shared.data(), words * 8, consumer);
+  const auto after = read_back(ex, h.shared.data(), words * 8, h.consumer);
   const auto expected = produced_bytes(p, words);
   expect_bytes(after.data(), expected.data(), words * 8, "producer's bytes after its stream ended");
 }

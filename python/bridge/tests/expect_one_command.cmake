@@ -2,26 +2,11 @@
 # and every command the package runs in Python is in it.
 #   cmake -DOFFLOADKIT=<offloadkit program> -DSCRIPT=<the venv's offloadkit console script>
 #         -DPYTHON=<the venv's python> -P <this file>
-cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
-function(output_of out)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
-  string(REPLACE ";" " " cmd "${ARGN}")
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "'${cmd}' exited ${rc}:\n${text}\n${err}")
-  endif()
-  set(${out} "${text}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/help_text.cmake)
+# The command list's lines: two spaces, then the command's name.
 function(commands_of out text)
   string(REGEX MATCH "commands:\n(  [a-z][^\n]*\n)+" block "${text}")
-  string(REGEX MATCHALL "\n  [a-z][a-z-]*" found "${block}")
-  set(names "")
-  foreach(f IN LISTS found)
-    string(STRIP "${f}" f)
-    list(APPEND names "${f}")
-  endforeach()
-  if(NOT names)
-    message(FATAL_ERROR "no command list in:\n${text}")
-  endif()
+  names_in(names "${block}" "\n  [a-z][a-z-]*")
   set(${out} "${names}" PARENT_SCOPE)
 endfunction()
 

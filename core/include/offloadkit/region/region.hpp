@@ -42,6 +42,11 @@ struct region_config {
 
 inline constexpr std::size_t default_chunk_bytes = std::size_t{64} << 20;
 
+/// What every region needs of its config, checked before it allocates: at least one byte, and a
+/// device of `ex`. The out_of_range error names `who` (the implementation), the value and the
+/// valid range.
+void expect_valid_config(const region_config& c, const executor& ex, const char* who);
+
 /// Captures the work of a graph that uses the region; `base` is the region's current address.
 /// It issues work to `s` only (the stream is being captured) and must not synchronize.
 using capture_fn = std::function<void(void* base, stream_ref s)>;
@@ -122,6 +127,17 @@ class offload_region {
   virtual void do_replay(graph_id g, stream_ref s) = 0;
   virtual void do_unregister_graph(graph_id g) noexcept = 0;
 };
+
+/// The declarations of offload_region's operation hooks (pause, resume and the graphs), which a
+/// region defined out of line writes instead of restating them. The compiler keeps the list in
+/// step with the hooks above: one it misses leaves the class abstract, one they lack overrides
+/// nothing.
+#define OFFLOADKIT_REGION_OPERATION_OVERRIDES                       \
+  void do_pause(pause_mode mode, stream_ref s) override;            \
+  void do_resume(stream_ref s) override;                            \
+  graph_id do_register_graph(capture_fn fn, stream_ref s) override; \
+  void do_replay(graph_id g, stream_ref s) override;                \
+  void do_unregister_graph(graph_id g) noexcept override;
 
 /// `inner` with offloadkit's graphs, for an implementation that keeps none of its own (profile:
 /// graphs none): register_graph captures through `ex` into a graph kept here, replay replays it,

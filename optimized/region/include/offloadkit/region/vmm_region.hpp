@@ -38,12 +38,8 @@ class vmm_region final : public offload_region {
   [[nodiscard]] bool do_address_stable() const noexcept override { return true; }
   [[nodiscard]] std::size_t do_footprint() const noexcept override { return reserved_; }
   [[nodiscard]] std::size_t do_captures() const noexcept override { return graphs_.captures(); }
-  void do_pause(pause_mode mode, stream_ref s) override;
-  void do_resume(stream_ref s) override;
+  OFFLOADKIT_REGION_OPERATION_OVERRIDES
   void do_swap(offload_region& other, pause_mode mode, stream_ref s) override;
-  graph_id do_register_graph(capture_fn fn, stream_ref s) override;
-  void do_replay(graph_id g, stream_ref s) override;
-  void do_unregister_graph(graph_id g) noexcept override;
 
   /// Where a chunk's contents are. A chunk is `mapped` with its handle held, or not.
   enum class contents { device, host, none };
