@@ -10,11 +10,11 @@ namespace offloadkit::region::testing {
 /// must not copy out (or unmap) before they land. Delays on the resume's stream (250 to 350 ms,
 /// drawn per case) widen the window past any bounded wait shorter than that, however fast or slow
 /// the build runs (the other properties' resumes, large ones on a loaded machine included, land
-/// well within 200 ms). Then a few
-/// rounds of pause and resume on the other stream, each read at once on that stream: a resume
-/// whose copies run on a stream of the implementation's own (held back by the driver's delays
-/// where the interposer is loaded) must order the caller's stream after them. One round's read is
-/// a race its delay can lose by being short; each round draws a delay of its own.
+/// well within 200 ms). Then a few rounds of pause and resume on the other stream, each read at
+/// once on that stream: a resume whose copies run on a stream of the implementation's own (held
+/// back by the driver's delays where the interposer is loaded) must order the caller's stream after
+/// them. One round's read is a race its delay can lose by being short; each round draws a delay of
+/// its own.
 void cross_stream_order(executor& ex, const region_implementation& impl) {
   const shape sh = gen_shape(ex, 0, 3);
   const std::uint32_t seed = *rc::gen::arbitrary<std::uint32_t>();
