@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "arena_wrapper.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
 #include "offloadkit/plugin/abi.hpp"
 #include "offloadkit/plugin/export.hpp"
@@ -79,31 +80,18 @@ pinned_cache& cache() {
 }
 
 /// The reference arena, holding one cached scratch block while it lives.
-class cached_scratch_arena final : public ok::arena::offloader {
+class cached_scratch_arena final
+    : public ok::planted::arena_wrapper<ok::arena::reference_offloader> {
  public:
-  explicit cached_scratch_arena(ok::executor& ex) : scratch_(cache().take()), inner_(ex) {}
+  explicit cached_scratch_arena(ok::executor& ex) : arena_wrapper(ex), scratch_(cache().take()) {}
   cached_scratch_arena(const cached_scratch_arena&) = delete;
   cached_scratch_arena& operator=(const cached_scratch_arena&) = delete;
   ~cached_scratch_arena() override { cache().give_back(scratch_); }
 
  private:
-  ok::event do_offload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
-    return inner_.offload(set, s);
-  }
-  ok::event do_reload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
-    return inner_.reload(set, s);
-  }
-  void do_release() noexcept override { inner_.release(); }
-  [[nodiscard]] bool do_released() const noexcept override { return inner_.released(); }
-  [[nodiscard]] bool do_holds_copy() const noexcept override { return inner_.holds_copy(); }
-  [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return inner_.host_bytes(); }
-  [[nodiscard]] ok::arena::offload_promises do_promises() const noexcept override {
-    return inner_.promises();
-  }
   [[nodiscard]] std::string do_name() const override { return "cached-scratch"; }
 
   void* scratch_;
-  ok::arena::reference_offloader inner_;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "arena_wrapper.hpp"
 #include "offloadkit/activation/offloader.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/detail/text.hpp"
@@ -163,9 +164,9 @@ class pinned_per_pause_region final : public reference_region_wrapper {
 /// allocates from the driver on every offload and frees at the reload after it (release and
 /// destruction free it too): the planted bug is the allocation per cycle, which the executor never
 /// sees. Everything the battery reads through the executor is the coalesced arena's own.
-class pinned_per_offload_arena final : public ok::arena::offloader {
+class pinned_per_offload_arena final : public arena_wrapper<ok::arena::coalesced_offloader> {
  public:
-  explicit pinned_per_offload_arena(ok::executor& ex) : inner_(ex) {
+  explicit pinned_per_offload_arena(ok::executor& ex) : arena_wrapper(ex) {
     (void)driver();  // fails here, at creation, where the driver cannot be had
   }
   ~pinned_per_offload_arena() override { free_table(); }
@@ -193,12 +194,6 @@ class pinned_per_offload_arena final : public ok::arena::offloader {
     free_table();
     inner_.release();
   }
-  [[nodiscard]] bool do_released() const noexcept override { return inner_.released(); }
-  [[nodiscard]] bool do_holds_copy() const noexcept override { return inner_.holds_copy(); }
-  [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return inner_.host_bytes(); }
-  [[nodiscard]] ok::arena::offload_promises do_promises() const noexcept override {
-    return inner_.promises();
-  }
   [[nodiscard]] std::string do_name() const override { return "planted-pinned-per-offload"; }
   void free_table() noexcept {
     // cuMemFreeHost of a block this arena allocated: its status has nothing to say that the
@@ -207,7 +202,6 @@ class pinned_per_offload_arena final : public ok::arena::offloader {
     table_ = nullptr;
   }
 
-  ok::arena::coalesced_offloader inner_;
   void* table_ = nullptr;  ///< the last offload's table of sizes, until its reload
 };
 

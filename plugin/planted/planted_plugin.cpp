@@ -53,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "arena_wrapper.hpp"
 #include "offloadkit/activation/reference_offloader.hpp"
 #include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/arena/reference_offloader.hpp"
@@ -257,9 +258,9 @@ staging_pool& pool() {
 
 /// The reference arena, with reload() writing a wrong first byte into the first non-empty tensor
 /// (arena), or with a teardown that releases its staging slot twice (close, close_v1).
-class planted_arena final : public ok::arena::offloader {
+class planted_arena final : public arena_wrapper<ok::arena::reference_offloader> {
  public:
-  explicit planted_arena(ok::executor& ex) : ex_(&ex), inner_(ex) {
+  explicit planted_arena(ok::executor& ex) : arena_wrapper(ex), ex_(&ex) {
     if (planted_close) slot_ = pool().acquire();
   }
   planted_arena(const planted_arena&) = delete;
@@ -276,9 +277,6 @@ class planted_arena final : public ok::arena::offloader {
   }
 
  private:
-  ok::event do_offload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
-    return inner_.offload(set, s);
-  }
   ok::event do_reload(ok::arena::tensor_set_view set, ok::stream_ref s) override {
     ok::event e = inner_.reload(set, s);
     for (const auto& t : set) {
@@ -291,17 +289,9 @@ class planted_arena final : public ok::arena::offloader {
     }
     return e;
   }
-  void do_release() noexcept override { inner_.release(); }
-  [[nodiscard]] bool do_released() const noexcept override { return inner_.released(); }
-  [[nodiscard]] bool do_holds_copy() const noexcept override { return inner_.holds_copy(); }
-  [[nodiscard]] std::size_t do_host_bytes() const noexcept override { return inner_.host_bytes(); }
-  [[nodiscard]] ok::arena::offload_promises do_promises() const noexcept override {
-    return inner_.promises();
-  }
   [[nodiscard]] std::string do_name() const override { return "planted"; }
 
   ok::executor* ex_;
-  ok::arena::reference_offloader inner_;
   std::size_t slot_ = 0;
 };
 
