@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <list>
 #include <memory>
 #include <set>
 #include <string>
@@ -694,10 +695,17 @@ TEST(RegionProfiles, WithExecutorGraphsRecapturesAfterAMove) {
   const graph_id g =
       r->register_graph([&ex](void* base, stream_ref st) { ex.fill(base, 7, 16, st); }, s);
   EXPECT_EQ(r->captures(), 1u);
-  r->pause(s);
-  // Another allocation of the same size first, so that the resume cannot land where it was.
-  buffer other(ex, memory_kind::device, 4096, 0);
-  r->resume(s);
+  void* const captured_at = r->data();
+  // Resumes until the region lands elsewhere than where the graph was captured: allocations of
+  // the same size, held meanwhile, take the memory it gives back (which address the heap hands
+  // out first depends on its state, so one allocation is not always enough).
+  std::list<buffer> held;
+  do {
+    r->pause(s);
+    held.emplace_back(ex, memory_kind::device, 4096, 0);
+    r->resume(s);
+  } while (r->data() == captured_at && held.size() < 16);
+  ASSERT_NE(r->data(), captured_at) << "resumed where it was " << held.size() << " times";
   r->replay(g, s);
   EXPECT_EQ(r->captures(), 2u);
   buffer host(ex, memory_kind::pinned, 4096);
