@@ -23,7 +23,7 @@ STREAMS_NEED_AUTOGRAD = (
 
 
 def offload_activations_factories(*, library: str, distribution: str, module: str,
-                                  adapter: str, call: str, implementation: str,
+                                  adapter: str, implementation: str,
                                   capabilities: FrozenSet[str]) -> Tuple[Callable[..., type],
                                                                          Callable[[], Any],
                                                                          Callable[[], Any]]:
@@ -33,6 +33,7 @@ def offload_activations_factories(*, library: str, distribution: str, module: st
     Unsupported naming what the protocol lacks; and ``make_single_stream()``, ``use_streams=False``
     as a Plugin named ``library`` with ``distribution``'s version. ``adapter`` is the adapter's
     module, named in import errors and in the factories' text."""
+    call = f"{module}.OffloadActivations"
     def activation(*, use_pin_memory: bool = True, min_offload_size: int = 1024,
                    use_streams: bool = False) -> type:
         if use_streams:

@@ -57,5 +57,5 @@ CAPABILITIES = frozenset({CUDA_EXECUTOR})
 
 activation, make, make_single_stream = offload_activations_factories(
     library=LIBRARY, distribution=DISTRIBUTION, module="torchtune.training",
-    adapter="offloadkit.adapters.torchtune", call="torchtune.training.OffloadActivations",
+    adapter="offloadkit.adapters.torchtune",
     implementation="torchtune-offload", capabilities=CAPABILITIES)

@@ -51,5 +51,5 @@ CAPABILITIES = frozenset({CUDA_EXECUTOR, "opaque_predicate"})
 
 activation, make, make_single_stream = offload_activations_factories(
     library=LIBRARY, distribution=DISTRIBUTION, module=MODULE,
-    adapter="offloadkit.adapters.trl", call=f"{MODULE}.OffloadActivations",
+    adapter="offloadkit.adapters.trl",
     implementation="trl-offload", capabilities=CAPABILITIES)
