@@ -60,14 +60,7 @@ class NumpyStash(ok.Stash):
         self.free_pinned = list(np.arange(devices, devices + pinned, dtype=np.uint32)[::-1])
 
     def _note(self, key):
-        code = ok.encode_key(key)  # OutOfRange for a field outside the key codec
-        if code not in self.codes:
-            if len(self.codes) >= self.cfg.max_keys:
-                raise ok.OutOfRange(f"key {tuple(key)} would be distinct key number "
-                                    f"{len(self.codes) + 1}, outside [1, max_keys = "
-                                    f"{self.cfg.max_keys}]")
-            self.codes.add(code)
-        return code
+        return ok.Stash.note_key(self.codes, key, self.cfg.max_keys)
 
     def _fail(self, code, key, rows, needed):
         if self.status.ok:  # sticky: the first failure stays

@@ -226,6 +226,21 @@ class Stash:
     capabilities = frozenset()
     key_limits: Optional[tuple] = None
 
+    @staticmethod
+    def note_key(codes: set, key: "_t.StashKey", max_keys: int, code: Optional[int] = None) -> int:
+        """The key's code, added to ``codes``, the set of the distinct keys' codes named so far;
+        OutOfRange, naming ``max_keys``, for a distinct key past ``max_keys``: the key budget
+        every stash keeps. ``code`` is the implementation's own code for the key; by default
+        ``encode_key(key)`` (OutOfRange for a field outside the key codec)."""
+        if code is None:
+            code = _t.encode_key(key)
+        if code not in codes:
+            if len(codes) >= max_keys:
+                raise OutOfRange(f"key {tuple(key)} would be distinct key number "
+                                 f"{len(codes) + 1}, outside [1, max_keys = {max_keys}]")
+            codes.add(code)
+        return code
+
     def stash(self, key: "_t.StashKey", src: "_t.Buffer", rows: "_t.Buffer",
               stream: "_t.Stream") -> None:
         """Stashes the first r rows of ``src`` (device Buffer of max_rows * row_bytes bytes) under

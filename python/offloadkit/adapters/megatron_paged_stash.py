@@ -127,7 +127,7 @@ import types as _types
 from typing import Any, Dict, Iterator, List
 
 from ..errors import OutOfRange
-from ..protocol import CODEC_KEY_LIMITS, CUDA_EXECUTOR, Plugin
+from ..protocol import CODEC_KEY_LIMITS, CUDA_EXECUTOR, Plugin, Stash
 from ..types import StashEntry, StashKey, StashSnapshot, StashStatus
 from . import import_library, library_call, library_version
 
@@ -248,13 +248,7 @@ def stash_class() -> type:
                                      f"vp * 1000000 + layer * 1000 + microbatch)")
             with library_call(f"PagedStashManager.get_schedule_layer{(key.vp + 1, ) + key[1:]}"):
                 code = self.manager.get_schedule_layer(key.vp + 1, key.layer, key.microbatch)
-            if code not in self.keys:
-                if len(self.keys) >= self.config.max_keys:
-                    raise OutOfRange(f"key {tuple(key)} would be distinct key number "
-                                     f"{len(self.keys) + 1}, outside [1, max_keys = "
-                                     f"{self.config.max_keys}]")
-                self.keys.add(code)
-            return code
+            return Stash.note_key(self.keys, key, self.config.max_keys, code)
 
         def _raise_flag(self, condition: Any) -> None:
             """Sets Megatron's overflow flag where ``condition`` (a device tensor) holds, on the
