@@ -273,14 +273,7 @@ class NumpyRegion(ok.Region):
         if mode == "discard":
             self.ex.synchronize(stream)
         else:
-            host = self.ex.allocate(self.size, "pageable")
-            try:
-                self.ex.copy(host, self.memory, self.size, stream)
-                self.ex.synchronize(stream)
-            except BaseException:
-                self.ex.deallocate(host)  # the device memory still holds the contents
-                raise
-            self.host = host
+            self.host = ok.host_copy(self.ex, self.memory, self.size, stream)
         self.ex.deallocate(self.memory)
         self.memory = None
         self.state = "paused"
@@ -539,14 +532,7 @@ class NumpyActivation(ok.Activation):
         if tensor.nbytes < self.keep_threshold:
             self.counters.kept += 1
         else:
-            host = self.ex.allocate(tensor.nbytes, "pageable")
-            try:
-                if tensor.nbytes:
-                    self.ex.copy(host, tensor.data, tensor.nbytes, stream)  # after the producer
-                    self.ex.synchronize(stream)
-            except BaseException:
-                self.ex.deallocate(host)
-                raise
+            host = ok.host_copy(self.ex, tensor.data, tensor.nbytes, stream)  # after the producer
             self.counters.offloaded_bytes += tensor.nbytes
             tensor.release()  # its copy has completed: the source goes back to its owner
         self.counters.packed += 1

@@ -65,13 +65,7 @@ class NumpyVmmRegion(ok.Region):
             self.ex.synchronize(stream)
             host = None
         else:
-            host = self.ex.allocate(self.size, "pageable")
-            try:
-                self.ex.copy(host, self.va, self.size, stream)
-                self.ex.synchronize(stream)
-            except BaseException:
-                self.ex.deallocate(host)  # the device memory still holds the contents
-                raise
+            host = ok.host_copy(self.ex, self.va, self.size, stream)
         try:
             self._unmap()
         except BaseException:

@@ -18,7 +18,7 @@ from .errors import (CudaError, Error, InjectedFault, LogicError, OutOfMemory, O
 from .hooks import saved_tensor_hooks
 from .protocol import (BOTH_EXECUTORS, CODEC_KEY_LIMITS, CUDA_EXECUTOR, EXECUTOR_ALLOCATIONS,
                        HOST_EXECUTOR, Activation, Arena, Feature, Plugin, Region, Stash,
-                       capture_graph)
+                       capture_graph, host_copy)
 from .schedule import ScheduleError, ScheduleRecorder, TorchRing
 from .torch_support import as_torch, from_torch, torch_stream
 from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOptions, Physical,
@@ -38,6 +38,6 @@ __all__ = [
     "Physical", "PlatformError", "Plugin", "Region", "RegionConfig", "RegionInfo", "ScheduleError",
     "ScheduleRecorder", "TorchRing", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",
     "StashStatus", "StateError", "Stream", "Tensor", "as_torch", "capture_graph", "check_key",
-    "dtype_name", "encode_key", "from_torch", "saved_tensor_hooks", "torch_stream",
+    "dtype_name", "encode_key", "from_torch", "host_copy", "saved_tensor_hooks", "torch_stream",
     "with_context",
 ]

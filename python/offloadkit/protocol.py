@@ -357,6 +357,22 @@ def capture_graph(executor: Any, capture: Callable[[int, "_t.Stream"], Any], bas
         raise
 
 
+def host_copy(executor: Any, src: Any, size: int, stream: "_t.Stream") -> "_t.Buffer":
+    """A new pageable host buffer holding the ``size`` bytes at ``src``, copied on ``stream`` and
+    waited for (nothing is copied for 0 bytes): what a region's pause or an offloaded activation
+    keeps. Where the copy fails the buffer is freed again and the error raised; the source is
+    left as it was."""
+    host = executor.allocate(size, "pageable")
+    try:
+        if size:
+            executor.copy(host, src, size, stream)
+            executor.synchronize(stream)
+    except BaseException:
+        executor.deallocate(host)
+        raise
+    return host
+
+
 def _end_capture_after(executor, stream, failure):
     """Ends a capture that ``failure`` interrupted and drops its graph. ``failure`` is what the
     caller reports; a second failure here is added to it as a note."""
