@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -69,8 +69,8 @@ except ImportError:  # run from a checkout: the package's source
 import peers_measure as measure  # noqa: E402
 from offloadkit import adapters  # noqa: E402
 from offloadkit._bridge import load_factory  # noqa: E402
+from offloadkit._commandline import _Parser as Parser, integer_in  # noqa: E402
 
-USAGE = 2
 MIB = 1 << 20
 #: How a peer's child process is started: this program in this Python (the tests put a stand-in
 #: setup in front of it). The child gets --peer-worker FEATURE NAME FACTORY --peer-out FILE and
@@ -98,35 +98,14 @@ ACTIVATION_PEERS = (
 )
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with the benchmarks' wording: ``bench_peers: <what is wrong>`` on stderr, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        if message.startswith("argument ") and message.endswith("expected one argument"):
-            message = f"{message[len('argument '):].split(':', 1)[0].split('/')[-1]}: needs a value"
-        elif message.startswith("unrecognized arguments: "):
-            option = message[len("unrecognized arguments: "):].split()[0]
-            message = f"{option}: unknown option: valid options are {', '.join(self.options())}"
-        sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
-        sys.exit(USAGE)
-
-    def options(self) -> List[str]:
-        return [a.option_strings[-1] for a in self._actions
-                if a.option_strings and a.help is not argparse.SUPPRESS]
-
-
 def integer(low: int, high: int) -> Any:
     """An argparse type: an integer in [low, high], refused naming the value and the range."""
 
     def parse(text: str) -> int:
         try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text} is not an integer: valid range "
-                                             f"{low}..{high}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: valid range {low}..{high}")
-        return value
+            return integer_in(text, low, high)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
 
     return parse
 

@@ -16,11 +16,17 @@ PLUGIN = 4  # a plugin or Python implementation cannot be loaded or has nothing 
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with the C++ command's wording for the errors argparse finds itself."""
+    """argparse with the C++ command's wording for the errors argparse finds itself; an unknown
+    option is named with the valid ones (those ``--help`` shows)."""
 
     def error(self, message: str) -> NoReturn:
-        # "argument --executor: expected one argument" -> "--executor: needs a value"
-        if message.startswith("argument ") and message.endswith("expected one argument"):
+        if message.startswith("unrecognized arguments: "):
+            option = message[len("unrecognized arguments: "):].split()[0]
+            valid = ", ".join(a.option_strings[-1] for a in self._actions
+                              if a.option_strings and a.help is not argparse.SUPPRESS)
+            message = f"{option}: unknown option: valid options are {valid}"
+        elif message.startswith("argument ") and message.endswith("expected one argument"):
+            # "argument --executor: expected one argument" -> "--executor: needs a value"
             option = message[len("argument "):].split(":", 1)[0].split("/")[-1]
             message = f"{option}: needs a value"
         elif message.startswith("argument ") and "ignored explicit argument" in message:
@@ -28,6 +34,19 @@ class _Parser(argparse.ArgumentParser):
             message = f"{option}: takes no value"
         sys.stderr.write(f"{self.prog}: {message}\n({self.prog} --help shows the usage)\n")
         sys.exit(USAGE)
+
+
+def integer_in(text: str, low: int, high: int) -> int:
+    """``text`` as a decimal integer in [low, high], else ValueError in the C++ command's words
+    (``<text> is not an integer: valid range low..high``, ``<value> is out of range: valid range
+    low..high``); the caller puts the option's name in front."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ValueError(f"{text} is not an integer: valid range {low}..{high}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{value} is out of range: valid range {low}..{high}")
+    return value
 
 
 def absolute_factory(spec: str) -> str:

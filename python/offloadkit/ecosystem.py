@@ -57,7 +57,7 @@ import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 from . import adapters
-from ._commandline import USAGE, _Parser, absolute_factory, native, program_path
+from ._commandline import USAGE, _Parser as Parser, absolute_factory, integer_in, native, program_path
 
 PROG = "offloadkit ecosystem"
 COMPLETE = 0
@@ -92,17 +92,6 @@ without a verdict (its column says why; the matrix is written); 5 a file cannot 
 written (the classifications, DIR, a report offloadkit conformance refuses); 128+N interrupted by
 signal N. Where several apply: 5, 4, 3, then 1.
 """
-
-
-class Parser(_Parser):
-    """The check command's wording, and an unknown option named with the valid ones."""
-
-    def error(self, message: str) -> NoReturn:
-        if message.startswith("unrecognized arguments: "):
-            option = message[len("unrecognized arguments: "):].split()[0]
-            valid = ", ".join(a.option_strings[-1] for a in self._actions if a.option_strings)
-            message = f"{option}: unknown option: valid options are {valid}"
-        super().error(message)
 
 
 def parser() -> Parser:
@@ -150,12 +139,9 @@ def _integer(text: Optional[str], option: str, low: int, high: int, p: Parser) -
     if text is None:
         return None
     try:
-        value = int(text, 10)
-    except ValueError:
-        p.error(f"{option}: {text} is not an integer: valid range {low}..{high}")
-    if not low <= value <= high:
-        p.error(f"{option}: {value} is out of range: valid range {low}..{high}")
-    return value
+        return integer_in(text, low, high)
+    except ValueError as e:
+        p.error(f"{option}: {e}")
 
 
 def check_values(p: Parser, o: argparse.Namespace) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from ._commandline import absolute_factory
+from ._commandline import absolute_factory, integer_in
 
 EXECUTORS = ("host", "cuda")
 _BATTERY_ATTRIBUTE = "_offloadkit_battery"
@@ -102,14 +102,9 @@ def battery(factory: str, feature: Optional[str] = None,
 def _int_in(low: int, high: int, option: str):
     def parse(text: str) -> int:
         try:
-            value = int(text, 10)
-        except ValueError:
-            raise pytest.UsageError(f"{option}: {text} is not an integer: valid range "
-                                    f"{low}..{high}") from None
-        if not low <= value <= high:
-            raise pytest.UsageError(f"{option}: {text} is out of range: valid range "
-                                    f"{low}..{high}")
-        return value
+            return integer_in(text, low, high)
+        except ValueError as e:
+            raise pytest.UsageError(f"{option}: {e}") from None
     return parse
 
 
