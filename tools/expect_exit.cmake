@@ -1,9 +1,12 @@
 # Runs a command and checks its exit status and output.
 #   cmake -DCOMMAND=<program> "-DARGS=<space separated arguments>" -DEXPECT_RC=<status>
+#         [-DEXPECT=<regex on stdout and stderr together>]
 #         [-DEXPECT_OUT=<regex on stdout>] [-DEXPECT_ERR=<regex on stderr>]
-#         [-DREJECT_ERR=<regex stderr must not match>] [-DEMPTY_OUT=1]
-#         [-DFILE=<path the command writes> -DEXPECT_FILE=<regex on its content>] -P <this file>
+#         [-DREJECT_OUT=<regex stdout must not match>] [-DREJECT_ERR=<regex stderr must not match>]
+#         [-DEMPTY_OUT=1] [-DFILE=<path the command writes> -DEXPECT_FILE=<regex on its content>]
+#         -P <this file>
 # Every run also checks that stderr carries no source location ("file.cpp:123").
+# (expect_usage_error.cmake is this check with a usage error's defaults.)
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 if(DEFINED FILE)
   file(REMOVE "${FILE}")
@@ -14,11 +17,17 @@ set(context "'${COMMAND} ${ARGS}'\nstdout:\n${out}\nstderr:\n${err}")
 if(NOT rc STREQUAL "${EXPECT_RC}")
   message(FATAL_ERROR "expected exit status ${EXPECT_RC} from ${context}\ngot '${rc}'")
 endif()
+if(DEFINED EXPECT AND NOT "${out}\n${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "neither stdout nor stderr matches '${EXPECT}': ${context}")
+endif()
 if(DEFINED EXPECT_OUT AND NOT out MATCHES "${EXPECT_OUT}")
   message(FATAL_ERROR "stdout does not match '${EXPECT_OUT}': ${context}")
 endif()
 if(DEFINED EXPECT_ERR AND NOT err MATCHES "${EXPECT_ERR}")
   message(FATAL_ERROR "stderr does not match '${EXPECT_ERR}': ${context}")
+endif()
+if(DEFINED REJECT_OUT AND out MATCHES "${REJECT_OUT}")
+  message(FATAL_ERROR "stdout matches '${REJECT_OUT}', which it must not: ${context}")
 endif()
 if(DEFINED REJECT_ERR AND err MATCHES "${REJECT_ERR}")
   message(FATAL_ERROR "stderr matches '${REJECT_ERR}', which it must not: ${context}")

@@ -101,8 +101,8 @@ foreach(entry IN LISTS refusals)
   list(GET parts 3 path)
   add_test(NAME python_module.adapter_refused_${name}
     COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
-            "-DARGS=-m offloadkit check ${factory} --executor host" -DEXIT=4 "-DEXPECT=${expect}"
-            -P ${PROJECT_SOURCE_DIR}/python/bridge/tests/expect_exit.cmake)
+            "-DARGS=-m offloadkit check ${factory} --executor host" -DEXPECT_RC=4 "-DEXPECT=${expect}"
+            -P ${PROJECT_SOURCE_DIR}/tools/expect_exit.cmake)
   set_tests_properties(python_module.adapter_refused_${name} PROPERTIES
     LABELS "cpu;python;adapters" TIMEOUT 60 ENVIRONMENT "PYTHONPATH=${path}")
   list(APPEND module_tests python_module.adapter_refused_${name})
