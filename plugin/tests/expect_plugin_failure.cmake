@@ -6,6 +6,7 @@
 # printed reproduce line that, run as printed, fails again.
 #   cmake -DOFFLOADKIT=<program> "-DARGS=<check arguments>" "-DEXPECT=<regexes>"
 #         ["-DIN_MESSAGE=<regexes>"] ["-DABSENT=<regexes>"] -P <this file>
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/tests/expect.cmake)
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 execute_process(COMMAND ${OFFLOADKIT} ${args}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -13,11 +14,7 @@ set(all "${out}\n${err}")
 if(NOT rc EQUAL 1)
   message(FATAL_ERROR "expected exit code 1 from 'offloadkit ${ARGS}', got '${rc}'\n${all}")
 endif()
-foreach(want IN LISTS EXPECT)
-  if(NOT all MATCHES "${want}")
-    message(FATAL_ERROR "'${want}' not found in the output of 'offloadkit ${ARGS}':\n${all}")
-  endif()
-endforeach()
+expect_all("${all}" "'offloadkit ${ARGS}'" ${EXPECT})
 if(DEFINED IN_MESSAGE)
   string(FIND "${out}" "FAILED (" start)
   if(start EQUAL -1)
@@ -38,11 +35,7 @@ if(DEFINED IN_MESSAGE)
     endif()
   endforeach()
 endif()
-foreach(unwanted IN LISTS ABSENT)
-  if(all MATCHES "${unwanted}")
-    message(FATAL_ERROR "'${unwanted}' found in the output of 'offloadkit ${ARGS}':\n${all}")
-  endif()
-endforeach()
+expect_none("${all}" "'offloadkit ${ARGS}'" ${ABSENT})
 # The program is the offloadkit command, or an interpreter that ran the check (`python -m
 # offloadkit`, as `check --python` does).
 if(NOT all MATCHES "reproduce: ([^\n]*offloadkit) (check [^\n]*--seed [0-9]+[^\n]*)")
@@ -56,10 +49,4 @@ else()
   separate_arguments(program_words UNIX_COMMAND "${program}")
 endif()
 separate_arguments(replay_args UNIX_COMMAND "${replay}")
-execute_process(COMMAND ${program_words} ${replay_args}
-  RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
-if(NOT rc2 EQUAL 1)
-  message(FATAL_ERROR "the reproduce line '${program} ${replay}' exited with '${rc2}', not 1:\n"
-                      "${out2}\n${err2}")
-endif()
-message(STATUS "caught, and the reproduce line fails again: ${program} ${replay}")
+expect_fails_again("${program} ${replay}" ${program_words} ${replay_args})

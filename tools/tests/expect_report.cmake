@@ -7,6 +7,7 @@
 #         -DEXPECT_SUBJECT=<built-in|plugin|python> ["-DEXPECT_PROFILE=<feature/impl/flag=true|false,...>"]
 #         ["-DEXPECT_NOTES=<regex on the not-checked notes>"] -P <this file>
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/tests/expect.cmake)
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 
 function(fail what)
@@ -38,14 +39,6 @@ endforeach()
 set(json "${report_json}")
 set(md "${report_md}")
 set(html "${report_html}")
-
-# Reads `path...` of the JSON report into `var`; a missing member is a failure.
-macro(json_get var)
-  string(JSON ${var} ERROR_VARIABLE json_error GET "${json}" ${ARGN})
-  if(json_error)
-    fail("the JSON report has no ${ARGN}: ${json_error}\n${json}")
-  endif()
-endmacro()
 
 json_get(format format)
 json_get(kind kind)

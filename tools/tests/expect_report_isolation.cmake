@@ -7,18 +7,11 @@
 #    is written with the properties that finished and says the run stopped, and the exit status
 #    is 130, as without --report.
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/tests/expect.cmake)
 
 function(fail what)
   message(FATAL_ERROR "${what}\n--- stdout:\n${out}\n--- stderr:\n${err}")
 endfunction()
-
-# Reads `path...` of `json` into `var`; a missing member is a failure.
-macro(json_get var)
-  string(JSON ${var} ERROR_VARIABLE json_error GET "${json}" ${ARGN})
-  if(json_error)
-    fail("the report has no ${ARGN}: ${json_error}\n${json}")
-  endif()
-endmacro()
 
 # Checks row `index`: its property, verdict and process end (a regular expression; "null" for a
 # failure whose process ended normally, which JSON holds as null and CMake reads as "").

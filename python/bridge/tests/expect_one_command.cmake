@@ -2,7 +2,7 @@
 # and every command the package runs in Python is in it.
 #   cmake -DOFFLOADKIT=<offloadkit program> -DSCRIPT=<the venv's offloadkit console script>
 #         -DPYTHON=<the venv's python> -P <this file>
-include(${CMAKE_CURRENT_LIST_DIR}/help_text.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/tests/expect.cmake)
 # The command list's lines: two spaces, then the command's name.
 function(commands_of out text)
   string(REGEX MATCH "commands:\n(  [a-z][^\n]*\n)+" block "${text}")

@@ -6,6 +6,7 @@
 # which, run as printed, fails again.
 #   cmake -DPYTHON=<venv python> -DWORK=<folder> "-DARGS=<check arguments>" -DEXPECT_RC=<n>
 #         ["-DEXPECT=<regexes>"] ["-DFAILED=<rows>"] -P <this file>
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/tests/expect.cmake)
 file(MAKE_DIRECTORY ${WORK})
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 execute_process(COMMAND ${PYTHON} -m offloadkit check ${args} WORKING_DIRECTORY ${WORK}
@@ -15,11 +16,7 @@ set(what "'python -m offloadkit check ${ARGS}'")
 if(NOT rc STREQUAL "${EXPECT_RC}")
   message(FATAL_ERROR "expected exit status ${EXPECT_RC} from ${what}, got '${rc}'\n${all}")
 endif()
-foreach(want IN LISTS EXPECT)
-  if(NOT all MATCHES "${want}")
-    message(FATAL_ERROR "'${want}' not found in the output of ${what}:\n${all}")
-  endif()
-endforeach()
+expect_all("${all}" "${what}" ${EXPECT})
 if(DEFINED FAILED)
   # "[ 3/12] arena/numpy-pinned-arena round_trip ... FAILED (...)"
   string(REGEX MATCHALL "\\] [^ \n]+ [^ \n]+ \\.\\.\\. FAILED" rows "${out}")
@@ -45,12 +42,7 @@ if(EXPECT_RC EQUAL 1)
   endif()
   set(replay "${CMAKE_MATCH_1}")
   separate_arguments(replay_args UNIX_COMMAND "${replay}")
-  execute_process(COMMAND ${PYTHON} -m offloadkit ${replay_args} WORKING_DIRECTORY ${WORK}
-    RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
-  if(NOT rc2 EQUAL 1)
-    message(FATAL_ERROR "the reproduce line '${PYTHON} -m offloadkit ${replay}' exited with "
-                        "'${rc2}', not 1:\n${out2}\n${err2}")
-  endif()
-  message(STATUS "the reproduce line fails again: ${PYTHON} -m offloadkit ${replay}")
+  expect_fails_again("${PYTHON} -m offloadkit ${replay}" ${CMAKE_COMMAND} -E chdir ${WORK}
+                     ${PYTHON} -m offloadkit ${replay_args})
 endif()
 message(STATUS "${out}")

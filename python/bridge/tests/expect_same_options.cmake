@@ -1,7 +1,7 @@
 # Every option that `offloadkit check --help` lists is one `python -m offloadkit check --help` lists
 # too (--plugin aside: --python excludes it), so that `offloadkit check --python` passes each on.
 #   cmake -DOFFLOADKIT=<offloadkit> -DPYTHON=<interpreter with offloadkit> -P <this file>
-include(${CMAKE_CURRENT_LIST_DIR}/help_text.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/tests/expect.cmake)
 set(option_lines "\n  +(-h, )?--[a-z][a-z-]*")
 output_of(text ${OFFLOADKIT} check --help)
 names_in(command "${text}" "${option_lines}")
