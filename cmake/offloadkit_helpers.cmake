@@ -162,6 +162,23 @@ function(offloadkit_expect_crashes)
   endif()
 endfunction()
 
+# offloadkit_fields(<row> <variable>...): the fields of a table row "a|b|c" (as the tests' case
+# tables write them) into the variables named, in order; a variable past the row's last field is
+# set empty.
+function(offloadkit_fields row)
+  string(REPLACE "|" ";" fields "${row}")
+  list(LENGTH fields count)
+  set(i 0)
+  foreach(variable IN LISTS ARGN)
+    set(value "")
+    if(i LESS count)
+      list(GET fields ${i} value)
+    endif()
+    set(${variable} "${value}" PARENT_SCOPE)
+    math(EXPR i "${i} + 1")
+  endforeach()
+endfunction()
+
 # offloadkit_usage_tests(<prefix> COMMAND <program> LABELS <labels...> CASES <case...>
 #                        [WORKING_DIRECTORY <dir>])
 # One test <prefix><name> per case "name|arguments|expected message[|exit code]": the program run
@@ -171,14 +188,9 @@ endfunction()
 function(offloadkit_usage_tests prefix)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMMAND;WORKING_DIRECTORY" "LABELS;CASES")
   foreach(entry IN LISTS arg_CASES)
-    string(REPLACE "|" ";" parts "${entry}")
-    list(GET parts 0 name)
-    list(GET parts 1 arguments)
-    list(GET parts 2 expect)
-    set(expect_rc 2)
-    list(LENGTH parts n)
-    if(n GREATER 3)
-      list(GET parts 3 expect_rc)
+    offloadkit_fields("${entry}" name arguments expect expect_rc)
+    if(expect_rc STREQUAL "")
+      set(expect_rc 2)
     endif()
     add_test(NAME ${prefix}${name}
       COMMAND ${CMAKE_COMMAND} -DCOMMAND=${arg_COMMAND} "-DARGS=${arguments}"

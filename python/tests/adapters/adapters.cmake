@@ -49,12 +49,7 @@ set(adapter_checks
   "megatron_paged_stash|${standins}:megatron_paged_stash --executor host|0|7 passed, 0 failed, 3 not applicable|"
   "megatron_paged_stash_planted|${standins}:megatron_paged_stash --executor host --seed 7|1|5 passed, 2 failed, 3 not applicable,${mps} model_based [.][.][.] FAILED,${mps} batch_matches_per_key [.][.][.] FAILED|stashes_after_overflow")
 foreach(entry IN LISTS adapter_checks)
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(GET parts 1 arguments)
-  list(GET parts 2 status)
-  list(GET parts 3 expect)
-  list(GET parts 4 defect)
+  offloadkit_fields("${entry}" name arguments status expect defect)
   string(REPLACE "," ";" expect "${expect}")
   add_test(NAME python_module.adapter_${name}
     COMMAND ${CMAKE_COMMAND} -DPYTHON=${venv_python} -DWORK=${module_work} "-DARGS=${arguments}"
@@ -94,11 +89,7 @@ set(refusals
   "torchtune_streams|offloadkit.adapters.torchtune:make|use_streams=True. cannot be driven through offloadkit's activation protocol|${adapters_dir}/standins"
   "trl_streams|offloadkit.adapters.trl:make|_current_graph_task_id|${adapters_dir}/standins")
 foreach(entry IN LISTS refusals)
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(GET parts 1 factory)
-  list(GET parts 2 expect)
-  list(GET parts 3 path)
+  offloadkit_fields("${entry}" name factory expect path)
   add_test(NAME python_module.adapter_refused_${name}
     COMMAND ${CMAKE_COMMAND} -DCOMMAND=${venv_python}
             "-DARGS=-m offloadkit check ${factory} --executor host" -DEXPECT_RC=4 "-DEXPECT=${expect}"
