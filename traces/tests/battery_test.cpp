@@ -4,23 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "offloadkit/adaptors.hpp"
+#include "dropping_adaptor.hpp"
 #include "offloadkit/host_executor.hpp"
 
 namespace {
 
-class dropping_adaptor final : public offloadkit::executor_adaptor {
- public:
-  dropping_adaptor(offloadkit::executor& up, int n) : executor_adaptor(up), n_(n) {}
-
- private:
-  void do_copy(void* dst, const void* src, std::size_t bytes, offloadkit::stream_ref s) override {
-    if (count_++ == n_ && bytes != 0) return;
-    executor_adaptor::do_copy(dst, src, bytes, s);
-  }
-  int n_;
-  int count_ = 0;
-};
+using offloadkit::testing::dropping_adaptor;
 
 offloadkit::check_config config() {
   offloadkit::check_config c;

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "dropping_adaptor.hpp"
 #include "offloadkit/adaptors.hpp"
 #include "offloadkit/host_executor.hpp"
 #include "offloadkit/resources.hpp"
@@ -299,24 +300,7 @@ TEST(ScheduleRecorder, RecordsWhatAnImplementationReports) {
   }
 }
 
-namespace {
-
-/// Planted bug: an executor that drops the n-th copy into device memory it is asked to do (a lost
-/// page copy), behind the executor interface.
-class dropping_adaptor final : public offloadkit::executor_adaptor {
- public:
-  dropping_adaptor(offloadkit::executor& up, int n) : executor_adaptor(up), n_(n) {}
-
- private:
-  void do_copy(void* dst, const void* src, std::size_t bytes, offloadkit::stream_ref s) override {
-    if (count_++ == n_) return;
-    executor_adaptor::do_copy(dst, src, bytes, s);
-  }
-  int n_;
-  int count_ = 0;
-};
-
-}  // namespace
+using offloadkit::testing::dropping_adaptor;
 
 TEST(Replay, SuiteCatchesALostPageCopy) {
   ot::generate_options g;
