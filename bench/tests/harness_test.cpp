@@ -36,8 +36,25 @@ struct outcome {
   bool ran = false;
 };
 
+/// `cl` run as "bench_t" with `args`, `body` its run, stdout and stderr captured.
+outcome run_on(bench::command_line& cl, const std::vector<std::string>& args,
+               const std::function<int()>& body) {
+  std::vector<const char*> argv{"bench_t"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  outcome o;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  o.status = cl.run(static_cast<int>(argv.size()), argv.data(), [&] {
+    o.ran = true;
+    return body();
+  });
+  o.err = testing::internal::GetCapturedStderr();
+  o.out = testing::internal::GetCapturedStdout();
+  return o;
+}
+
 /// A benchmark "bench_t" with one option `--n N` (1..10) run with `args`; `body` is its run.
-outcome run_command(std::vector<std::string> args, const std::function<int()>& body,
+outcome run_command(const std::vector<std::string>& args, const std::function<int()>& body,
                     std::string* executor = nullptr, std::string* json = nullptr) {
   bench::command_line cl("bench_t", "A test benchmark.", "Exit status: 0 ok.");
   int n = 1;
@@ -45,22 +62,11 @@ outcome run_command(std::vector<std::string> args, const std::function<int()>& b
       .add_option("--n", n, "a number, 1..10")
       ->type_name("N")
       ->check(tools::integer_range(1, 10));
-  args.insert(args.begin(), "bench_t");
-  std::vector<const char*> argv;
-  argv.reserve(args.size());
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  outcome o;
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  o.status = cl.run(static_cast<int>(argv.size()), argv.data(), [&] {
-    o.ran = true;
+  return run_on(cl, args, [&] {
     if (executor != nullptr) *executor = cl.executor_name();
     if (json != nullptr) *json = cl.json_path();
     return body();
   });
-  o.err = testing::internal::GetCapturedStderr();
-  o.out = testing::internal::GetCapturedStdout();
-  return o;
 }
 
 int ok() { return 0; }
@@ -237,18 +243,7 @@ TEST(BenchHarness, JsonThatCannotBeWrittenIsAnInputErrorNamingTheFile) {
 /// `skip` run as a benchmark's body with `args`: its outcome and the JSON file it wrote, if any.
 outcome skip_with(const std::vector<std::string>& args, const bench::json& doc) {
   bench::command_line cl("bench_t", "A test benchmark.", "");
-  std::vector<const char*> argv{"bench_t"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  outcome o;
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  o.status = cl.run(static_cast<int>(argv.size()), argv.data(), [&] {
-    o.ran = true;
-    return cl.skip("no usable GPU: none here", doc);
-  });
-  o.err = testing::internal::GetCapturedStderr();
-  o.out = testing::internal::GetCapturedStdout();
-  return o;
+  return run_on(cl, args, [&] { return cl.skip("no usable GPU: none here", doc); });
 }
 
 TEST(BenchHarness, SkipWritesWhyIntoTheJsonFile) {
