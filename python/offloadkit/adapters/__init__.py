@@ -115,13 +115,9 @@ ADAPTERS = (
     Adapter("vllm", "offloadkit.adapters.vllm:make", "region", "vllm", "vllm",
             "CuMemAllocator's sleep mode; a stream wait before sleep, a tag per region, the "
             "pool handed back at close, a second live region refused"),
-    Adapter("torchtune", "offloadkit.adapters.torchtune:make_single_stream", "activation",
-            "torchtune", "torchtune",
-            "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
-            "one library object per case"),
-    Adapter("trl", "offloadkit.adapters.trl:make_single_stream", "activation", "trl", "trl",
-            "OffloadActivations(use_streams=False) (use_streams=True needs autograd's engine); "
-            "one library object per case"),
+    *(Adapter(name, f"offloadkit.adapters.{name}:make_single_stream", "activation", name, name,
+              "OffloadActivations(use_streams=False) (use_streams=True needs autograd's "
+              "engine); one library object per case") for name in ("torchtune", "trl")),
     Adapter("torch_save_on_cpu", "offloadkit.adapters.torch_save_on_cpu:make", "activation",
             "torch", "torch", "save_on_cpu(pin_memory=True); one hooks object per case"),
     Adapter("megatron", "offloadkit.adapters.megatron:make_offload_all", "activation",
