@@ -23,6 +23,7 @@ set(planted_failures
 # 11 NumPy arena items (1 more not applicable), 11 planted (10 failing, 1 not applicable), 1 stash,
 # and each of the three batteries' shutdown[host] item (every process exits cleanly).
 set(counts "10 failed, 16 passed, 2 skipped")
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/tests/expect.cmake)
 file(MAKE_DIRECTORY ${WORK}/empty)
 set(common -m pytest -p offloadkit.pytest -p no:cacheprovider -rfs --offloadkit-seed 7
     --offloadkit-cases 20)
@@ -34,31 +35,18 @@ function(run_pytest out_var rc_var)
   set(${rc_var} "${rc}" PARENT_SCOPE)
 endfunction()
 
-# The failing items' property names ("arena/numpy-planted/round_trip[host]"), sorted.
-function(failed_items text out_var)
-  string(REGEX MATCHALL "\nFAILED [^ \n]+" lines "${text}")
-  set(names "")
-  foreach(line IN LISTS lines)
-    string(REGEX REPLACE ".*::([^:]+)$" "\\1" name "${line}")
-    list(APPEND names "${name}")
-  endforeach()
-  list(SORT names)
-  set(${out_var} "${names}" PARENT_SCOPE)
-endfunction()
-
 function(expect_failures text what)
-  failed_items("${text}" failed)
+  # The failing items' property names ("arena/numpy-planted/round_trip[host]"), sorted.
+  names_in(failed "${text}" "\nFAILED [^ \n]+")
+  list(TRANSFORM failed REPLACE ".*::" "")
+  list(SORT failed)
   set(expected ${planted_failures})
   list(SORT expected)
   if(NOT failed STREQUAL expected)
     message(FATAL_ERROR "${what}: the failing items are '${failed}', expected '${expected}':\n${text}")
   endif()
-  foreach(want "seed: 7" "reproduce: [^\n]* -m offloadkit check [^\n]*--seed 7"
-          "numpy_planted.py:arena")
-    if(NOT text MATCHES "${want}")
-      message(FATAL_ERROR "${what}: '${want}' is not in the failure report:\n${text}")
-    endif()
-  endforeach()
+  expect_all("${text}" "${what}" "seed: 7" "reproduce: [^\n]* -m offloadkit check [^\n]*--seed 7"
+             "numpy_planted.py:arena")
 endfunction()
 
 # 1. the example test file
