@@ -4,11 +4,8 @@
 # wrong word.
 #   cmake -DBENCH=<bench_multigpu> -DWORK=<folder> -P smoke.cmake
 cmake_minimum_required(VERSION 3.25)
-foreach(v BENCH WORK)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "smoke.cmake: -D${v}=... is missing")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/tests/expect.cmake)
+expect_defined(BENCH WORK)
 
 # check_rows(<json> <key> <devices> <ops...>): <key> has one row per device and op, in that order,
 # each with positive alone figures, together figures (and ratio) exactly where devices > 1, and

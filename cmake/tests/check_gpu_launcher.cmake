@@ -2,11 +2,8 @@
 # first with a resource spec file of two GPUs whose ids are 3 and 5, then without one.
 #   cmake -DCTEST=... -DHELPERS=.../offloadkit_helpers.cmake -DPROJECT=... -DWORK=... -P this
 cmake_minimum_required(VERSION 3.25)
-foreach(v CTEST HELPERS PROJECT WORK)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "check_gpu_launcher.cmake: -D${v}=... is missing")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
+expect_defined(CTEST HELPERS PROJECT WORK)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${PROJECT} -B ${WORK} -DOFFLOADKIT_HELPERS=${HELPERS}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -19,11 +16,7 @@ file(WRITE ${WORK}/resources.json
 
 # run(<out-var> <ctest args...>): ctest's verbose output; fails unless every test passed.
 function(run out)
-  execute_process(COMMAND ${CTEST} -V ${ARGN} WORKING_DIRECTORY ${WORK}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE text)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "ctest ${ARGN} failed (${rc}):\n${text}")
-  endif()
+  output_of(text ${CMAKE_COMMAND} -E chdir ${WORK} ${CTEST} -V ${ARGN})
   set(${out} "${text}" PARENT_SCOPE)
 endfunction()
 

@@ -10,11 +10,8 @@
 #   - there is at least one gpu and one .multigpu entry, so that the checks above checked something.
 #   cmake -DCTEST=... -DBUILD_DIR=... -DRESOURCE_GROUPS=ON|OFF -DLAUNCHER=... -P this
 cmake_minimum_required(VERSION 3.25)
-foreach(v CTEST BUILD_DIR RESOURCE_GROUPS LAUNCHER)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "check_gpu_tests.cmake: -D${v}=... is missing")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
+expect_defined(CTEST BUILD_DIR RESOURCE_GROUPS LAUNCHER)
 execute_process(COMMAND ${CTEST} --show-only=json-v1 WORKING_DIRECTORY ${BUILD_DIR}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)

@@ -1,5 +1,6 @@
 # What the test scripts run with `cmake -P` share; include() it. Where the including script
 # defines a function `fail(<message>)` (to add its command and output), failures go through it.
+#   expect_defined(<variable>...): the script was given each variable (-D<variable>=...).
 #   expect_all(<text> <what> <regex>...): every regex matches <text> (the output of <what>).
 #   expect_none(<text> <what> <regex>...): no regex matches <text>.
 #   expect_fails_again(<shown> <command>...): a printed reproduce line (<shown>, as printed), run
@@ -16,6 +17,15 @@ function(expect_failure message)
     fail("${message}")
   endif()
   message(FATAL_ERROR "${message}")
+endfunction()
+
+function(expect_defined)
+  get_filename_component(script "${CMAKE_SCRIPT_MODE_FILE}" NAME)
+  foreach(variable IN LISTS ARGN)
+    if(NOT DEFINED ${variable})
+      expect_failure("${script}: -D${variable}=... is missing")
+    endif()
+  endforeach()
 endfunction()
 
 function(expect_all text what)
