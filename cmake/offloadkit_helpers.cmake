@@ -42,6 +42,31 @@ function(offloadkit_warnings target)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
 endfunction()
 
+# offloadkit_library(<name> [STATIC] [ALIAS <alias>] SOURCES <files...> [LINKS <args...>]): one of the
+# project's libraries, its public headers in the folder's include/ (installed under include/),
+# LINKS handed to target_link_libraries as written (PUBLIC ... PRIVATE ...), and its warnings.
+function(offloadkit_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "STATIC" "ALIAS" "SOURCES;LINKS")
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_SOURCES)
+    message(FATAL_ERROR "offloadkit_library(${name}): needs SOURCES, and takes only STATIC, ALIAS, "
+      "SOURCES and LINKS (unexpected: '${arg_UNPARSED_ARGUMENTS}')")
+  endif()
+  set(type "")
+  if(arg_STATIC)
+    set(type STATIC)
+  endif()
+  add_library(${name} ${type} ${arg_SOURCES})
+  if(arg_ALIAS)
+    add_library(${arg_ALIAS} ALIAS ${name})
+  endif()
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
+  if(arg_LINKS)
+    target_link_libraries(${name} ${arg_LINKS})
+  endif()
+  offloadkit_warnings(${name})
+endfunction()
+
 set(OFFLOADKIT_GPU_LAUNCHER ${CMAKE_CURRENT_LIST_DIR}/gpu_test_launcher.sh)
 
 # offloadkit_gpu_launcher(<out-var>): the words to put in front of a GPU test's command. With
