@@ -199,8 +199,14 @@ def check_values(p: Parser, o: argparse.Namespace) -> None:
                 "activation")
 
 
+# The run's start on the system's monotonic clock: a peer's process inherits its parent's, so that
+# every line counts from the same moment.
+_STARTED = float(os.environ.setdefault("OFFLOADKIT_PEERS_STARTED", repr(time.monotonic())))
+
+
 def progress(text: str) -> None:
-    sys.stderr.write(f"bench_peers: {text}\n")
+    """One line on stderr: what starts now, and the seconds since this process started."""
+    sys.stderr.write(f"bench_peers: {text} (at {time.monotonic() - _STARTED:.0f} s)\n")
     sys.stderr.flush()
 
 

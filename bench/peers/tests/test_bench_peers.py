@@ -15,6 +15,7 @@ peers that corrupt bytes, crash, go wrong at exit or leave process-global state 
 """
 
 import contextlib
+import ctypes
 import io
 import json
 import os
@@ -33,6 +34,7 @@ for path in (os.path.dirname(HERE), STANDINS):
 import torch  # noqa: E402 (the stand-in)
 
 import bench_peers  # noqa: E402
+import peers_measure  # noqa: E402
 from offloadkit import hooks  # noqa: E402
 from standin_memory import HostMemory  # noqa: E402
 from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
@@ -411,6 +413,31 @@ class InterruptedTest(unittest.TestCase):
         with self.assertRaises(ProcessLookupError):
             os.kill(hanging_pid, 0)
         self.assertIn("planted: hanging in pause", err)
+
+
+class WrongBytesTest(unittest.TestCase):
+    """Device.wrong counts a region slice by slice (a whole 8 GiB region at once needs more device
+    memory than an 80 GB GPU has free): every slice is counted, the last, short one included."""
+
+    def setUp(self):
+        self.memory = HostMemory()
+        torch._standin_bind(self.memory)
+        self.dev = peers_measure.Device(torch)
+        self.nbytes = 10 * 1024 + 7
+        self.buf = self.memory.allocate(self.nbytes)
+        self.dev.fill(self.buf.ptr, self.nbytes, 0x5A)
+        self.slice = peers_measure.WRONG_SLICE
+        peers_measure.WRONG_SLICE = 4096
+
+    def tearDown(self):
+        peers_measure.WRONG_SLICE = self.slice
+
+    def test_bytes_wrong_in_every_slice_are_counted(self):
+        self.assertEqual(self.dev.wrong(self.buf.ptr, self.nbytes, 0x5A), 0)
+        for at in (0, 4095, 4096, 9000, self.nbytes - 1):  # first, both sides of a seam, last
+            ctypes.memset(self.buf.ptr + at, 0, 1)
+        self.assertEqual(self.dev.wrong(self.buf.ptr, self.nbytes, 0x5A), 5)
+        self.assertEqual(self.dev.wrong(self.buf.ptr, self.nbytes, 0), self.nbytes - 5)
 
 
 if __name__ == "__main__":
