@@ -205,7 +205,7 @@ _STARTED = float(os.environ.setdefault("OFFLOADKIT_PEERS_STARTED", repr(time.mon
 
 
 def progress(text: str) -> None:
-    """One line on stderr: what starts now, and the seconds since this process started."""
+    """One line on stderr: what starts now, and the seconds since the run started."""
     sys.stderr.write(f"bench_peers: {text} (at {time.monotonic() - _STARTED:.0f} s)\n")
     sys.stderr.flush()
 
