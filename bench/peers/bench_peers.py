@@ -4,7 +4,8 @@ ecosystem's offload libraries, in one run, each figure as a fraction of the limi
 same run and as offloadkit's speed-up over each peer.
 
 - region, 1-8 GiB: pause, resume, and the RL phase switch (one region paused while another
-  resumes) of offloadkit's graph-stable region against torch_memory_saver (its defaults, and
+  resumes; offloadkit's ``swap_with`` does both at once) of offloadkit's graph-stable region
+  (``vmm_region``) against torch_memory_saver (its defaults, and
   ``retain_cpu_backup``) and vLLM's sleep mode (``CuMemAllocator``);
 - activation, on bench_activation_mlp's MLP shapes: forward (every saved tensor packed) and
   backward (every one unpacked) of offloadkit's offloader against torchtune's and TRL's
@@ -13,15 +14,16 @@ same run and as offloadkit's speed-up over each peer.
   ``save_on_cpu(pin_memory=True)``;
 - Megatron-LM's paged stash: not timed here (its row says why; its adapter is checked).
 
-Each peer is driven through its offloadkit adapter (``offloadkit.adapters``), the very objects
-``python -m offloadkit check`` checks, and timed with torch.cuda events; its limit is a plain
-pinned copy of the same bytes (each direction; both at once for the phase switch) made with torch
-on the same device, taking turns with the peer's operations (``peers_measure.py``). offloadkit's own
-rows come from its C++ benchmarks, run as child processes in the same run (``bench_region --json``,
-``bench_activation_mlp --json``): Python reaches offloadkit's C++ implementations only as the
-checker of Python code, not as their caller. Each of those programs measures its own limit (the same
-plain pinned copies) in the same run, so offloadkit's speed-up over a peer is the ratio of the two
-fractions of the limit.
+Every row, offloadkit's included, is driven through the same path: the object ``python -m
+offloadkit check`` checks (a peer's ``offloadkit.adapters`` adapter; offloadkit's own C++
+implementations through ``offloadkit.optimized``, the classes PyTorch users build), timed with
+torch.cuda events on one stream; its limit is a plain pinned copy of the same bytes (each
+direction; both at once for the phase switch) made with torch on the same device, taking turns
+with the object's operations (``peers_measure.py``). offloadkit's speed-up over a peer is the ratio
+of the two fractions of the limit. The rows "offloadkit-c++" come from offloadkit's C++ benchmarks
+(``bench_region --json``, ``bench_activation_mlp --json``, run as child processes in the same run,
+each measuring its own limit): the same implementations without Python, for comparison
+(``--no-cpp-benchmarks`` leaves them out).
 
 Each peer (library) runs in a child process of its own (this program, this Python), because
 several of them are process-global: torch_memory_saver's hook mode, vLLM's CuMemAllocator
@@ -83,14 +85,20 @@ ACTIVATION_OPERATIONS = ("forward", "backward")
 DEFAULT_SHAPES = ((4096, 4096), (4096, 16384), (8192, 8192))  # bench_activation_mlp's
 QUICK_SHAPE = (1024, 2048)
 
-#: Region peers: (name, factory).
+#: The name of offloadkit's own rows (its optimized implementations through offloadkit.optimized),
+#: and of the rows of its C++ benchmarks.
+OFFLOADKIT = "offloadkit"
+OFFLOADKIT_CPP = "offloadkit-c++"
+#: Region peers: (name, factory), offloadkit's first.
 REGION_PEERS = (
+    (OFFLOADKIT, "offloadkit.optimized:make"),
     ("torch_memory_saver", "offloadkit.adapters.torch_memory_saver:make"),
     ("torch_memory_saver-retain", "offloadkit.adapters.torch_memory_saver:make_retain_cpu_backup"),
     ("vllm-cumem", "offloadkit.adapters.vllm:make"),
 )
-#: Activation peers: (name, factory).
+#: Activation peers: (name, factory), offloadkit's first.
 ACTIVATION_PEERS = (
+    (OFFLOADKIT, "offloadkit.optimized:make"),
     ("torchtune", "offloadkit.adapters.torchtune:make_single_stream"),
     ("trl", "offloadkit.adapters.trl:make_single_stream"),
     ("torch-save-on-cpu", "offloadkit.adapters.torch_save_on_cpu:make"),
@@ -154,7 +162,10 @@ def parser() -> Parser:
                    help="the executor of offloadkit's own benchmarks: cuda or host (a host "
                         "figure is no GPU figure; for smoke runs) (default cuda)")
     p.add_argument("--no-offloadkit", action="store_true",
-                   help="leave offloadkit's own rows out (the peers alone)")
+                   help="leave offloadkit's own rows out, its C++ benchmarks' too (the peers "
+                        "alone)")
+    p.add_argument("--no-cpp-benchmarks", action="store_true",
+                   help="leave out the rows of offloadkit's C++ benchmarks (offloadkit-c++)")
     p.add_argument("--json", metavar="FILE", help="also write every row to FILE as JSON")
     p.add_argument("--peer-timeout", metavar="SECONDS", default=str(DEFAULT_PEER_TIMEOUT_S),
                    help="a peer's process still running after SECONDS is killed and its rows "
@@ -336,7 +347,7 @@ def region_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: Opti
 def region_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
                  dev: Optional[Any]) -> List[Dict[str, Any]]:
     """Every region peer in this process (--in-process)."""
-    return [r for name, factory in REGION_PEERS
+    return [r for name, factory in peer_table(o, REGION_PEERS)
             for r in region_peer(o, torch, why, dev, name, factory)]
 
 
@@ -369,7 +380,7 @@ def activation_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: 
 def activation_peers(o: argparse.Namespace, torch: Optional[Any], why: str,
                      dev: Optional[Any]) -> List[Dict[str, Any]]:
     """Every activation peer in this process (--in-process)."""
-    return [r for name, factory in ACTIVATION_PEERS
+    return [r for name, factory in peer_table(o, ACTIVATION_PEERS)
             for r in activation_peer(o, torch, why, dev, name, factory)]
 
 
@@ -402,6 +413,13 @@ def worker_main(o: argparse.Namespace) -> int:
     doc["done"] = True
     written(rows)
     return 0
+
+
+def peer_table(o: argparse.Namespace,
+               table: Sequence[Tuple[str, str]]) -> Sequence[Tuple[str, str]]:
+    """The (name, factory) of the peers this run measures: ``table`` less offloadkit's own row
+    under --no-offloadkit."""
+    return [(n, f) for n, f in table if not (o.no_offloadkit and n == OFFLOADKIT)]
 
 
 def planned(o: argparse.Namespace, feature: str) -> List[Tuple[Any, str]]:
@@ -522,7 +540,7 @@ def not_measured(o: argparse.Namespace, rows: List[Dict[str, Any]],
     out: List[Dict[str, Any]] = []
     for feature, table in (("region", REGION_PEERS), ("activation", ACTIVATION_PEERS)):
         if o.feature in (feature, "all"):
-            for name, factory in table:
+            for name, factory in peer_table(o, table):
                 out += missing_rows(o, feature, name, factory, rows, "skipped", reason)
     return out
 
@@ -581,7 +599,7 @@ def run_program(command: List[str]) -> Tuple[Optional[Dict[str, Any]], str]:
 
 
 def offloadkit_region(o: argparse.Namespace) -> List[Dict[str, Any]]:
-    impl = "offloadkit"
+    impl = OFFLOADKIT_CPP
     program, why = find_program(o.bench_region, "region", "bench_region")
     doc = None
     if program is not None:
@@ -618,7 +636,7 @@ def offloadkit_region(o: argparse.Namespace) -> List[Dict[str, Any]]:
 
 
 def offloadkit_activation(o: argparse.Namespace) -> List[Dict[str, Any]]:
-    impl = "offloadkit"
+    impl = OFFLOADKIT_CPP
     program, why = find_program(o.bench_activation_mlp, "activation", "bench_activation_mlp")
     doc = None
     if program is not None:
@@ -656,16 +674,17 @@ def offloadkit_activation(o: argparse.Namespace) -> List[Dict[str, Any]]:
 
 def add_speedups(rows: List[Dict[str, Any]]) -> None:
     """offloadkit's speed-up over each peer, per operation and size or shape: the ratio of the two
-    fractions of the limit (each measured in its own program, in the same run)."""
+    fractions of the limit (each measured in the same run). offloadkit's C++ benchmarks' rows are
+    neither compared nor compared with."""
 
     def key(r: Dict[str, Any]) -> Tuple[Any, ...]:
         return (r["feature"], r["operation"], r.get("bytes") if r["feature"] == "region" else
                 (r.get("hidden"), r.get("tokens")))
 
-    ours = {key(r): r for r in rows if r["implementation"] == "offloadkit" and
+    ours = {key(r): r for r in rows if r["implementation"] == OFFLOADKIT and
             r["status"] == "ok"}
     for r in rows:
-        if r["implementation"] == "offloadkit" or r["status"] != "ok":
+        if r["implementation"] in (OFFLOADKIT, OFFLOADKIT_CPP) or r["status"] != "ok":
             continue
         mine = ours.get(key(r))
         if mine is not None and r["of_limit"] > 0:
@@ -709,7 +728,7 @@ def header(device: str, o: argparse.Namespace) -> str:
     return (f"# bench_peers on {device}, median of {o.reps if not o.quick else 2} rounds; "
             "'of limit' = limit time / time (1.00: at the link's limit), the limit being a plain "
             "pinned copy of the same bytes measured in the same run (each direction; both at once "
-            "for the phase switch; the peers' by this program with torch, offloadkit's by its own "
+            "for the phase switch; by this program with torch, offloadkit-c++'s by its own "
             "benchmark); 'offloadkit ×' = offloadkit's fraction of its limit / the peer's")
 
 
@@ -755,14 +774,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _interrupt)
     try:
+        cpp = not o.no_offloadkit and not o.no_cpp_benchmarks
         if o.feature in ("region", "all"):
-            if not o.no_offloadkit:
+            peers("region", peer_table(o, REGION_PEERS))
+            if cpp:
                 rows += offloadkit_region(o)
-            peers("region", REGION_PEERS)
         if o.feature in ("activation", "all"):
-            if not o.no_offloadkit:
+            peers("activation", peer_table(o, ACTIVATION_PEERS))
+            if cpp:
                 rows += offloadkit_activation(o)
-            peers("activation", ACTIVATION_PEERS)
         if o.feature == "all":
             rows.append(megatron_row())
     except Interrupted as e:

@@ -4,8 +4,9 @@ stream, next to the limit of the same bytes measured in the same run with torch 
 (a plain pinned copy each way, taking turns with the peer's operations).
 
 Region peers (sizes doubled from --min-mib to --max-mib): ``pause("preserve")``, ``resume`` and the
-RL phase switch (one region paused while another resumes: ``a.pause`` then ``b.resume``, the
-adapters' libraries being synchronous), against a pinned D2H copy, an H2D copy, and the
+RL phase switch (one region paused while another resumes: ``a.swap_with(b)`` where the region
+has it, as offloadkit's has, else ``a.pause`` then ``b.resume``, the adapters' libraries being
+synchronous), against a pinned D2H copy, an H2D copy, and the
 both-directions limit (the two at once on two streams). Activation peers: the saved tensors of
 bench_activation_mlp's MLP step (per block: its input, h x tokens, and the pre- and post-GELU
 tensors, 4h x tokens, bf16), packed block by block in forward order (``forward_layer_end`` after
@@ -180,6 +181,7 @@ def measure_switch(dev: Device, region_class: Any, nbytes: int, reps: int,
         values = (0x3C, 0xC3)
         for r, v in zip(regions, values):
             dev.fill(r.info().data, nbytes, v)
+        swap = hasattr(regions[0]._target, "swap_with")
         regions[1].pause("preserve", stream)
         regions[0].pause("preserve", stream)  # warm-up: both have been paused and resumed once
         regions[1].resume(stream)
@@ -190,8 +192,11 @@ def measure_switch(dev: Device, region_class: Any, nbytes: int, reps: int,
                                                                  (dev_b, pin_b))))
 
             def phase_switch() -> None:
-                active.pause("preserve", stream)
-                paused.resume(stream)
+                if swap:  # both at once, one copy direction each
+                    active.swap_with(paused._target, "preserve", stream)
+                else:
+                    active.pause("preserve", stream)
+                    paused.resume(stream)
 
             switch.append(dev.seconds(phase_switch))
             active, paused = paused, active

@@ -51,8 +51,13 @@ struct plugin_decl {
 /// logic_error where no interpreter runs (the bridge loaded outside offloadkit._native).
 const plugin_decl& start();
 
-/// Python objects the bridge uses, looked up once by start(). Never destroyed: releasing them at
-/// exit, after the interpreter may have been finalized, would need the GIL.
+/// Looks up names() and creates the bridge's native module (Executor, Release, the exception
+/// translator), once per process; start() does it before it reads the factory, and the optimized
+/// implementations' classes (optimized.cpp) before their first object. Needs the GIL.
+void start_runtime();
+
+/// Python objects the bridge uses, looked up once by start_runtime(). Never destroyed: releasing
+/// them at exit, after the interpreter may have been finalized, would need the GIL.
 struct python_names {
   py::module_ support;  ///< offloadkit._bridge
   py::object buffer, stream, event, graph, physical, tensor, stash_key, stash_config, region_config,
@@ -151,6 +156,10 @@ struct release_once {
   bool disowned = false;  ///< pack() failed: the caller kept the tensor, nothing may be released
 };
 py::object make_release(const std::shared_ptr<release_once>& r);
+
+/// Adds offloadkit's optimized implementations to the extension module `m` as the classes
+/// OptimizedRegion and OptimizedActivation (optimized.cpp).
+void add_optimized_classes(py::module_& m);
 
 /// The module of the bridge's native classes (Executor, Release); created by start().
 void create_native_module();

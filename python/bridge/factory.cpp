@@ -81,6 +81,15 @@ python_names& names() {
   return *n;
 }
 
+void start_runtime() {
+  // Called with the GIL held, which orders the first call against every other.
+  static bool started = false;
+  if (started) return;
+  load_names();
+  create_native_module();
+  started = true;
+}
+
 namespace {
 
 /// The work of start(), done once.
@@ -104,8 +113,7 @@ const plugin_decl* load_declaration() {
     py::gil_scoped_acquire gil;
     try {
       line_buffer_output();
-      load_names();
-      create_native_module();
+      start_runtime();
       py::tuple d = names().support.attr("describe")(spec);
       decl->name = d[0].cast<std::string>();
       decl->version = d[1].cast<std::string>();
@@ -163,8 +171,12 @@ stored_error describe_python_error(const std::string& what, py::error_already_se
     return stored_error{OKIT_ERR_RUNTIME, 0, "python " + what + " raised " + e.what()};
   }
   try {
-    py::tuple t = whole ? names().support.attr("format_error")(e.value(), what, e.trace(), 0)
-                        : names().support.attr("format_error")(e.value(), what, e.trace());
+    // An exception raised by a method written in C++ (an optimized implementation's class) that
+    // Python called straight from C++ has no traceback.
+    const py::object trace =
+        e.trace() ? py::reinterpret_borrow<py::object>(e.trace()) : py::object(py::none());
+    py::tuple t = whole ? names().support.attr("format_error")(e.value(), what, trace, 0)
+                        : names().support.attr("format_error")(e.value(), what, trace);
     return stored_error{t[0].cast<int>(), t[1].cast<int>(), t[2].cast<std::string>()};
   } catch (py::error_already_set& inner) {
     return stored_error{OKIT_ERR_RUNTIME, 0,

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bridge.hpp"
 #include "check_cli.hpp"
 #include "cli_common.hpp"
 #include "offloadkit/cuda_executor.hpp"
@@ -132,6 +133,7 @@ PYBIND11_MODULE(_native, m) {
         return offloadkit::cuda_unavailable_reason();
       },
       "Why the cuda executor cannot run here; empty where it can.");
+  offloadkit::python_bridge::add_optimized_classes(m);
   m.def("module_path", &module_path, "The file of this extension module.");
   m.def(
       "capability_table",

@@ -35,6 +35,7 @@ import torch  # noqa: E402 (the stand-in)
 
 import bench_peers  # noqa: E402
 import peers_measure  # noqa: E402
+import standin_offloadkit  # noqa: E402
 from offloadkit import hooks  # noqa: E402
 from standin_memory import HostMemory  # noqa: E402
 from offloadkit.adapters import torch_memory_saver as tms_adapter  # noqa: E402
@@ -122,6 +123,13 @@ class MeasuringPathTest(unittest.TestCase):
             programs.append(path)
         cls.json_path = os.path.join(cls.tmp.name, "peers.json")
         out, err = io.StringIO(), io.StringIO()
+        # offloadkit's own rows through a stand-in of offloadkit.optimized (no extension module,
+        # no GPU here), with its swap_with.
+        tables = bench_peers.REGION_PEERS, bench_peers.ACTIVATION_PEERS
+        standin = (bench_peers.OFFLOADKIT, "standin_offloadkit:make")
+        bench_peers.REGION_PEERS = (standin,) + tables[0][1:]
+        bench_peers.ACTIVATION_PEERS = (standin,) + tables[1][1:]
+        standin_offloadkit.SwapRegion.swaps = 0
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 cls.status = bench_peers.main([
@@ -131,6 +139,7 @@ class MeasuringPathTest(unittest.TestCase):
                     "--json", cls.json_path, "--in-process"])
         finally:
             cls.calls.restore()
+            bench_peers.REGION_PEERS, bench_peers.ACTIVATION_PEERS = tables
         cls.stdout, cls.stderr = out.getvalue(), err.getvalue()
         with open(cls.json_path) as f:
             cls.doc = json.load(f)
@@ -158,8 +167,9 @@ class MeasuringPathTest(unittest.TestCase):
         for impl in ("torch_memory_saver", "vllm-cumem"):
             for name, way in (("pause", 3), ("resume", 4)):
                 calls = self.calls.of(impl, name)
-                # Both tms rows (defaults and retain) have the implementation torch_memory_saver.
-                runs = 2 if impl == "torch_memory_saver" else 1
+                # Both tms rows (defaults and retain) and offloadkit's stand-in (standin_offloadkit,
+                # whose swaps pause and resume) have the implementation torch_memory_saver.
+                runs = 3 if impl == "torch_memory_saver" else 1
                 for nbytes in (1 * MIB, 2 * MIB):
                     moved = [c for c in calls if c[way] == nbytes]
                     per_size = (1 + REPS) + (2 + REPS) if impl == "torch_memory_saver" else \
@@ -188,9 +198,11 @@ class MeasuringPathTest(unittest.TestCase):
         for impl in ("torchtune-offload", "trl-offload", "torch-save-on-cpu",
                      "megatron-fine-grained-offload"):
             packs, unpacks = self.calls.of(impl, "pack"), self.calls.of(impl, "unpack")
-            self.assertEqual(len(packs), steps * BLOCKS * 3, impl)
-            self.assertEqual(len(unpacks), steps * BLOCKS * 3, impl)
-            self.assertEqual(sorted(c[2] for c in packs), sorted(sizes * BLOCKS * steps))
+            # offloadkit's stand-in is TRL's adapter too (standin_offloadkit).
+            runs = 2 if impl == "trl-offload" else 1
+            self.assertEqual(len(packs), runs * steps * BLOCKS * 3, impl)
+            self.assertEqual(len(unpacks), runs * steps * BLOCKS * 3, impl)
+            self.assertEqual(sorted(c[2] for c in packs), sorted(sizes * BLOCKS * steps * runs))
             if impl == "megatron-fine-grained-offload":
                 # Megatron copies a layer's tensors at its group's commit (forward_layer_end) and
                 # reloads them at the next backward group, not in pack and unpack; and these
@@ -225,26 +237,39 @@ class MeasuringPathTest(unittest.TestCase):
             self.assertAlmostEqual(r["of_limit"], r["limit_s"] / r["time_s"])
         self.assertEqual(seen, expected)
         peers = {r["implementation"] for r in self.rows}
-        self.assertEqual(peers, {"offloadkit", "torch_memory_saver", "torch_memory_saver-retain",
+        self.assertEqual(peers, {"offloadkit", "offloadkit-c++", "torch_memory_saver",
+                                 "torch_memory_saver-retain",
                                  "vllm-cumem", "torchtune", "trl", "torch-save-on-cpu",
                                  "megatron-fine-grained",
                                  "megatron-paged-stash"})
         megatron = self.rows_of("megatron-paged-stash")[0]
         self.assertIn("not timed here", megatron["reason"])
         self.assertIn("offloadkit.adapters.megatron_paged_stash", megatron["reason"])
-        # Region: 3 operations x 2 sizes x 4 implementations; activation: 2 phases x 5; Megatron's
-        # paged stash.
-        self.assertEqual(len(self.rows), 3 * 2 * 4 + 2 * 5 + 1)
+        # Region: 3 operations x 2 sizes x 5 implementations (offloadkit's C++ benchmark among
+        # them); activation: 2 phases x 6; Megatron's paged stash.
+        self.assertEqual(len(self.rows), 3 * 2 * 5 + 2 * 6 + 1)
 
-    def test_offloadkit_rows_come_from_its_benchmarks_with_speedups_over_each_peer(self):
+    def test_cpp_benchmark_rows_come_from_their_json(self):
         ours = {(r["operation"], r.get("bytes"), r.get("hidden")): r
-                for r in self.rows_of("offloadkit")}
+                for r in self.rows_of("offloadkit-c++")}
         self.assertAlmostEqual(ours[("pause", MIB, None)]["of_limit"], 0.5)
         self.assertAlmostEqual(ours[("resume", MIB, None)]["of_limit"], 0.25)
         self.assertAlmostEqual(ours[("phase switch", MIB, None)]["of_limit"], 0.75)
         self.assertAlmostEqual(ours[("forward", 1000, HIDDEN)]["of_limit"], 0.8)
+        for r in self.rows_of("offloadkit-c++"):
+            self.assertNotIn("offloadkit_speedup", r)
+            self.assertNotIn("speedup_over", r)
+
+    def test_offloadkit_phase_switch_is_its_swap(self):
+        # Warm-up and the timed rounds of each size swap; the other peers pause, then resume.
+        self.assertEqual(standin_offloadkit.SwapRegion.swaps, 2 * REPS)
+        for r in self.rows_of("offloadkit", "phase switch"):
+            self.assertEqual(r["calls"].get("swap_with"), REPS, r)
+            self.assertEqual(r["wrong"], 0, r)
+
+    def test_offloadkit_speedups_over_each_peer(self):
         for r in self.rows:
-            if r["implementation"] == "offloadkit" or r["status"] != "ok":
+            if r["implementation"] in ("offloadkit", "offloadkit-c++") or r["status"] != "ok":
                 continue
             mine = [o for o in self.rows_of("offloadkit", r["operation"])
                     if (o["feature"] == "region" and o["bytes"] == r["bytes"]) or
@@ -257,7 +282,7 @@ class MeasuringPathTest(unittest.TestCase):
         lines = [line for line in self.stdout.splitlines() if line.startswith("| ")]
         self.assertEqual(len(lines), 1 + len(self.rows))
         self.assertTrue(lines[0].startswith("| feature | operation |"))
-        self.assertIn("| region | pause | 1 MiB | offloadkit | 2000.00 | 1000.00 | 0.500 |",
+        self.assertIn("| region | pause | 1 MiB | offloadkit-c++ | 2000.00 | 1000.00 | 0.500 |",
                       self.stdout)
         for line in lines[1:]:
             self.assertEqual(line.count(" | "), 9, line)

@@ -1,0 +1,365 @@
+// offloadkit's optimized implementations as Python classes of offloadkit._native: the graph-stable
+// regions (vmm_region, unified_region) and the activation offloader (async_offloader), the same
+// C++ objects the batteries check, with the methods of offloadkit.protocol's Region and
+// Activation. offloadkit.optimized names them as a factory (`python -m offloadkit check
+// offloadkit.optimized:make`) and offloadkit.torch puts torch tensors and streams on them.
+//
+// Executors: an object is built on the Executor a battery lends it (so fault injection and the
+// host executor reach it), or, given None or an executor of someone else's whose backend is
+// "cuda" (bench_peers' torch stand-in), on one cuda executor this module keeps for the process.
+// Every method releases the GIL while the C++ object runs; Python callbacks (a tensor's release,
+// a graph's capture) take it again.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "bridge.hpp"
+#include "offloadkit/activation/async_offloader.hpp"
+#include "offloadkit/cuda_executor.hpp"
+#include "offloadkit/region/unified_region.hpp"
+#include "offloadkit/region/vmm_region.hpp"
+
+namespace offloadkit::python_bridge {
+namespace {
+
+using namespace pybind11::literals;
+
+/// The cuda executor of objects built without one of offloadkit's executors. Never destroyed:
+/// its streams and pools would be released after the interpreter (and perhaps the driver) had
+/// begun to shut down.
+std::shared_ptr<executor_handle> process_cuda_executor() {
+  static std::shared_ptr<executor_handle>* held = nullptr;
+  if (held == nullptr) {
+    executor* ex = nullptr;
+    {
+      py::gil_scoped_release nogil;
+      ex = new cuda_executor();
+    }
+    auto h = std::make_shared<executor_handle>();
+    h->ex = ex;
+    h->kind = ex->kind();
+    held = new std::shared_ptr<executor_handle>(std::move(h));
+  }
+  return *held;
+}
+
+/// The executor an object is built on (see the file's comment). Needs the GIL.
+std::shared_ptr<executor_handle> executor_from(py::handle ex) {
+  start_runtime();
+  if (py::isinstance<executor_handle>(ex)) return ex.cast<std::shared_ptr<executor_handle>>();
+  if (!ex.is_none()) {
+    const py::object backend = py::getattr(ex, "backend", py::none());
+    OFFLOADKIT_EXPECTS(!backend.is_none() && py::str(backend).cast<std::string>() == "cuda",
+                       out_of_range, "executor ", py::repr(ex).cast<std::string>(),
+                       " is not one of the valid values: offloadkit's Executor (the one a battery "
+                       "lends), None, or an executor whose backend is 'cuda' (then offloadkit's "
+                       "own cuda executor runs the object)");
+  }
+  return process_cuda_executor();
+}
+
+/// `obj.field`, an int in [low, high], named in the error as `who`'s `field`.
+template <class T>
+T int_field(py::handle obj, const char* field, const char* who, T low, T high) {
+  const py::int_ v(obj.attr(field));
+  const bool in_range = v >= py::int_(low) && v <= py::int_(high);
+  OFFLOADKIT_EXPECTS(in_range, out_of_range, who, ": ", field, " = ",
+                     static_cast<std::string>(py::str(v.ptr())), " is outside [", low, ", ", high,
+                     "]");
+  return v.cast<T>();
+}
+
+/// `obj.field` as a count of bytes, in [0, 2^64).
+std::size_t count_field(py::handle obj, const char* field, const char* who) {
+  return int_field<std::size_t>(obj, field, who, 0, std::numeric_limits<std::size_t>::max());
+}
+
+region::pause_mode to_mode(const std::string& mode) {
+  if (mode == "preserve") return region::pause_mode::preserve;
+  OFFLOADKIT_EXPECTS(mode == "discard", out_of_range, "pause mode '", mode,
+                     "' is not one of the valid values preserve, discard");
+  return region::pause_mode::discard;
+}
+
+/// A Python callable the C++ object keeps: called, and dropped, with the GIL held.
+std::shared_ptr<py::object> held_callable(py::object fn) {
+  return {new py::object(std::move(fn)), [](py::object* o) {
+            py::gil_scoped_acquire gil;
+            delete o;
+          }};
+}
+
+// ---- regions ----------------------------------------------------------------------------------
+
+class native_region {
+ public:
+  native_region(py::handle ex, py::handle config, const std::string& kind)
+      : handle_(executor_from(ex)), kind_(kind) {
+    OFFLOADKIT_EXPECTS(kind == "vmm" || kind == "unified", out_of_range, "region kind '", kind,
+                       "' is not one of the valid values vmm, unified");
+    region::region_config c;
+    c.bytes = count_field(config, "bytes", "RegionConfig");
+    c.device = int_field<int>(config, "device", "RegionConfig", std::numeric_limits<int>::min(),
+                              std::numeric_limits<int>::max());
+    c.chunk_bytes = count_field(config, "chunk_bytes", "RegionConfig");
+    const py::object fixed = py::getattr(config, "fixed_mode", py::none());
+    if (!fixed.is_none()) c.fixed_mode = to_mode(py::str(fixed).cast<std::string>());
+    executor& e = handle_->get();
+    py::gil_scoped_release nogil;
+    if (kind == "vmm") {
+      impl_ = std::make_unique<region::vmm_region>(e, c);
+    } else {
+      impl_ = std::make_unique<region::unified_region>(e, c);
+    }
+  }
+  native_region(const native_region&) = delete;
+  native_region& operator=(const native_region&) = delete;
+  ~native_region() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw (the object is being collected): the error is said here.
+      std::fprintf(stderr, "offloadkit.optimized: destroying a region: %s\n", e.what());
+    }
+  }
+
+  region::offload_region& get() const {
+    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this ", kind_,
+                       " region was closed; build another");
+    return *impl_;
+  }
+
+  py::object info() const {
+    const region::offload_region& r = get();
+    return py::module_::import("offloadkit")
+        .attr("RegionInfo")("data"_a = reinterpret_cast<std::uintptr_t>(r.data()),
+                            "size"_a = r.size(), "device"_a = r.device(),
+                            "state"_a = region::to_string(r.state()), "footprint"_a = r.footprint(),
+                            "captures"_a = r.captures());
+  }
+  void pause(const std::string& mode, py::handle stream) {
+    const region::pause_mode m = to_mode(mode);
+    const stream_ref s = to_stream(stream);
+    region::offload_region& r = get();
+    py::gil_scoped_release nogil;
+    r.pause(m, s);
+  }
+  void resume(py::handle stream) {
+    const stream_ref s = to_stream(stream);
+    region::offload_region& r = get();
+    py::gil_scoped_release nogil;
+    r.resume(s);
+  }
+  void swap_with(native_region& in, const std::string& mode, py::handle stream) {
+    const region::pause_mode m = to_mode(mode);
+    const stream_ref s = to_stream(stream);
+    region::offload_region& r = get();
+    region::offload_region& other = in.get();
+    py::gil_scoped_release nogil;
+    r.swap_with(other, m, s);
+  }
+  std::uint64_t register_graph(py::object capture, py::handle stream) {
+    const stream_ref s = to_stream(stream);
+    region::offload_region& r = get();
+    std::shared_ptr<py::object> fn = held_callable(std::move(capture));
+    region::capture_fn c = [fn](void* base, stream_ref cs) {
+      call_python("Region", "register_graph's capture",
+                  [&] { (*fn)(reinterpret_cast<std::uintptr_t>(base), make_stream(cs)); });
+    };
+    py::gil_scoped_release nogil;
+    return r.register_graph(std::move(c), s);
+  }
+  void replay(std::uint64_t graph, py::handle stream) {
+    const stream_ref s = to_stream(stream);
+    region::offload_region& r = get();
+    py::gil_scoped_release nogil;
+    r.replay(graph, s);
+  }
+  void unregister_graph(std::uint64_t graph) {
+    region::offload_region& r = get();
+    py::gil_scoped_release nogil;
+    r.unregister_graph(graph);
+  }
+  void close() {
+    if (!impl_) return;
+    std::unique_ptr<region::offload_region> gone = std::move(impl_);
+    py::gil_scoped_release nogil;
+    gone.reset();
+  }
+  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
+
+ private:
+  std::shared_ptr<executor_handle> handle_;
+  std::string kind_;
+  std::unique_ptr<region::offload_region> impl_;
+};
+
+// ---- activation offload -----------------------------------------------------------------------
+
+class native_activation {
+ public:
+  native_activation(py::handle ex, py::handle options) : handle_(executor_from(ex)) {
+    activation::offload_options o;
+    const char* who = "OffloadOptions";
+    o.keep_threshold = count_field(options, "keep_threshold", who);
+    o.prefetch_bytes = count_field(options, "prefetch_bytes", who);
+    o.prefetch_layers =
+        int_field<int>(options, "prefetch_layers", who, std::numeric_limits<int>::min(),
+                       std::numeric_limits<int>::max());
+    o.max_pending_bytes = count_field(options, "max_pending_bytes", who);
+    executor& e = handle_->get();
+    py::gil_scoped_release nogil;
+    impl_ = std::make_unique<activation::async_offloader>(e, o);
+  }
+  native_activation(const native_activation&) = delete;
+  native_activation& operator=(const native_activation&) = delete;
+  ~native_activation() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw (the object is being collected): the error, a release
+      // callback's kept for a call that never came, is said here.
+      std::fprintf(stderr, "offloadkit.optimized: destroying an activation offloader: %s\n",
+                   e.what());
+    }
+  }
+
+  activation::offloader& get() {
+    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error,
+                       "this activation offloader was closed; build another");
+    pending_->throw_if_any();
+    return *impl_;
+  }
+
+  std::uint64_t pack(py::handle tensor, py::handle stream) {
+    activation::offloader& a = get();
+    const py::tuple u = names().support.attr("unpacked")(tensor);
+    activation::tensor t;
+    t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(u[0].cast<std::uint64_t>()));
+    t.bytes = u[1].cast<std::size_t>();
+    t.device = u[2].cast<int>();
+    t.type = static_cast<activation::dtype>(u[3].cast<int>());
+    t.shape = u[4].cast<std::vector<std::int64_t>>();
+    if (!u[5].is_none()) {
+      t.release = python_callback(py::reinterpret_borrow<py::object>(u[5]),
+                                  "the release of a tensor given to pack()", pending_);
+    }
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    return a.pack(std::move(t), s).id;
+  }
+  py::object unpack(std::uint64_t h, py::handle stream) {
+    activation::offloader& a = get();
+    const stream_ref s = to_stream(stream);
+    activation::tensor t;
+    {
+      py::gil_scoped_release nogil;
+      t = a.unpack(activation::handle{h}, s);
+    }
+    auto release = std::make_shared<release_once>();
+    release->fn = std::move(t.release);
+    py::list shape;
+    for (std::int64_t x : t.shape) shape.append(x);
+    return names().tensor(
+        make_buffer(t.data, t.bytes, t.device, memory_kind::device, handle_->kind, s), t.bytes,
+        t.device, activation::to_string(t.type), shape, make_release(release));
+  }
+  void forward_layer_end(int layer, py::handle stream) {
+    activation::offloader& a = get();
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    a.forward_layer_end(layer, s);
+  }
+  void backward_layer_begin(int layer, py::handle stream) {
+    activation::offloader& a = get();
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    a.backward_layer_begin(layer, s);
+  }
+  void synchronize() {
+    activation::offloader& a = get();
+    {
+      py::gil_scoped_release nogil;
+      a.synchronize();
+    }
+    pending_->throw_if_any();
+  }
+  py::object stats() {
+    const activation::offload_stats st = get().stats();
+    return py::module_::import("offloadkit")
+        .attr("ActivationStats")(
+            "packed"_a = st.packed, "kept"_a = st.kept, "offloaded_bytes"_a = st.offloaded_bytes,
+            "restored_bytes"_a = st.restored_bytes, "prefetched"_a = st.prefetched,
+            "demand_uploads"_a = st.demand_uploads, "served_from_source"_a = st.served_from_source,
+            "peak_prefetch_bytes"_a = st.peak_prefetch_bytes,
+            "pinned_allocations"_a = st.pinned_allocations,
+            "device_allocations"_a = st.device_allocations, "pending_waits"_a = st.pending_waits);
+  }
+  std::size_t keep_threshold() { return get().keep_threshold(); }
+  void close() {
+    if (!impl_) return;
+    std::unique_ptr<activation::offloader> gone = std::move(impl_);
+    {
+      // Its destructor waits for its copies and gives back the sources it holds (their release
+      // callbacks take the GIL).
+      py::gil_scoped_release nogil;
+      gone.reset();
+    }
+    pending_->throw_if_any();
+  }
+  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
+
+ private:
+  std::shared_ptr<executor_handle> handle_;
+  std::shared_ptr<pending_errors> pending_ = std::make_shared<pending_errors>();
+  std::unique_ptr<activation::offloader> impl_;
+};
+
+}  // namespace
+
+void add_optimized_classes(py::module_& m) {
+  py::class_<native_region>(m, "OptimizedRegion",
+                            "offloadkit's graph-stable region (kind 'vmm': vmm_region, whose "
+                            "pause gives its device memory back to the driver; 'unified': "
+                            "unified_region), with offloadkit.protocol.Region's methods")
+      .def(py::init<py::handle, py::handle, const std::string&>(), "executor"_a, "config"_a,
+           "kind"_a = "vmm")
+      .def("info", &native_region::info)
+      .def("pause", &native_region::pause, "mode"_a, "stream"_a)
+      .def("resume", &native_region::resume, "stream"_a)
+      .def("swap_with", &native_region::swap_with, "other"_a, "mode"_a, "stream"_a,
+           "Pauses this region while resuming `other` (an RL phase switch: the copy out and the "
+           "copy in share the link, one direction each)")
+      .def("register_graph", &native_region::register_graph, "capture"_a, "stream"_a)
+      .def("replay", &native_region::replay, "graph_id"_a, "stream"_a)
+      .def("unregister_graph", &native_region::unregister_graph, "graph_id"_a)
+      .def("close", &native_region::close,
+           "Frees the region's device memory, host copy and graphs (queued work that uses it must "
+           "be finished)")
+      .def_property_readonly("closed", &native_region::closed);
+  py::class_<native_activation>(m, "OptimizedActivation",
+                                "offloadkit's activation offloader (async_offloader: side-stream "
+                                "copies into a pinned pool, bounded prefetch), with "
+                                "offloadkit.protocol.Activation's methods")
+      .def(py::init<py::handle, py::handle>(), "executor"_a, "options"_a)
+      .def("pack", &native_activation::pack, "tensor"_a, "stream"_a)
+      .def("unpack", &native_activation::unpack, "handle"_a, "stream"_a)
+      .def("forward_layer_end", &native_activation::forward_layer_end, "layer"_a, "stream"_a)
+      .def("backward_layer_begin", &native_activation::backward_layer_begin, "layer"_a, "stream"_a)
+      .def("synchronize", &native_activation::synchronize)
+      .def("stats", &native_activation::stats)
+      .def("keep_threshold", &native_activation::keep_threshold)
+      .def("close", &native_activation::close,
+           "Waits for the offloader's copies and gives back every source it holds (tensors from "
+           "unpack() must have been released)")
+      .def_property_readonly("closed", &native_activation::closed);
+}
+
+}  // namespace offloadkit::python_bridge

@@ -1,0 +1,111 @@
+"""offloadkit's optimized implementations, from Python: the graph-stable regions and the activation
+offloader, the very C++ objects (``vmm_region``, ``unified_region``, ``async_offloader``) that the
+batteries check in C++, with the methods of ``offloadkit.protocol``'s ``Region`` and
+``Activation``. ``make`` is their factory, so the batteries check them through the Python bridge
+as they check any Python implementation::
+
+    python -m offloadkit check offloadkit.optimized:make --executor host
+
+Each class takes the executor it is given: offloadkit's own (what a battery lends; fault injection
+and the host executor then reach it), or None, or an executor of someone else's whose ``backend``
+is "cuda", for which offloadkit's own cuda executor (one per process) runs the object. Streams are
+``offloadkit.Stream`` values (a raw ``cudaStream_t`` int with ``.device``). ``offloadkit.torch``
+puts torch tensors and streams on them.
+"""
+
+from typing import Any, Optional
+
+from . import protocol as _p
+from .errors import LogicError
+from .types import OffloadOptions, RegionConfig
+
+try:
+    from . import _native
+except ImportError as _e:  # the package without its extension module (a source checkout)
+    _native = None
+    _NATIVE_ERROR = str(_e)
+
+
+def _classes() -> Any:
+    if _native is None:
+        raise LogicError(
+            f"offloadkit's optimized implementations need the extension module offloadkit._native, "
+            f"which cannot be imported ({_NATIVE_ERROR}): install offloadkit with `pip install "
+            f"--no-build-isolation .` from its checkout, or put a build's python folder "
+            f"(<build>/python) on PYTHONPATH")
+    return _native
+
+
+class VmmRegion(_native.OptimizedRegion if _native else object):  # type: ignore[misc]
+    """The graph-stable region over CUDA virtual memory (``vmm_region``): pause copies the contents
+    to pinned memory chunk by chunk and gives the device memory back to the driver; resume maps it
+    again at the same address, so tensors and CUDA graphs over it stay valid. ``swap_with`` is the
+    RL phase switch: one region's copy out and another's copy in share the link."""
+
+    capabilities = frozenset({_p.CUDA_EXECUTOR, _p.HOST_EXECUTOR, _p.EXECUTOR_ALLOCATIONS,
+                              "address_stable", "releases_memory", "multi_device"})
+    implementation = "offloadkit.vmm_region"
+
+    def __init__(self, executor: Any, config: RegionConfig):
+        _classes()
+        super().__init__(executor, config, "vmm")
+
+    def __enter__(self) -> "VmmRegion":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class UnifiedRegion(_native.OptimizedRegion if _native else object):  # type: ignore[misc]
+    """The region over one managed allocation (``unified_region``): pause prefetches its pages to
+    the host; touching it while paused migrates them back instead of faulting; discard behaves as
+    preserve."""
+
+    capabilities = frozenset({_p.CUDA_EXECUTOR, _p.HOST_EXECUTOR, _p.EXECUTOR_ALLOCATIONS,
+                              "address_stable", "managed_memory"})
+    implementation = "offloadkit.unified_region"
+
+    def __init__(self, executor: Any, config: RegionConfig):
+        _classes()
+        super().__init__(executor, config, "unified")
+
+    def __enter__(self) -> "UnifiedRegion":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncActivation(_native.OptimizedActivation if _native else object):  # type: ignore[misc]
+    """The activation offloader (``async_offloader``): each packed tensor is copied on a side
+    stream into a pooled pinned buffer and its source given back once the copy is done;
+    ``backward_layer_begin`` prefetches the layers next in backward order, within
+    ``prefetch_bytes`` and ``prefetch_layers``."""
+
+    capabilities = frozenset({_p.CUDA_EXECUTOR, _p.HOST_EXECUTOR, _p.EXECUTOR_ALLOCATIONS,
+                              "origin_device", "prefetch_bound", "pending_bound",
+                              "backward_prefetch"})
+    implementation = "offloadkit.async_offloader"
+
+    def __init__(self, executor: Any, options: Optional[OffloadOptions] = None):
+        _classes()
+        super().__init__(executor, options if options is not None else OffloadOptions())
+
+    def __enter__(self) -> "AsyncActivation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def make() -> _p.Plugin:
+    """The factory of the optimized region (vmm) and activation offloader."""
+    _classes()
+    return _p.Plugin(name="offloadkit-optimized", region=VmmRegion, activation=AsyncActivation)
+
+
+def make_unified() -> _p.Plugin:
+    """The factory of the unified-memory region."""
+    _classes()
+    return _p.Plugin(name="offloadkit-optimized-unified", region=UnifiedRegion)

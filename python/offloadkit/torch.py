@@ -1,0 +1,305 @@
+"""offloadkit's optimized offload for PyTorch: the same C++ implementations the batteries check
+(``offloadkit.optimized``), on torch tensors and torch streams, without a copy.
+
+``Region``: device memory that torch tensors live in and that ``pause()`` gives back to the driver
+(its contents kept in pinned host memory) and ``resume()`` brings back at the same address, so the
+tensors, and CUDA graphs captured over them, stay valid. ``swap`` is an RL phase switch: one
+region's copy out and another's copy in share the link, one direction each::
+
+    import torch, offloadkit.torch as okt
+    weights = okt.Region(2 << 30)                 # 2 GiB on the current device
+    w = weights.tensor((4096, 4096), torch.bfloat16)
+    w.normal_()
+    weights.pause()                               # device memory back to the driver
+    ...                                           # another phase uses the GPU
+    weights.resume()                              # same address: w is valid again
+    y = x @ w
+
+``offload_activations``: a ``torch.autograd.graph.saved_tensors_hooks`` context manager, used where
+torchtune's or TRL's ``OffloadActivations`` is: the tensors autograd saves in forward are copied to
+pinned memory on a side stream (their device memory given back once each copy is done) and
+uploaded again, ahead of use, in backward::
+
+    offload = okt.offload_activations()
+    for x, y in batches:
+        with offload:
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+Both run on offloadkit's own cuda executor, one per process, ordered on torch's streams: an
+operation takes a ``torch.cuda.Stream`` (default: the current stream of the object's device) and
+its work is ordered after what that stream already holds.
+"""
+
+import sys
+from typing import Any, Optional, Sequence
+
+from . import optimized as _optimized
+from .errors import LogicError, OutOfRange
+from .torch_support import from_torch, torch_dtype
+from .types import Buffer, OffloadOptions, RegionConfig, Stream, dtype_name
+
+#: Where ``Region.tensor`` places tensors: every tensor starts at a multiple of this many bytes.
+ALIGNMENT = 256
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise LogicError(f"offloadkit.torch needs PyTorch, which this interpreter "
+                         f"({sys.executable}) cannot import: {e}") from e
+    return torch
+
+
+def _device_index(device: Any) -> int:
+    torch = _torch()
+    if device is None:
+        return int(torch.cuda.current_device())
+    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type != "cuda":
+        raise OutOfRange(f"device {device!r} is not a CUDA device (valid: an index, 'cuda', "
+                         "'cuda:N' or a torch.device of type cuda)")
+    return int(d.index) if d.index is not None else int(torch.cuda.current_device())
+
+
+def as_stream(stream: Any = None, device: Any = None) -> Stream:
+    """The ``offloadkit.Stream`` of a ``torch.cuda.Stream`` (default: the current stream of
+    ``device``)."""
+    torch = _torch()
+    if stream is None:
+        stream = torch.cuda.current_stream(_device_index(device))
+    if isinstance(stream, Stream):
+        return stream
+    if not hasattr(stream, "cuda_stream"):
+        raise OutOfRange(f"stream {stream!r} is not a torch.cuda.Stream or an offloadkit.Stream")
+    index = stream.device.index if stream.device.index is not None else _device_index(device)
+    return Stream(int(stream.cuda_stream), int(index))
+
+
+class Region:
+    """``nbytes`` of device memory on ``device`` that holds torch tensors (``tensor()``) and can be
+    paused and resumed at the same address. ``kind``: "vmm" (``vmm_region``: pause gives the
+    device memory back to the driver; touching a paused region faults) or "unified"
+    (``unified_region``: managed memory; pause migrates its pages to the host, and a touch brings
+    them back). ``chunk_bytes``: how much is mapped and copied at a time (0: offloadkit's
+    default).
+
+    Tensors from ``tensor()`` are views of the region: valid while it is active, their contents
+    kept across a pause. ``close()`` (or leaving a ``with`` block) frees the region; views left
+    after it must not be used."""
+
+    def __init__(self, nbytes: int, device: Any = None, *, kind: str = "vmm",
+                 chunk_bytes: int = 0):
+        classes = {"vmm": _optimized.VmmRegion, "unified": _optimized.UnifiedRegion}
+        if kind not in classes:
+            raise OutOfRange(f"kind {kind!r} is not one of the valid values vmm, unified")
+        self.device = _device_index(device)
+        self._impl = classes[kind](None, RegionConfig(bytes=int(nbytes), device=self.device,
+                                                      chunk_bytes=int(chunk_bytes)))
+        self.kind = kind
+        self.nbytes = int(nbytes)
+        self._base = int(self._impl.info().data)
+        self._used = 0
+
+    @property
+    def state(self) -> str:
+        """"active", "paused" or "partial" (a pause or resume that failed midway: pause() or
+        resume() finishes it; no byte is lost)."""
+        return self._impl.info().state
+
+    @property
+    def used(self) -> int:
+        """Bytes handed out by ``tensor()`` so far, alignment included."""
+        return self._used
+
+    def data_ptr(self) -> int:
+        """The region's device address (the same for its whole life)."""
+        return self._base
+
+    def tensor(self, shape: Sequence[int], dtype: Any = None) -> Any:
+        """A new tensor of ``shape`` and ``dtype`` (default torch.float32) placed in the region,
+        after the ones before it (aligned to ALIGNMENT bytes). Its contents are unspecified."""
+        torch = _torch()
+        dtype = dtype if dtype is not None else torch.float32
+        shape = tuple(int(x) for x in shape)
+        if any(x < 0 for x in shape):
+            raise OutOfRange(f"shape {shape} has a negative extent")
+        count = 1
+        for x in shape:
+            count *= x
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        offset = -(-self._used // ALIGNMENT) * ALIGNMENT
+        if offset + nbytes > self.nbytes:
+            raise OutOfRange(f"Region.tensor: {nbytes} bytes at offset {offset} do not fit: the "
+                             f"region holds {self.nbytes} bytes, {self.nbytes - offset} of them "
+                             "free")
+        self._used = offset + nbytes
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype, device=torch.device("cuda", self.device))
+        view = torch.as_tensor(Buffer(self._base + offset, nbytes, "device", self.device, "cuda"),
+                               device=torch.device("cuda", self.device))
+        return view.view(dtype).view(shape)
+
+    def pause(self, mode: str = "preserve", stream: Any = None) -> None:
+        """Waits for the work queued on ``stream`` (default: the current stream), copies the
+        contents to pinned host memory (unless ``mode`` is "discard") and gives the device memory
+        back. Returns once it is given back."""
+        self._impl.pause(mode, as_stream(stream, self.device))
+
+    def resume(self, stream: Any = None) -> None:
+        """Brings the device memory back at the same address and copies the contents in, in order
+        on ``stream``: work issued to it afterwards sees them."""
+        self._impl.resume(as_stream(stream, self.device))
+
+    def swap(self, other: "Region", mode: str = "preserve", stream: Any = None) -> None:
+        """Pauses this region while resuming ``other`` (a region of the same device), one copy
+        direction each at once: an RL phase switch. Work issued to ``stream`` afterwards sees
+        other's contents."""
+        if not isinstance(other, Region):
+            raise OutOfRange(f"Region.swap: other is {other!r}, not an offloadkit.torch.Region")
+        self._impl.swap_with(other._impl, mode, as_stream(stream, self.device))
+
+    def close(self) -> None:
+        """Frees the device memory, the host copy and the address range (work still queued that
+        uses the region must be finished)."""
+        self._impl.close()
+
+    def __enter__(self) -> "Region":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._impl.closed else self.state
+        return (f"offloadkit.torch.Region({self.nbytes} bytes, {self.kind}, cuda:{self.device}, "
+                f"{state}, {self._used} used)")
+
+
+class _Packed:
+    """What autograd keeps for an offloaded tensor."""
+
+    __slots__ = ("handle", "layer", "device")
+
+    def __init__(self, handle: int, layer: int, device: int):
+        self.handle = handle
+        self.layer = layer
+        self.device = device
+
+
+class _Lease:
+    """The memory of an unpacked tensor, lent to torch: torch keeps this object as long as the
+    tensor's storage lives, and its end gives the memory back to the offloader (whose reuse is
+    ordered after the work issued on the unpack stream)."""
+
+    __slots__ = ("__cuda_array_interface__", "_release")
+
+    def __init__(self, buffer: Buffer, release: Any):
+        self.__cuda_array_interface__ = buffer.__cuda_array_interface__
+        self._release = release
+
+    def __del__(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class offload_activations:
+    """Offloads what autograd saves in forward (inside ``with``) to pinned host memory, and brings
+    it back in backward, through offloadkit's ``async_offloader``.
+
+    Tensors stay on the device (saved as they are) when they have fewer than ``min_bytes`` bytes,
+    are not CUDA tensors, are parameters or buffers of a module, are not contiguous, or have a
+    dtype offload does not carry (bool, complex, float8). Each offloaded tensor is a layer of its
+    own unless ``layer_end()`` is called: then the tensors saved between two calls form one layer.
+    In backward, the ``prefetch_layers`` layers next in backward order are uploaded ahead of use,
+    within ``prefetch_bytes`` of device memory. ``max_pending_bytes`` (0: no bound) bounds the
+    device memory of tensors whose copy out is still in flight (forward then waits for copies).
+
+    One object serves every step: enter it for each forward; backward may run after the ``with``
+    block has ended. ``close()`` gives back its pinned and device pools."""
+
+    def __init__(self, min_bytes: int = 1 << 20, *, prefetch_bytes: int = 1 << 30,
+                 prefetch_layers: int = 2, max_pending_bytes: int = 0):
+        torch = _torch()
+        options = OffloadOptions(keep_threshold=int(min_bytes), prefetch_bytes=int(prefetch_bytes),
+                                 prefetch_layers=int(prefetch_layers),
+                                 max_pending_bytes=int(max_pending_bytes))
+        self._impl = _optimized.AsyncActivation(None, options)
+        self.min_bytes = int(min_bytes)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._layer = 0
+        self._layers_by_caller = False
+        self._backward_layer: Optional[int] = None
+        self._parameter_types = (torch.nn.Parameter,)
+
+    def layer_end(self) -> None:
+        """Ends the current layer (call it after each block's forward, inside ``with``)."""
+        self._layers_by_caller = True
+        self._impl.forward_layer_end(self._layer, as_stream())
+        self._layer += 1
+
+    def stats(self) -> Any:
+        """The offloader's counters (``offloadkit.ActivationStats``)."""
+        return self._impl.stats()
+
+    def synchronize(self) -> None:
+        """Waits for the offloader's own copies."""
+        self._impl.synchronize()
+
+    def close(self) -> None:
+        """Waits for the copies and gives back every pool (unpacked tensors must be gone)."""
+        self._impl.close()
+
+    def __enter__(self) -> "offload_activations":
+        self._layer = 0
+        self._backward_layer = None
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+
+    def _keeps(self, t: Any) -> bool:
+        if not t.is_cuda or isinstance(t, self._parameter_types) or not t.is_contiguous():
+            return True
+        if t.numel() * t.element_size() < self.min_bytes:
+            return True
+        try:
+            dtype_name(t.dtype)
+        except OutOfRange:  # bool, complex, float8: dtypes offload does not carry
+            return True
+        return False
+
+    def _pack(self, t: Any) -> Any:
+        if self._keeps(t):
+            return t
+        device = int(t.device.index)
+        stream = as_stream(None, device)
+        handle = self._impl.pack(from_torch(t), stream)
+        packed = _Packed(handle, self._layer, device)
+        if not self._layers_by_caller:
+            self._impl.forward_layer_end(self._layer, stream)
+            self._layer += 1
+        return packed
+
+    def _unpack(self, packed: Any) -> Any:
+        if not isinstance(packed, _Packed):
+            return packed
+        torch = _torch()
+        stream = as_stream(None, packed.device)
+        if packed.layer != self._backward_layer:
+            self._impl.backward_layer_begin(packed.layer, stream)
+            self._backward_layer = packed.layer
+        t = self._impl.unpack(packed.handle, stream)
+        device = torch.device("cuda", t.device)
+        if t.nbytes == 0:
+            t.release()
+            return torch.empty(t.shape, dtype=torch_dtype(t.dtype), device=device)
+        flat = torch.as_tensor(_Lease(t.data, t.release), device=device)
+        return flat.view(torch_dtype(t.dtype)).view(t.shape)
+
+
+__all__ = ["ALIGNMENT", "Region", "as_stream", "offload_activations"]
