@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "offloadkit/activation/offloader.hpp"
 #include "offloadkit/error.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/plugin.h"
@@ -146,6 +147,11 @@ py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind
 /// A Python callable as a std::function that takes the GIL to call it, and to drop it. A
 /// Python error it raises goes to `pending` (the caller of a release has nowhere to report it).
 std::function<void()> python_callback(py::object fn, std::string what,
+                                      std::shared_ptr<pending_errors> pending);
+
+/// The activation tensor a Python tensor (offloadkit.Tensor, or anything with its fields)
+/// describes; its release, where it has one, a python_callback named `release_what`.
+activation::tensor tensor_from_python(py::handle tensor, std::string release_what,
                                       std::shared_ptr<pending_errors> pending);
 
 /// The release callback of a tensor handed to pack(), callable from Python exactly once.

@@ -454,19 +454,9 @@ class python_activation final : public activation::offloader, python_object {
   }
   activation::tensor do_unpack(activation::handle h, stream_ref s) override {
     return call("unpack", [&] {
-      py::tuple u = names().support.attr("unpacked")(impl_.attr("unpack")(h.id, make_stream(s)));
-      activation::tensor t;
-      t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(u[0].cast<std::uint64_t>()));
-      t.bytes = u[1].cast<std::size_t>();
-      t.device = u[2].cast<int>();
-      t.type = static_cast<activation::dtype>(u[3].cast<int>());
-      t.shape = u[4].cast<std::vector<std::int64_t>>();
-      py::object release = u[5];
-      if (!release.is_none()) {
-        t.release = python_callback(
-            release, decl_->owner + ".unpack(" + std::to_string(h.id) + ").release", pending_);
-      }
-      return t;
+      return tensor_from_python(impl_.attr("unpack")(h.id, make_stream(s)),
+                                decl_->owner + ".unpack(" + std::to_string(h.id) + ").release",
+                                pending_);
     });
   }
   void do_forward_layer_end(int layer, stream_ref s) override {

@@ -117,6 +117,22 @@ py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind
 
 py::object make_release(const std::shared_ptr<release_once>& r) { return py::cast(r); }
 
+activation::tensor tensor_from_python(py::handle tensor, std::string release_what,
+                                      std::shared_ptr<pending_errors> pending) {
+  const py::tuple u = names().support.attr("unpacked")(tensor);
+  activation::tensor t;
+  t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(u[0].cast<std::uint64_t>()));
+  t.bytes = u[1].cast<std::size_t>();
+  t.device = u[2].cast<int>();
+  t.type = static_cast<activation::dtype>(u[3].cast<int>());
+  t.shape = u[4].cast<std::vector<std::int64_t>>();
+  if (!u[5].is_none()) {
+    t.release = python_callback(py::reinterpret_borrow<py::object>(u[5]), std::move(release_what),
+                                std::move(pending));
+  }
+  return t;
+}
+
 std::function<void()> python_callback(py::object fn, std::string what,
                                       std::shared_ptr<pending_errors> pending) {
   // The callable is dropped, like it is called, with the GIL held, from whichever thread drops

@@ -240,17 +240,8 @@ class native_activation {
 
   std::uint64_t pack(py::handle tensor, py::handle stream) {
     activation::offloader& a = get();
-    const py::tuple u = names().support.attr("unpacked")(tensor);
-    activation::tensor t;
-    t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(u[0].cast<std::uint64_t>()));
-    t.bytes = u[1].cast<std::size_t>();
-    t.device = u[2].cast<int>();
-    t.type = static_cast<activation::dtype>(u[3].cast<int>());
-    t.shape = u[4].cast<std::vector<std::int64_t>>();
-    if (!u[5].is_none()) {
-      t.release = python_callback(py::reinterpret_borrow<py::object>(u[5]),
-                                  "the release of a tensor given to pack()", pending_);
-    }
+    activation::tensor t =
+        tensor_from_python(tensor, "the release of a tensor given to pack()", pending_);
     const stream_ref s = to_stream(stream);
     py::gil_scoped_release nogil;
     return a.pack(std::move(t), s).id;
@@ -343,7 +334,9 @@ void add_optimized_classes(py::module_& m) {
       .def("close", &native_region::close,
            "Frees the region's device memory, host copy and graphs (queued work that uses it must "
            "be finished)")
-      .def_property_readonly("closed", &native_region::closed);
+      .def_property_readonly("closed", &native_region::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](native_region& r, const py::args&) { r.close(); });
   py::class_<native_activation>(m, "OptimizedActivation",
                                 "offloadkit's activation offloader (async_offloader: side-stream "
                                 "copies into a pinned pool, bounded prefetch), with "
@@ -359,7 +352,9 @@ void add_optimized_classes(py::module_& m) {
       .def("close", &native_activation::close,
            "Waits for the offloader's copies and gives back every source it holds (tensors from "
            "unpack() must have been released)")
-      .def_property_readonly("closed", &native_activation::closed);
+      .def_property_readonly("closed", &native_activation::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](native_activation& a, const py::args&) { a.close(); });
 }
 
 }  // namespace offloadkit::python_bridge

@@ -9,8 +9,8 @@ as they check any Python implementation::
 Each class takes the executor it is given: offloadkit's own (what a battery lends; fault injection
 and the host executor then reach it), or None, or an executor of someone else's whose ``backend``
 is "cuda", for which offloadkit's own cuda executor (one per process) runs the object. Streams are
-``offloadkit.Stream`` values (a raw ``cudaStream_t`` int with ``.device``). ``offloadkit.torch``
-puts torch tensors and streams on them.
+``offloadkit.Stream`` values (a raw ``cudaStream_t`` int with ``.device``). Each object is a
+context manager whose end closes it. ``offloadkit.torch`` puts torch tensors and streams on them.
 """
 
 from typing import Any, Optional
@@ -50,12 +50,6 @@ class VmmRegion(_native.OptimizedRegion if _native else object):  # type: ignore
         _classes()
         super().__init__(executor, config, "vmm")
 
-    def __enter__(self) -> "VmmRegion":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 class UnifiedRegion(_native.OptimizedRegion if _native else object):  # type: ignore[misc]
     """The region over one managed allocation (``unified_region``): pause prefetches its pages to
@@ -69,12 +63,6 @@ class UnifiedRegion(_native.OptimizedRegion if _native else object):  # type: ig
     def __init__(self, executor: Any, config: RegionConfig):
         _classes()
         super().__init__(executor, config, "unified")
-
-    def __enter__(self) -> "UnifiedRegion":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class AsyncActivation(_native.OptimizedActivation if _native else object):  # type: ignore[misc]
@@ -91,12 +79,6 @@ class AsyncActivation(_native.OptimizedActivation if _native else object):  # ty
     def __init__(self, executor: Any, options: Optional[OffloadOptions] = None):
         _classes()
         super().__init__(executor, options if options is not None else OffloadOptions())
-
-    def __enter__(self) -> "AsyncActivation":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def make() -> _p.Plugin:
