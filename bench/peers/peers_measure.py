@@ -267,7 +267,9 @@ class _Step:
                 if check:
                     self.dev.synchronize()
                     with self.torch.cuda.stream(self.dev.stream):
-                        wrong += int((out.data != _value(b, j)).sum().item())
+                        # A peer hands back a torch tensor; offloadkit a Buffer of its memory.
+                        data = ok.as_torch(out) if isinstance(out.data, ok.Buffer) else out.data
+                        wrong += int((data != _value(b, j)).sum().item())
                 out.release()
         return wrong
 
