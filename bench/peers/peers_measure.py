@@ -69,10 +69,6 @@ class Device:
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
-    def synchronize(self) -> None:
-        """Waits for every stream of the device (the checked step's fences)."""
-        self.torch.cuda.synchronize(0)
-
     def device_bytes(self, nbytes: int, dtype: Any = None, shape: Any = None) -> Any:
         torch = self.torch
         return torch.empty(shape or (nbytes,), dtype=dtype or torch.uint8,
@@ -238,11 +234,6 @@ class _Step:
         if value is not None:
             with self.torch.cuda.stream(self.dev.stream):
                 t.fill_(value)
-            # The checked step's tensors are whole before pack (and read after the device is
-            # done, in backward): torchtune's and TRL's single-stream modes copy on the default
-            # stream, not on the stream they are given, which is the conformance finding
-            # source_reuse_other_stream, not a figure of this benchmark.
-            self.dev.synchronize()
         nbytes = shape[0] * shape[1] * 2
         held = [t]
         data = ok.Buffer(t.data_ptr(), nbytes, "device", 0, "cuda", self.dev.proto_stream)
@@ -265,7 +256,6 @@ class _Step:
             for j in (2, 1, 0):  # autograd's order: post-GELU, pre-GELU, block input
                 out = act.unpack(handles[b][j], stream)
                 if check:
-                    self.dev.synchronize()
                     with self.torch.cuda.stream(self.dev.stream):
                         # A peer hands back a torch tensor; offloadkit a Buffer of its memory.
                         data = ok.as_torch(out) if isinstance(out.data, ok.Buffer) else out.data
