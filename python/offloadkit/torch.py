@@ -211,7 +211,7 @@ class offload_activations:
     it back in backward, through offloadkit's ``async_offloader``.
 
     Tensors stay on the device (saved as they are) when they have fewer than ``min_bytes`` bytes,
-    are not CUDA tensors, are parameters or buffers of a module, are not contiguous, or have a
+    are not CUDA tensors, are parameters (``torch.nn.Parameter``), are not contiguous, or have a
     dtype offload does not carry (bool, complex, float8). Each offloaded tensor is a layer of its
     own unless ``layer_end()`` is called: then the tensors saved between two calls form one layer.
     In backward, the ``prefetch_layers`` layers next in backward order are uploaded ahead of use,
