@@ -219,7 +219,9 @@ class offload_activations:
     device memory of tensors whose copy out is still in flight (forward then waits for copies).
 
     One object serves every step: enter it for each forward; backward may run after the ``with``
-    block has ended. ``close()`` gives back its pinned and device pools."""
+    block has ended. Each saved tensor comes back once: a second backward over the same graph
+    (``retain_graph=True``) raises OutOfRange. ``close()`` gives back its pinned and device
+    pools."""
 
     def __init__(self, min_bytes: int = 1 << 20, *, prefetch_bytes: int = 1 << 30,
                  prefetch_layers: int = 2, max_pending_bytes: int = 0):
