@@ -144,8 +144,9 @@ py::object make_stream(stream_ref s);
 py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind kind, backend b,
                        std::optional<stream_ref> s);
 
-/// A Python callable as a std::function that takes the GIL to call it, and to drop it. A
-/// Python error it raises goes to `pending` (the caller of a release has nowhere to report it).
+/// A Python callable as a std::function that takes the GIL to call it, and to drop it
+/// (held_callable). A Python error it raises goes to `pending` (the caller of a release has
+/// nowhere to report it).
 std::function<void()> python_callback(py::object fn, std::string what,
                                       std::shared_ptr<pending_errors> pending);
 
@@ -162,6 +163,15 @@ struct release_once {
   bool disowned = false;  ///< pack() failed: the caller kept the tensor, nothing may be released
 };
 py::object make_release(const std::shared_ptr<release_once>& r);
+
+/// offloadkit.Tensor over the device tensor `t` (its data a Buffer of the executor back end `b`,
+/// valid in the order of `s`), whose release calls `release`.
+py::object tensor_to_python(const activation::tensor& t, backend b, stream_ref s,
+                            const std::shared_ptr<release_once>& release);
+
+/// A Python callable kept by C++: the holder drops it with the GIL held, from whichever thread
+/// drops the last copy. Call it with the GIL held.
+std::shared_ptr<py::object> held_callable(py::object fn);
 
 /// Adds offloadkit's optimized implementations to the extension module `m` as the classes
 /// OptimizedRegion and OptimizedActivation (optimized.cpp).

@@ -22,8 +22,6 @@ namespace {
 
 using namespace pybind11::literals;
 
-constexpr const char* dtype_names[] = {"u8", "i8", "f16", "bf16", "f32", "i32", "f64", "i64"};
-
 /// What every feature object shares: the Python object, the executor lent to it (closed when
 /// the object goes, so that a reference Python kept cannot reach a destroyed executor) and the
 /// errors that could not be reported where they were raised.
@@ -436,12 +434,8 @@ class python_activation final : public activation::offloader, python_object {
     release->fn = std::move(t.release);
     try {
       return activation::handle{call("pack", [&] {
-        py::list shape;
-        for (std::int64_t x : t.shape) shape.append(x);
-        py::object tensor =
-            names().tensor(buffer(t.data, t.bytes, t.device, s), t.bytes, t.device,
-                           dtype_names[static_cast<int>(t.type)], shape, make_release(release));
-        return impl_.attr("pack")(tensor, make_stream(s)).cast<std::uint64_t>();
+        return impl_.attr("pack")(tensor_to_python(t, handle_->kind, s, release), make_stream(s))
+            .cast<std::uint64_t>();
       })};
     } catch (...) {
       // Not packed: the caller keeps the tensor, and a release Python may still hold must not

@@ -117,6 +117,21 @@ py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind
 
 py::object make_release(const std::shared_ptr<release_once>& r) { return py::cast(r); }
 
+std::shared_ptr<py::object> held_callable(py::object fn) {
+  return {new py::object(std::move(fn)), [](py::object* o) {
+            py::gil_scoped_acquire gil;
+            delete o;
+          }};
+}
+
+py::object tensor_to_python(const activation::tensor& t, backend b, stream_ref s,
+                            const std::shared_ptr<release_once>& release) {
+  py::list shape;
+  for (std::int64_t x : t.shape) shape.append(x);
+  return names().tensor(make_buffer(t.data, t.bytes, t.device, memory_kind::device, b, s), t.bytes,
+                        t.device, activation::to_string(t.type), shape, make_release(release));
+}
+
 activation::tensor tensor_from_python(py::handle tensor, std::string release_what,
                                       std::shared_ptr<pending_errors> pending) {
   const py::tuple u = names().support.attr("unpacked")(tensor);
@@ -135,12 +150,7 @@ activation::tensor tensor_from_python(py::handle tensor, std::string release_wha
 
 std::function<void()> python_callback(py::object fn, std::string what,
                                       std::shared_ptr<pending_errors> pending) {
-  // The callable is dropped, like it is called, with the GIL held, from whichever thread drops
-  // the last copy of the std::function.
-  std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
-    py::gil_scoped_acquire gil;
-    delete o;
-  });
+  std::shared_ptr<py::object> held = held_callable(std::move(fn));
   return [held, what = std::move(what), pending = std::move(pending)] {
     py::gil_scoped_acquire gil;
     try {

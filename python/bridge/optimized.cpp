@@ -88,14 +88,6 @@ region::pause_mode to_mode(const std::string& mode) {
   return region::pause_mode::discard;
 }
 
-/// A Python callable the C++ object keeps: called, and dropped, with the GIL held.
-std::shared_ptr<py::object> held_callable(py::object fn) {
-  return {new py::object(std::move(fn)), [](py::object* o) {
-            py::gil_scoped_acquire gil;
-            delete o;
-          }};
-}
-
 // ---- regions ----------------------------------------------------------------------------------
 
 class native_region {
@@ -256,11 +248,7 @@ class native_activation {
     }
     auto release = std::make_shared<release_once>();
     release->fn = std::move(t.release);
-    py::list shape;
-    for (std::int64_t x : t.shape) shape.append(x);
-    return names().tensor(
-        make_buffer(t.data, t.bytes, t.device, memory_kind::device, handle_->kind, s), t.bytes,
-        t.device, activation::to_string(t.type), shape, make_release(release));
+    return tensor_to_python(t, handle_->kind, s, release);
   }
   void forward_layer_end(int layer, py::handle stream) {
     activation::offloader& a = get();
