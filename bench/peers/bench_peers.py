@@ -34,19 +34,28 @@ ended and its last lines, and the run goes on; one that goes wrong after writing
 keeps them, and the way it ended is said under the table and in the row's "shutdown" (JSON).
 --in-process runs every peer in this process instead (for a debugger; the peers can interfere).
 
+The activation rows are driven on two streams (--activation-streams): a stream of the run's own
+("side"), where the saved tensors are produced and consumed as in a loop that computes on a stream
+of its own, and the device's default stream ("default"), where a plain PyTorch loop computes.
+A library that copies on the default stream without waiting for the stream a tensor was produced
+on (torchtune's and TRL's OffloadActivations; CONFORMANCE.md) loses data on the side stream and is
+timed on the default one; offloadkit is compared with each peer on the same stream.
+
 A row that cannot run here says why (PyTorch, CUDA or a library that does not import: Python's
 ImportError text; no GPU; a library that refuses the operation: the adapter's message) and the
 program still exits 0. A row whose contents come back wrong after its timed rounds (#wrong above
 0: bytes of a region, bf16 elements of the saved tensors) is a failed row, its figures kept in the
-JSON but not compared.
+JSON but not compared; unless --known-wrong names its peer and stream (a defect already
+classified), when it is "known-wrong" and does not fail the run, while such a row whose contents
+come back right does fail it (the defect is gone: the option is out of date).
 
 A run stopped by SIGTERM or SIGINT (a CI job's time limit, Ctrl-C) kills the peer's process under
 way and still prints the table and writes --json with every row measured so far; the rows it did
 not reach are "not measured" and the document says "interrupted".
 
-Exit status: 0 ok (rows that cannot run here are skipped, with the reason), 1 a row failed (its
-contents came back wrong, its measurement raised, its peer's process ended before it) or --json
-could not be written, 2 bad usage, 128+N stopped by signal N (what was measured is kept).
+Exit status: 0 ok (rows that cannot run here are skipped, with the reason; known-wrong rows
+are said), 1 a row failed (its contents came back wrong, or right against --known-wrong, its
+measurement raised, its peer's process ended before it) or --json could not be written, 2 bad usage, 128+N stopped by signal N (what was measured is kept).
 """
 
 import argparse
@@ -158,6 +167,16 @@ def parser() -> Parser:
                         "checkout, else PATH)")
     p.add_argument("--bench-activation-mlp", metavar="PATH",
                    help="offloadkit's bench_activation_mlp (default: as --bench-region)")
+    p.add_argument("--activation-streams", metavar="LIST", default="side,default",
+                   help="the streams the activation rows are driven on, comma-separated: side (a "
+                        "stream of the benchmark's own, as a loop that computes on its own "
+                        "stream) and default (the device's default stream, where a plain PyTorch "
+                        "loop computes); default: side,default")
+    p.add_argument("--known-wrong", metavar="PEER:STREAM,...", default="",
+                   help="rows of PEER's activation offload on STREAM (side or default) whose "
+                        "contents are known to come back wrong (a defect classified in "
+                        "CONFORMANCE.md): such rows are 'known-wrong', not failed; one that "
+                        "comes back right fails, saying the defect is gone")
     p.add_argument("--offloadkit-executor", metavar="NAME", default="cuda",
                    help="the executor of offloadkit's own benchmarks: cuda or host (a host "
                         "figure is no GPU figure; for smoke runs) (default cuda)")
@@ -202,12 +221,36 @@ def check_values(p: Parser, o: argparse.Namespace) -> None:
                                   ("cuda", "host"))):
         if value not in valid:
             p.error(f"{option}: {value} is not one of the valid values {', '.join(valid)}")
+    o.activation_streams = _names(p, "--activation-streams", o.activation_streams,
+                                  measure.STREAMS)
+    known = []
+    for entry in (e for e in o.known_wrong.split(",") if e):
+        peer, _, stream = entry.partition(":")
+        names = [n for n, _ in ACTIVATION_PEERS if n != OFFLOADKIT]
+        if peer not in names:
+            p.error(f"--known-wrong: {peer} is not one of the activation peers {', '.join(names)}")
+        if stream not in measure.STREAMS:
+            p.error(f"--known-wrong: {entry}: the stream '{stream}' is not one of the valid "
+                    f"values {', '.join(measure.STREAMS)} (PEER:STREAM)")
+        known.append((peer, stream))
+    o.known_wrong = known
     if (o.peer_worker is None) != (o.peer_out is None):
         p.error("--peer-worker and --peer-out go together: they are how bench_peers runs one "
                 "peer in a process of its own")
     if o.peer_worker is not None and o.peer_worker[0] not in ("region", "activation"):
         p.error(f"--peer-worker: {o.peer_worker[0]} is not one of the valid features region, "
                 "activation")
+
+
+def _names(p: Parser, option: str, text: str, valid: Sequence[str]) -> List[str]:
+    """A comma-separated list of names of ``valid``, each once, in ``valid``'s order."""
+    given = [n for n in text.split(",") if n]
+    for n in given:
+        if n not in valid:
+            p.error(f"{option}: {n} is not one of the valid values {', '.join(valid)}")
+    if not given:
+        p.error(f"{option}: '{text}' names none of the valid values {', '.join(valid)}")
+    return [n for n in valid if n in given]
 
 
 # The run's start on the system's monotonic clock: a peer's process inherits its parent's, so that
@@ -294,6 +337,11 @@ def shapes(o: argparse.Namespace) -> List[Tuple[int, int]]:
     return [QUICK_SHAPE] if o.quick else list(DEFAULT_SHAPES)
 
 
+def planned_shapes(o: argparse.Namespace) -> List[Tuple[Tuple[int, int], str]]:
+    """The (shape, stream) of each activation peer's rows, in the order they are measured."""
+    return [(s, stream) for s in shapes(o) for stream in o.activation_streams]
+
+
 def measured_rows(rows: List[Dict[str, Any]], kind: str, ops: Sequence[str], name: str,
                   common: Dict[str, Any],
                   measure_ops: Callable[[Dict[str, int]], Dict[str, Dict[str, Any]]]) -> None:
@@ -355,25 +403,26 @@ def activation_peer(o: argparse.Namespace, torch: Optional[Any], why: str, dev: 
                     name: str, factory: str,
                     written: Optional[Callable[[List[Dict[str, Any]]], None]] = None
                     ) -> List[Dict[str, Any]]:
-    """One activation peer's rows, every shape; ``written`` sees the rows so far after each."""
+    """One activation peer's rows, every shape and stream; ``written`` sees the rows so far
+    after each."""
     rows: List[Dict[str, Any]] = []
     cls, version, refused = (None, "", why) if torch is None else feature_class(
         factory, "activation")
-    for hidden, tokens in shapes(o):
+    for (hidden, tokens), stream in planned_shapes(o):
         if written is not None:
             written(rows)
         saved = sum(r * c * 2 for b in measure.mlp_saved_shapes(o.blocks, hidden, tokens)
                     for r, c in b)
-        common = {"hidden": hidden, "tokens": tokens, "blocks": o.blocks, "bytes": saved,
-                  "factory": factory, "version": version}
+        common = {"hidden": hidden, "tokens": tokens, "stream": stream, "blocks": o.blocks,
+                  "bytes": saved, "factory": factory, "version": version}
         if cls is None:
             for op in ("forward", "backward"):
                 rows.append(skipped("activation", op, name, refused, **common))
             continue
-        progress(f"activation {name} {hidden}x{tokens}")
+        progress(f"activation {name} {hidden}x{tokens} on the {stream} stream")
         measured_rows(rows, "activation", ("forward", "backward"), name, common,
-                      lambda calls: measure.measure_activation(dev, cls, o.blocks, hidden,
-                                                               tokens, o.reps, calls))
+                      lambda calls: measure.measure_activation(dev.on(stream), cls, o.blocks,
+                                                               hidden, tokens, o.reps, calls))
     return rows
 
 
@@ -426,11 +475,13 @@ def planned(o: argparse.Namespace, feature: str) -> List[Tuple[Any, str]]:
     """The (size or shape, operation) of every row a peer of ``feature`` gives."""
     if feature == "region":
         return [(nbytes, op) for nbytes in sizes(o) for op in REGION_OPERATIONS]
-    return [(s, op) for s in shapes(o) for op in ACTIVATION_OPERATIONS]
+    return [((s, stream), op) for s, stream in planned_shapes(o) for op in ACTIVATION_OPERATIONS]
 
 
 def _where(r: Dict[str, Any]) -> Any:
-    return r.get("bytes") if r["feature"] == "region" else (r.get("hidden"), r.get("tokens"))
+    """A peer row's size (region) or (shape, stream) (activation)."""
+    return r.get("bytes") if r["feature"] == "region" else (
+        (r.get("hidden"), r.get("tokens")), r.get("stream"))
 
 
 def how_it_ended(rc: Optional[int], timeout_s: int) -> str:
@@ -448,7 +499,7 @@ def how_it_ended(rc: Optional[int], timeout_s: int) -> str:
 def measuring_options(o: argparse.Namespace) -> List[str]:
     """The options that shape a peer's rows, for its child."""
     args = ["--min-mib", str(o.min_mib), "--max-mib", str(o.max_mib), "--reps", str(o.reps),
-            "--blocks", str(o.blocks)]
+            "--blocks", str(o.blocks), "--activation-streams", ",".join(o.activation_streams)]
     if o.quick:
         args.append("--quick")
     if o.shape is not None:
@@ -529,7 +580,8 @@ def missing_rows(o: argparse.Namespace, feature: str, name: str, factory: str,
         if feature == "region":
             fields["bytes"] = where
         else:
-            fields.update(hidden=where[0], tokens=where[1], blocks=o.blocks)
+            fields.update(hidden=where[0][0], tokens=where[0][1], stream=where[1],
+                          blocks=o.blocks)
         out.append(row(feature, op, name, status=status, reason=reason, **fields))
     return out
 
@@ -545,20 +597,30 @@ def not_measured(o: argparse.Namespace, rows: List[Dict[str, Any]],
     return out
 
 
-def judge_contents(rows: List[Dict[str, Any]]) -> None:
+def judge_contents(rows: List[Dict[str, Any]],
+                   known: Sequence[Tuple[str, str]] = ()) -> None:
     """A measured row whose contents came back wrong is a failed row: the figure of a copy that
-    lost data is no figure."""
+    lost data is no figure. A row of ``known`` (--known-wrong: peer and stream) whose contents
+    came back wrong is "known-wrong" instead, and one whose contents came back right fails: the
+    defect the option names is not there."""
     for r in rows:
         wrong = int(r.get("wrong", 0) or 0)
-        if r["status"] != "ok" or wrong <= 0:
+        listed = (r["implementation"], r.get("stream")) in known
+        if r["status"] != "ok" or (wrong <= 0 and not listed):
+            continue
+        entry = f"{r['implementation']}:{r.get('stream')}"
+        if wrong <= 0:
+            r["status"] = "failed"
+            r["reason"] = (f"--known-wrong names {entry}, but its contents came back right: the "
+                           "defect is not there (take it off --known-wrong)")
             continue
         unit = "byte(s) of the region" if r["feature"] == "region" else \
             "bf16 element(s) of the saved tensors"
         of = f" of {r['bytes'] // (1 if r['feature'] == 'region' else 2)}" if r.get("bytes") \
             else ""
-        r["status"] = "failed"
+        r["status"] = "known-wrong" if listed else "failed"
         r["reason"] = (f"contents came back wrong: {wrong}{of} {unit} differ after the timed "
-                       "rounds")
+                       "rounds" + (f" (a known defect, --known-wrong {entry})" if listed else ""))
 
 
 # ---- offloadkit's own rows, from its C++ benchmarks -------------------------------------------
@@ -678,8 +740,7 @@ def add_speedups(rows: List[Dict[str, Any]]) -> None:
     neither compared nor compared with."""
 
     def key(r: Dict[str, Any]) -> Tuple[Any, ...]:
-        return (r["feature"], r["operation"], r.get("bytes") if r["feature"] == "region" else
-                (r.get("hidden"), r.get("tokens")))
+        return r["feature"], r["operation"], _where(r)
 
     ours = {key(r): r for r in rows if r["implementation"] == OFFLOADKIT and
             r["status"] == "ok"}
@@ -707,6 +768,8 @@ def table(rows: List[Dict[str, Any]]) -> str:
                  if r["feature"] == "activation" and "hidden" in r and "bytes" in r else
                  f"h={r.get('hidden')} t={r.get('tokens')}" if r["feature"] == "activation"
                  else "–")
+        if r.get("stream") == "default":
+            where += ", default stream"
         ok_row = r["status"] == "ok"
         note = r.get("reason", "") if not ok_row else (
             f"from {r['source']} ({r.get('executor', 'cuda')})" if r.get("source") else
@@ -795,16 +858,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if interrupted is not None:
         rows += not_measured(o, rows, f"not measured: the run was stopped by {interrupted}")
     device = machine.get("device") or "(no GPU through PyTorch)"
-    judge_contents(rows)
+    judge_contents(rows, o.known_wrong)
     add_speedups(rows)
     print(header(device, o))
     print()
     print(table(rows))
-    wrong = sum(int(r.get("wrong", 0) or 0) for r in rows)
+    wrong = sum(int(r.get("wrong", 0) or 0) for r in rows if r["status"] != "known-wrong")
     failures = sum(1 for r in rows if r["status"] == "failed")
     print(f"\n{sum(r['status'] == 'ok' for r in rows)} measured, "
-          f"{sum(r['status'] == 'skipped' for r in rows)} skipped, {failures} failed; "
-          f"#wrong {wrong}")
+          f"{sum(r['status'] == 'skipped' for r in rows)} skipped, {failures} failed, "
+          f"{sum(r['status'] == 'known-wrong' for r in rows)} known-wrong; #wrong {wrong}")
     for name in dict.fromkeys(r["implementation"] for r in rows if r.get("shutdown")):
         said = next(r["shutdown"] for r in rows if r["implementation"] == name and
                     r.get("shutdown"))

@@ -47,16 +47,31 @@ class TorchExecutor:
         ok.torch_stream(stream).synchronize()
 
 
-class Device:
-    """One GPU seen through torch: a stream, events, the limit's plain copies."""
+#: The streams a row can be driven on: a stream of the benchmark's own ("side", as a training
+#: loop that computes on a stream of its own), or the device's default stream ("default", where a
+#: plain PyTorch loop computes; libraries that copy on the default stream are ordered with it).
+STREAMS = ("side", "default")
 
-    def __init__(self, torch: Any):
+
+class Device:
+    """One GPU seen through torch: a stream (``stream_kind``, one of STREAMS), events, the limit's
+    plain copies."""
+
+    def __init__(self, torch: Any, stream_kind: str = "side"):
+        if stream_kind not in STREAMS:
+            raise ValueError(f"stream_kind {stream_kind!r} is not one of {', '.join(STREAMS)}")
         self.torch = torch
         self.executor = TorchExecutor(torch)
         self.name = self.executor.name
-        self.stream = torch.cuda.Stream(device=0)
+        self.stream_kind = stream_kind
+        self.stream = (torch.cuda.Stream(device=0) if stream_kind == "side" else
+                       torch.cuda.default_stream(0))
         self.side = torch.cuda.Stream(device=0)
         self.proto_stream = ok.Stream(self.stream.cuda_stream, 0)
+
+    def on(self, stream_kind: str) -> "Device":
+        """This device driven on the stream ``stream_kind``."""
+        return self if stream_kind == self.stream_kind else Device(self.torch, stream_kind)
 
     def seconds(self, run: Callable[[], None]) -> float:
         """Seconds from an event recorded before ``run`` to one recorded after it on the
@@ -310,5 +325,4 @@ def measure_activation(dev: Device, activation_class: Any, blocks: int, hidden: 
             close()
     return {"saved_bytes": saved,
             "forward": figure(_median(fw), _median(fw_floor), wrong=wrong),
-            "backward": figure(_median(bw), _median(bw_floor), wrong=wrong),
-            "stream": int(stream)}
+            "backward": figure(_median(bw), _median(bw_floor), wrong=wrong)}

@@ -98,3 +98,22 @@ def poisoned():
         return Poisoned
 
     return _with_region(change)
+
+
+def corrupting_on_side_stream():
+    """An activation peer (TRL's single-stream adapter over the stand-in) whose unpacked tensors
+    come back zeroed when the caller's stream is not the default stream (handle 0): the shape of
+    torchtune's and TRL's defect, a copy ordered with the default stream only."""
+    from offloadkit.adapters import trl
+
+    plugin = trl.make_single_stream()
+
+    class CorruptingOnSideStream(plugin.activation):
+        def unpack(self, handle, stream):
+            out = super().unpack(handle, stream)
+            if int(stream) != 0:
+                out.data.fill_(0)
+            return out
+
+    plugin.activation = CorruptingOnSideStream
+    return plugin

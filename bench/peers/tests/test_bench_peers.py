@@ -195,11 +195,12 @@ class MeasuringPathTest(unittest.TestCase):
     def test_activation_peers_move_every_saved_tensor_each_way(self):
         sizes = [TOKENS * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2, TOKENS * 4 * HIDDEN * 2]
         steps = 1 + REPS + 1  # warm-up, timed rounds, the checked step
+        streams = 2  # a side stream, then the default stream
         for impl in ("torchtune-offload", "trl-offload", "torch-save-on-cpu",
                      "megatron-fine-grained-offload"):
             packs, unpacks = self.calls.of(impl, "pack"), self.calls.of(impl, "unpack")
             # offloadkit's stand-in is TRL's adapter too (standin_offloadkit).
-            runs = 2 if impl == "trl-offload" else 1
+            runs = (2 if impl == "trl-offload" else 1) * streams
             self.assertEqual(len(packs), runs * steps * BLOCKS * 3, impl)
             self.assertEqual(len(unpacks), runs * steps * BLOCKS * 3, impl)
             self.assertEqual(sorted(c[2] for c in packs), sorted(sizes * BLOCKS * steps * runs))
@@ -216,6 +217,9 @@ class MeasuringPathTest(unittest.TestCase):
                 unpacks, [sizes[j] for _ in range(steps * BLOCKS) for j in (2, 1, 0)])),
                 (impl, unpacks))
         for name in ("torchtune", "trl", "torch-save-on-cpu", "megatron-fine-grained"):
+            self.assertEqual([(r["operation"], r["stream"]) for r in self.rows_of(name)],
+                             [("forward", "side"), ("backward", "side"),
+                              ("forward", "default"), ("backward", "default")])
             for r in self.rows_of(name):
                 self.assertEqual(r["bytes"], sum(sizes) * BLOCKS)
                 self.assertEqual(r["calls"]["pack"], steps * BLOCKS * 3, r)
@@ -246,8 +250,9 @@ class MeasuringPathTest(unittest.TestCase):
         self.assertIn("not timed here", megatron["reason"])
         self.assertIn("offloadkit.adapters.megatron_paged_stash", megatron["reason"])
         # Region: 3 operations x 2 sizes x 5 implementations (offloadkit's C++ benchmark among
-        # them); activation: 2 phases x 6; Megatron's paged stash.
-        self.assertEqual(len(self.rows), 3 * 2 * 5 + 2 * 6 + 1)
+        # them); activation: 2 phases x 2 streams x 5, and 2 of offloadkit's C++ benchmark;
+        # Megatron's paged stash.
+        self.assertEqual(len(self.rows), 3 * 2 * 5 + 2 * 2 * 5 + 2 + 1)
 
     def test_cpp_benchmark_rows_come_from_their_json(self):
         ours = {(r["operation"], r.get("bytes"), r.get("hidden")): r
@@ -273,7 +278,10 @@ class MeasuringPathTest(unittest.TestCase):
                 continue
             mine = [o for o in self.rows_of("offloadkit", r["operation"])
                     if (o["feature"] == "region" and o["bytes"] == r["bytes"]) or
-                    (o["feature"] == "activation" and o["hidden"] == r["hidden"])][0]
+                    (o["feature"] == "activation" and o["hidden"] == r["hidden"] and
+                     o["stream"] == r["stream"])]
+            self.assertEqual(len(mine), 1, r)
+            mine = mine[0]
             self.assertAlmostEqual(r["offloadkit_speedup"], mine["of_limit"] / r["of_limit"])
             self.assertAlmostEqual(mine["speedup_over"][r["implementation"]],
                                    r["offloadkit_speedup"])
@@ -286,6 +294,8 @@ class MeasuringPathTest(unittest.TestCase):
                       self.stdout)
         for line in lines[1:]:
             self.assertEqual(line.count(" | "), 9, line)
+        self.assertEqual(len([line for line in lines if "| activation | forward | h=64 t=32 (0.00 "
+                              "GB), default stream | torchtune |" in line]), 1, self.stdout)
 
 
 
@@ -336,7 +346,8 @@ class ProcessPerPeerTest(unittest.TestCase):
 
     def test_the_run_fails_and_counts_the_failed_rows(self):
         self.assertEqual(self.status, 1, self.stdout + self.stderr)
-        self.assertRegex(self.stdout, r"\n12 measured, 0 skipped, 6 failed; #wrong [1-9]")
+        self.assertRegex(self.stdout,
+                         r"\n12 measured, 0 skipped, 6 failed, 0 known-wrong; #wrong [1-9]")
 
     def test_a_peer_measured_cleanly_is_gathered_from_its_process(self):
         for r in self.rows_of("torch_memory_saver"):
@@ -377,6 +388,70 @@ class ProcessPerPeerTest(unittest.TestCase):
         poisoned = [r for r in rows if r["implementation"] == "poisoned"]
         self.assertEqual({r["status"] for r in poisoned}, {"failed"}, poisoned)
         self.assertIn("hook_mode was set to 'torch'", poisoned[0]["reason"])
+
+
+def run_activation_peers(peers, *extra):
+    """bench_peers over activation `peers` (no offloadkit rows), each in a process of its own;
+    (exit status, stdout, rows)."""
+    saved = bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND
+    bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND = peers, [sys.executable, WORKER]
+    out, err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "peers.json")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = bench_peers.main(["--feature", "activation", "--no-offloadkit",
+                                           "--shape", f"{HIDDEN}x{TOKENS}", "--blocks", "1",
+                                           "--reps", "1", "--json", path] + list(extra))
+        finally:
+            bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND = saved
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+    return status, out.getvalue() + err.getvalue(), rows
+
+
+class KnownWrongTest(unittest.TestCase):
+    """A peer that loses data on a side stream only (the shape of torchtune's and TRL's defect):
+    its side-stream rows fail, its default-stream rows are measured; --known-wrong turns the
+    rows it names into known-wrong ones (the run passes), and fails a named row whose contents
+    come back right."""
+
+    PEERS = (("trl", PLANTED + ":corrupting_on_side_stream"),
+             ("torchtune", "offloadkit.adapters.torchtune:make_single_stream"))
+
+    def statuses(self, rows, name):
+        return {(r["operation"], r["stream"]): r["status"] for r in rows
+                if r["implementation"] == name}
+
+    def test_side_stream_rows_lose_data_and_fail_the_run(self):
+        status, out, rows = run_activation_peers(self.PEERS)
+        self.assertEqual(status, 1, out)
+        self.assertEqual(self.statuses(rows, "trl"), {
+            ("forward", "side"): "failed", ("backward", "side"): "failed",
+            ("forward", "default"): "ok", ("backward", "default"): "ok"})
+        self.assertEqual(set(self.statuses(rows, "torchtune").values()), {"ok"}, out)
+
+    def test_known_wrong_rows_do_not_fail_the_run(self):
+        status, out, rows = run_activation_peers(self.PEERS, "--known-wrong", "trl:side")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(self.statuses(rows, "trl"), {
+            ("forward", "side"): "known-wrong", ("backward", "side"): "known-wrong",
+            ("forward", "default"): "ok", ("backward", "default"): "ok"})
+        side = [r for r in rows if r["implementation"] == "trl" and r["stream"] == "side"]
+        self.assertGreater(side[0]["wrong"], 0)
+        self.assertIn("(a known defect, --known-wrong trl:side)", side[0]["reason"])
+        self.assertRegex(out, r"\n6 measured, 0 skipped, 0 failed, 2 known-wrong; #wrong 0\n")
+
+    def test_a_known_wrong_row_that_comes_back_right_fails(self):
+        status, out, rows = run_activation_peers(self.PEERS, "--known-wrong",
+                                                 "trl:side,torchtune:side")
+        self.assertEqual(status, 1, out)
+        self.assertEqual(self.statuses(rows, "torchtune")[("forward", "side")], "failed")
+        reason = [r["reason"] for r in rows if r["implementation"] == "torchtune" and
+                  r["stream"] == "side"][0]
+        self.assertEqual(reason, "--known-wrong names torchtune:side, but its contents came "
+                                 "back right: the defect is not there (take it off --known-wrong)")
+        self.assertEqual(self.statuses(rows, "torchtune")[("forward", "default")], "ok")
 
 
 class InterruptedTest(unittest.TestCase):
