@@ -67,7 +67,8 @@ class Device:
         self.stream = (torch.cuda.Stream(device=0) if stream_kind == "side" else
                        torch.cuda.default_stream(0))
         self.side = torch.cuda.Stream(device=0)
-        self.proto_stream = ok.Stream(self.stream.cuda_stream, 0)
+        # torch's default stream is handle 0, which offloadkit's cuda executor refuses.
+        self.proto_stream = ok.Stream(self.stream.cuda_stream or ok.LEGACY_DEFAULT_STREAM, 0)
 
     def on(self, stream_kind: str) -> "Device":
         """This device driven on the stream ``stream_kind``."""

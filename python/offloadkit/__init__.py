@@ -21,7 +21,8 @@ from .protocol import (BOTH_EXECUTORS, CODEC_KEY_LIMITS, CUDA_EXECUTOR, EXECUTOR
                        capture_graph, host_copy)
 from .schedule import ScheduleError, ScheduleRecorder, TorchRing
 from .torch_support import as_torch, from_torch, torch_stream
-from .types import (ActivationStats, ArenaInfo, Buffer, Event, Graph, OffloadOptions, Physical,
+from .types import (LEGACY_DEFAULT_STREAM, ActivationStats, ArenaInfo, Buffer, Event, Graph,
+                    OffloadOptions, Physical,
                     RegionConfig, RegionInfo, StashConfig, StashEntry, StashKey, StashSnapshot,
                     StashStatus, Stream, Tensor, check_key, dtype_name, encode_key)
 
@@ -34,7 +35,7 @@ pytest_plugins = ["offloadkit.pytest"]
 __all__ = [
     "Activation", "ActivationStats", "Arena", "ArenaInfo", "BOTH_EXECUTORS", "Buffer",
     "CODEC_KEY_LIMITS", "CUDA_EXECUTOR", "CudaError", "EXECUTOR_ALLOCATIONS", "Error", "Event", "Feature", "Graph",
-    "HOST_EXECUTOR", "InjectedFault", "LogicError", "OffloadOptions", "OutOfMemory", "OutOfRange",
+    "HOST_EXECUTOR", "InjectedFault", "LEGACY_DEFAULT_STREAM", "LogicError", "OffloadOptions", "OutOfMemory", "OutOfRange",
     "Physical", "PlatformError", "Plugin", "Region", "RegionConfig", "RegionInfo", "ScheduleError",
     "ScheduleRecorder", "TorchRing", "Stash", "StashConfig", "StashEntry", "StashKey", "StashSnapshot",
     "StashStatus", "StateError", "Stream", "Tensor", "as_torch", "capture_graph", "check_key",

@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 from . import optimized as _optimized
 from .errors import LogicError, OutOfRange
 from .torch_support import from_torch, torch_dtype
-from .types import Buffer, OffloadOptions, RegionConfig, Stream, dtype_name
+from .types import LEGACY_DEFAULT_STREAM, Buffer, OffloadOptions, RegionConfig, Stream, dtype_name
 
 #: Where ``Region.tensor`` places tensors: every tensor starts at a multiple of this many bytes.
 ALIGNMENT = 256
@@ -66,7 +66,7 @@ def _device_index(device: Any) -> int:
 
 def as_stream(stream: Any = None, device: Any = None) -> Stream:
     """The ``offloadkit.Stream`` of a ``torch.cuda.Stream`` (default: the current stream of
-    ``device``)."""
+    ``device``); torch's default stream (handle 0) is ``LEGACY_DEFAULT_STREAM``."""
     torch = _torch()
     if stream is None:
         stream = torch.cuda.current_stream(_device_index(device))
@@ -75,7 +75,7 @@ def as_stream(stream: Any = None, device: Any = None) -> Stream:
     if not hasattr(stream, "cuda_stream"):
         raise OutOfRange(f"stream {stream!r} is not a torch.cuda.Stream or an offloadkit.Stream")
     index = stream.device.index if stream.device.index is not None else _device_index(device)
-    return Stream(int(stream.cuda_stream), int(index))
+    return Stream(int(stream.cuda_stream) or LEGACY_DEFAULT_STREAM, int(index))
 
 
 class Region:

@@ -4,7 +4,7 @@ implementations) work where PyTorch is not installed."""
 import sys
 
 from .errors import LogicError, StateError
-from .types import DTYPE_SIZES, Tensor, dtype_name
+from .types import DTYPE_SIZES, LEGACY_DEFAULT_STREAM, Tensor, dtype_name
 
 _TORCH_DTYPES = {"u8": "uint8", "i8": "int8", "f16": "float16", "bf16": "bfloat16",
                  "f32": "float32", "i32": "int32", "f64": "float64", "i64": "int64"}
@@ -23,9 +23,12 @@ def _torch():
 
 def torch_stream(stream):
     """``torch.cuda.ExternalStream`` over an offloadkit ``Stream`` (or a raw cudaStream_t int), on
-    the stream's device. Only meaningful on the cuda executor."""
+    the stream's device; the device's default stream for 0 or ``LEGACY_DEFAULT_STREAM``. Only
+    meaningful on the cuda executor."""
     torch = _torch()
     device = getattr(stream, "device", None)
+    if int(stream) in (0, LEGACY_DEFAULT_STREAM):
+        return torch.cuda.default_stream(None if device is None else int(device))
     if device is None:
         return torch.cuda.ExternalStream(int(stream))
     return torch.cuda.ExternalStream(int(stream), device=torch.device("cuda", int(device)))

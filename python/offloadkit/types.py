@@ -25,11 +25,18 @@ BACKENDS = ("host", "cuda")
 _EMPTY = ctypes.create_string_buffer(1)
 
 
+#: ``cudaStreamLegacy``: the handle of the legacy default stream that CUDA takes in any call, where
+#: PyTorch's default stream is 0 (``torch.cuda.default_stream().cuda_stream``), which offloadkit's
+#: cuda executor refuses as a null stream (the mark of a stream never created).
+LEGACY_DEFAULT_STREAM = 1
+
+
 class Stream(int):
     """A stream: the native handle as an int, plus ``device``.
 
     Pass back the Stream objects you were given or created; a plain int given to the executor is
-    taken as a stream of device 0.
+    taken as a stream of device 0. The device's default stream is ``LEGACY_DEFAULT_STREAM`` (not
+    0, which the cuda executor refuses).
     """
 
     def __new__(cls, handle: int, device: int = 0):
@@ -140,7 +147,7 @@ class Buffer:
         stream = None
         if self.stream is not None:
             # The interface reserves 0; the legacy default stream is 1.
-            stream = int(self.stream) or 1
+            stream = int(self.stream) or LEGACY_DEFAULT_STREAM
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False),
                 "version": 3, "strides": None, "stream": stream}
 

@@ -102,8 +102,10 @@ def poisoned():
 
 def corrupting_on_side_stream():
     """An activation peer (TRL's single-stream adapter over the stand-in) whose unpacked tensors
-    come back zeroed when the caller's stream is not the default stream (handle 0): the shape of
+    come back zeroed when the caller's stream is not the default stream (offloadkit's
+    LEGACY_DEFAULT_STREAM; 0 in torch): the shape of
     torchtune's and TRL's defect, a copy ordered with the default stream only."""
+    from offloadkit import LEGACY_DEFAULT_STREAM
     from offloadkit.adapters import trl
 
     plugin = trl.make_single_stream()
@@ -111,7 +113,7 @@ def corrupting_on_side_stream():
     class CorruptingOnSideStream(plugin.activation):
         def unpack(self, handle, stream):
             out = super().unpack(handle, stream)
-            if int(stream) != 0:
+            if int(stream) not in (0, LEGACY_DEFAULT_STREAM):
                 out.data.fill_(0)
             return out
 

@@ -56,6 +56,22 @@ class RegionTest(unittest.TestCase):
             self.assertTrue(torch.equal(a, want_a))
             self.assertTrue(torch.equal(b, want_b))
 
+    def test_on_a_stream_of_the_callers_own(self):
+        # Work queued on a side stream before pause() is in the copy; the default stream (handle 0
+        # in torch, which the cuda executor would refuse) is the other tests' stream.
+        torch, okt = self.torch, self.okt
+        side = torch.cuda.Stream()
+        with okt.Region(32 * MIB) as r:
+            x = r.tensor((8 * MIB,), torch.int32)
+            with torch.cuda.stream(side):
+                x.fill_(5)
+                r.pause(stream=side)
+                r.resume(stream=side)
+                wrong = int((x != 5).sum())
+            self.assertEqual(wrong, 0)
+        self.assertEqual(okt.as_stream().device, torch.cuda.current_device())
+        self.assertNotEqual(int(okt.as_stream(torch.cuda.default_stream())), 0)
+
     def test_graph_replays_after_resume(self):
         torch, okt = self.torch, self.okt
         with okt.Region(16 * MIB) as r:
