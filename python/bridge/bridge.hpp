@@ -174,7 +174,7 @@ py::object tensor_to_python(const activation::tensor& t, backend b, stream_ref s
 std::shared_ptr<py::object> held_callable(py::object fn);
 
 /// Adds offloadkit's optimized implementations to the extension module `m` as the classes
-/// OptimizedRegion and OptimizedActivation (optimized.cpp).
+/// OptimizedRegion, OptimizedActivation, OptimizedArena and OptimizedStash (optimized.cpp).
 void add_optimized_classes(py::module_& m);
 
 /// The module of the bridge's native classes (Executor, Release); created by start().

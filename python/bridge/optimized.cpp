@@ -1,7 +1,8 @@
 // offloadkit's optimized implementations as Python classes of offloadkit._native: the graph-stable
-// regions (vmm_region, unified_region) and the activation offloader (async_offloader), the same
-// C++ objects the batteries check, with the methods of offloadkit.protocol's Region and
-// Activation. offloadkit.optimized names them as a factory (`python -m offloadkit check
+// regions (vmm_region, unified_region), the activation offloader (async_offloader), the coalesced
+// arena (coalesced_offloader) and the paged stash (paged_stash), the same C++ objects the
+// batteries check, with the methods of offloadkit.protocol's Region, Activation, Arena and
+// Stash. offloadkit.optimized names them as a factory (`python -m offloadkit check
 // offloadkit.optimized:make`) and offloadkit.torch puts torch tensors and streams on them.
 //
 // Executors: an object is built on the Executor a battery lends it (so fault injection and the
@@ -19,12 +20,15 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bridge.hpp"
 #include "offloadkit/activation/async_offloader.hpp"
+#include "offloadkit/arena/coalesced_offloader.hpp"
 #include "offloadkit/cuda_executor.hpp"
 #include "offloadkit/region/unified_region.hpp"
 #include "offloadkit/region/vmm_region.hpp"
+#include "offloadkit/stash/paged_stash.hpp"
 
 namespace offloadkit::python_bridge {
 namespace {
@@ -301,6 +305,227 @@ class native_activation {
   std::unique_ptr<activation::offloader> impl_;
 };
 
+// ---- coalesced arena --------------------------------------------------------------------------
+
+/// The tensors of an arena call: each a device Buffer (or anything with `ptr` and `nbytes`).
+std::vector<arena::device_tensor> tensor_set(py::handle tensors) {
+  std::vector<arena::device_tensor> set;
+  for (py::handle t : py::iter(tensors)) {
+    arena::device_tensor d;
+    d.data = to_address(py::getattr(t, "ptr", py::int_(0)));
+    d.bytes = count_field(t, "nbytes", "arena tensor");
+    set.push_back(d);
+  }
+  return set;
+}
+
+class native_arena {
+ public:
+  explicit native_arena(py::handle ex) : handle_(executor_from(ex)) {
+    executor& e = handle_->get();
+    py::gil_scoped_release nogil;
+    impl_ = std::make_unique<arena::coalesced_offloader>(e);
+  }
+  native_arena(const native_arena&) = delete;
+  native_arena& operator=(const native_arena&) = delete;
+  ~native_arena() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw (the object is being collected): the error is said here.
+      std::fprintf(stderr, "offloadkit.optimized: destroying an arena: %s\n", e.what());
+    }
+  }
+
+  arena::offloader& get() const {
+    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this arena was closed; build another");
+    return *impl_;
+  }
+  py::object info() const {
+    const arena::offloader& a = get();
+    return py::module_::import("offloadkit")
+        .attr("ArenaInfo")("released"_a = a.released(), "holds_copy"_a = a.holds_copy(),
+                           "host_bytes"_a = a.host_bytes());
+  }
+  /// offload() or reload(): the event it returns is the caller's (executor.destroy_event).
+  py::object run(bool to_host, py::handle tensors, py::handle stream) {
+    arena::offloader& a = get();
+    const std::vector<arena::device_tensor> set = tensor_set(tensors);
+    const stream_ref s = to_stream(stream);
+    event_ref done;
+    {
+      py::gil_scoped_release nogil;
+      done = (to_host ? a.offload(set, s) : a.reload(set, s)).release();
+    }
+    return names().event(reinterpret_cast<std::uintptr_t>(done.native), done.device);
+  }
+  void release() {
+    arena::offloader& a = get();
+    py::gil_scoped_release nogil;
+    a.release();
+  }
+  void close() {
+    if (!impl_) return;
+    std::unique_ptr<arena::offloader> gone = std::move(impl_);
+    py::gil_scoped_release nogil;
+    gone.reset();
+  }
+  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
+
+ private:
+  std::shared_ptr<executor_handle> handle_;
+  std::unique_ptr<arena::offloader> impl_;
+};
+
+// ---- paged stash ------------------------------------------------------------------------------
+
+stash::stash_key key_from(py::handle key) {
+  const py::tuple k = names().support.attr("_key")(key);
+  std::uint32_t fields[3] = {};
+  const char* names_of[3] = {"vp", "layer", "microbatch"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const py::int_ v(k[i]);
+    OFFLOADKIT_EXPECTS(v >= py::int_(0) && v <= py::int_(std::numeric_limits<std::uint32_t>::max()),
+                       out_of_range, "StashKey.", names_of[i], " = ",
+                       static_cast<std::string>(py::str(v.ptr())), " is outside [0, ",
+                       std::numeric_limits<std::uint32_t>::max(), "]");
+    fields[i] = v.cast<std::uint32_t>();
+  }
+  return stash::stash_key{fields[0], fields[1], fields[2]};
+}
+
+std::uint64_t* rows_at(py::handle buffer) {
+  return buffer.is_none() ? nullptr : static_cast<std::uint64_t*>(to_address(buffer));
+}
+
+py::object key_to_python(const stash::stash_key& k) {
+  return names().stash_key(k.vp, k.layer, k.microbatch);
+}
+
+class native_stash {
+ public:
+  native_stash(py::handle ex, py::handle config, py::handle stream) : handle_(executor_from(ex)) {
+    const char* who = "StashConfig";
+    stash::stash_config c;
+    c.row_bytes = count_field(config, "row_bytes", who);
+    c.rows_per_page = count_field(config, "rows_per_page", who);
+    c.max_rows = count_field(config, "max_rows", who);
+    c.device_pages = count_field(config, "device_pages", who);
+    c.pinned_pages = count_field(config, "pinned_pages", who);
+    c.max_keys = count_field(config, "max_keys", who);
+    c.device = int_field<int>(config, "device", who, std::numeric_limits<int>::min(),
+                              std::numeric_limits<int>::max());
+    const stream_ref s = to_stream(stream);
+    executor& e = handle_->get();
+    py::gil_scoped_release nogil;
+    impl_ = std::make_unique<stash::paged_stash>(e, c, s);
+  }
+  native_stash(const native_stash&) = delete;
+  native_stash& operator=(const native_stash&) = delete;
+  ~native_stash() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw (the object is being collected): the error is said here.
+      std::fprintf(stderr, "offloadkit.optimized: destroying a stash: %s\n", e.what());
+    }
+  }
+
+  stash::stash_interface& get() const {
+    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this stash was closed; build another");
+    return *impl_;
+  }
+  void stash(py::handle key, py::handle src, py::handle rows, py::handle stream) {
+    stash::stash_interface& st = get();
+    const stash::stash_key k = key_from(key);
+    const void* from = to_address(src);
+    const std::uint64_t* r = rows_at(rows);
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.stash(k, from, r, s);
+  }
+  void restore(py::handle key, py::handle dst, py::handle rows_out, py::handle stream) {
+    stash::stash_interface& st = get();
+    const stash::stash_key k = key_from(key);
+    void* to = to_address(dst);
+    std::uint64_t* r = rows_at(rows_out);
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.restore(k, to, r, s);
+  }
+  /// stash_batch: (key, src, rows) items; restore_batch: (key, dst, rows_out or None) items.
+  void stash_batch(py::handle items, py::handle stream) {
+    stash::stash_interface& st = get();
+    std::vector<stash::stash_item> batch;
+    for (py::handle h : py::iter(items)) {
+      const py::tuple t = py::reinterpret_borrow<py::object>(h);
+      batch.push_back({key_from(t[0]), to_address(t[1]), rows_at(t[2])});
+    }
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.stash_batch(batch, s);
+  }
+  void restore_batch(py::handle items, py::handle stream) {
+    stash::stash_interface& st = get();
+    std::vector<stash::restore_item> batch;
+    for (py::handle h : py::iter(items)) {
+      const py::tuple t = py::reinterpret_borrow<py::object>(h);
+      batch.push_back({key_from(t[0]), to_address(t[1]), rows_at(t[2])});
+    }
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.restore_batch(batch, s);
+  }
+  void reset(py::handle stream) {
+    stash::stash_interface& st = get();
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.reset(s);
+  }
+  void clear_status(py::handle stream) {
+    stash::stash_interface& st = get();
+    const stream_ref s = to_stream(stream);
+    py::gil_scoped_release nogil;
+    st.clear_status(s);
+  }
+  py::object snapshot(py::handle stream) {
+    stash::stash_interface& st = get();
+    const stream_ref s = to_stream(stream);
+    stash::stash_snapshot snap;
+    {
+      py::gil_scoped_release nogil;
+      snap = st.snapshot(s);
+    }
+    const py::module_ ok = py::module_::import("offloadkit");
+    py::list entries;
+    for (const stash::entry_view& e : snap.entries) {
+      entries.append(ok.attr("StashEntry")(key_to_python(e.key), e.rows, e.device_pages,
+                                           e.pinned_pages, e.page_ids));
+    }
+    const stash::stash_status& x = snap.status;
+    // offloadkit.types.STASH_STATUS_CODES names the codes in the order of stash::status_code.
+    const py::object code = py::module_::import("offloadkit.types")
+                                .attr("STASH_STATUS_CODES")[py::int_(static_cast<int>(x.code))];
+    const py::object status = ok.attr("StashStatus")(
+        "code"_a = code, "key"_a = key_to_python(x.key), "rows"_a = x.rows, "needed"_a = x.needed,
+        "free_device"_a = x.free_device, "free_pinned"_a = x.free_pinned);
+    return ok.attr("StashSnapshot")("free_device"_a = snap.free.device,
+                                    "free_pinned"_a = snap.free.pinned, "entries"_a = entries,
+                                    "status"_a = status, "free_ids"_a = snap.free_ids);
+  }
+  void close() {
+    if (!impl_) return;
+    std::unique_ptr<stash::stash_interface> gone = std::move(impl_);
+    py::gil_scoped_release nogil;
+    gone.reset();
+  }
+  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
+
+ private:
+  std::shared_ptr<executor_handle> handle_;
+  std::unique_ptr<stash::stash_interface> impl_;
+};
+
 }  // namespace
 
 void add_optimized_classes(py::module_& m) {
@@ -343,6 +568,50 @@ void add_optimized_classes(py::module_& m) {
       .def_property_readonly("closed", &native_activation::closed)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](native_activation& a, const py::args&) { a.close(); });
+  py::class_<native_arena>(m, "OptimizedArena",
+                           "offloadkit's coalesced arena (coalesced_offloader: one cached pinned "
+                           "arena, copies batched per run of device-contiguous tensors), with "
+                           "offloadkit.protocol.Arena's methods")
+      .def(py::init<py::handle>(), "executor"_a)
+      .def("info", &native_arena::info)
+      .def(
+          "offload",
+          [](native_arena& a, py::handle tensors, py::handle stream) {
+            return a.run(true, tensors, stream);
+          },
+          "tensors"_a, "stream"_a,
+          "Copies every tensor (device Buffers) to the arena in the order of `stream`; returns an "
+          "Event that completes with the copies, the caller's to destroy")
+      .def(
+          "reload",
+          [](native_arena& a, py::handle tensors, py::handle stream) {
+            return a.run(false, tensors, stream);
+          },
+          "tensors"_a, "stream"_a,
+          "Copies the arena's copy back into `tensors` (same sizes); returns an Event as offload()")
+      .def("release", &native_arena::release,
+           "Frees the host memory (after the queued copies that use it); idempotent")
+      .def("close", &native_arena::close, "Frees everything")
+      .def_property_readonly("closed", &native_arena::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](native_arena& a, const py::args&) { a.close(); });
+  py::class_<native_stash>(m, "OptimizedStash",
+                           "offloadkit's paged stash (paged_stash: device and pinned pages, "
+                           "device-resident page table, one launch per call or per 64 keys), with "
+                           "offloadkit.protocol.Stash's methods")
+      .def(py::init<py::handle, py::handle, py::handle>(), "executor"_a, "config"_a, "stream"_a)
+      .def("stash", &native_stash::stash, "key"_a, "src"_a, "rows"_a, "stream"_a)
+      .def("restore", &native_stash::restore, "key"_a, "dst"_a, "rows_out"_a, "stream"_a)
+      .def("stash_batch", &native_stash::stash_batch, "items"_a, "stream"_a)
+      .def("restore_batch", &native_stash::restore_batch, "items"_a, "stream"_a)
+      .def("reset", &native_stash::reset, "stream"_a)
+      .def("clear_status", &native_stash::clear_status, "stream"_a)
+      .def("snapshot", &native_stash::snapshot, "stream"_a,
+           "Free pages of both tiers, the live entries and the status word (waits for `stream`)")
+      .def("close", &native_stash::close, "Frees the pages and the page table")
+      .def_property_readonly("closed", &native_stash::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](native_stash& st, const py::args&) { st.close(); });
 }
 
 }  // namespace offloadkit::python_bridge

@@ -1,8 +1,9 @@
-"""offloadkit's optimized implementations, from Python: the graph-stable regions and the activation
-offloader, the very C++ objects (``vmm_region``, ``unified_region``, ``async_offloader``) that the
-batteries check in C++, with the methods of ``offloadkit.protocol``'s ``Region`` and
-``Activation``. ``make`` is their factory, so the batteries check them through the Python bridge
-as they check any Python implementation::
+"""offloadkit's optimized implementations, from Python: the graph-stable regions, the activation
+offloader, the coalesced arena and the paged stash, the very C++ objects (``vmm_region``,
+``unified_region``, ``async_offloader``, ``coalesced_offloader``, ``paged_stash``) that the
+batteries check in C++, with the methods of ``offloadkit.protocol``'s ``Region``, ``Activation``,
+``Arena`` and ``Stash``. ``make`` is their factory, so the batteries check them through the Python
+bridge as they check any Python implementation::
 
     python -m offloadkit check offloadkit.optimized:make --executor host
 
@@ -17,7 +18,7 @@ from typing import Any, Optional
 
 from . import protocol as _p
 from .errors import LogicError
-from .types import OffloadOptions, RegionConfig
+from .types import OffloadOptions, RegionConfig, StashConfig
 
 try:
     from . import _native
@@ -81,10 +82,42 @@ class AsyncActivation(_native.OptimizedActivation if _native else object):  # ty
         super().__init__(executor, options if options is not None else OffloadOptions())
 
 
+class CoalescedArena(_native.OptimizedArena if _native else object):  # type: ignore[misc]
+    """The coalesced arena (``coalesced_offloader``): a tensor set (an optimizer's states, a
+    model's weights) copied to one cached pinned arena, laid out once per shape, one copy per run
+    of device-contiguous tensors, none synchronizing the host; in steady state it allocates no
+    host memory. ``offload`` and ``reload`` take device Buffers and return an Event that the
+    caller destroys (``executor.destroy_event``)."""
+
+    capabilities = frozenset({_p.CUDA_EXECUTOR, _p.HOST_EXECUTOR, _p.EXECUTOR_ALLOCATIONS,
+                              "asynchronous", "pinned_steady_state", "single_host_buffer"})
+    implementation = "offloadkit.coalesced_offloader"
+
+    def __init__(self, executor: Any):
+        _classes()
+        super().__init__(executor)
+
+
+class PagedStash(_native.OptimizedStash if _native else object):  # type: ignore[misc]
+    """The paged stash (``paged_stash``): device pages, then pinned host pages, with the page
+    table, freelists and status word on the device and one launch per call (or per 64 keys in a
+    batch); the row count never goes to the host, so a CUDA graph of a step replays with other
+    row counts."""
+
+    capabilities = frozenset({_p.CUDA_EXECUTOR, _p.HOST_EXECUTOR, _p.EXECUTOR_ALLOCATIONS,
+                              "capturable", "page_ids"})
+    implementation = "offloadkit.paged_stash"
+
+    def __init__(self, executor: Any, config: StashConfig, stream: Any):
+        _classes()
+        super().__init__(executor, config, stream)
+
+
 def make() -> _p.Plugin:
-    """The factory of the optimized region (vmm) and activation offloader."""
+    """The factory of the optimized region (vmm), activation offloader, arena and stash."""
     _classes()
-    return _p.Plugin(name="offloadkit-optimized", region=VmmRegion, activation=AsyncActivation)
+    return _p.Plugin(name="offloadkit-optimized", region=VmmRegion, activation=AsyncActivation,
+                     arena=CoalescedArena, stash=PagedStash)
 
 
 def make_unified() -> _p.Plugin:
