@@ -347,16 +347,19 @@ class native_arena {
         .attr("ArenaInfo")("released"_a = a.released(), "holds_copy"_a = a.holds_copy(),
                            "host_bytes"_a = a.host_bytes());
   }
-  /// offload() or reload(): the event it returns is the caller's (executor.destroy_event).
-  py::object run(bool to_host, py::handle tensors, py::handle stream) {
+  /// offload() or reload(): the event it returns is the caller's (executor.destroy_event); with
+  /// `want_event` false there is none (the copies are ordered on the stream all the same).
+  py::object run(bool to_host, py::handle tensors, py::handle stream, bool want_event) {
     arena::offloader& a = get();
     const std::vector<arena::device_tensor> set = tensor_set(tensors);
     const stream_ref s = to_stream(stream);
     event_ref done;
     {
       py::gil_scoped_release nogil;
-      done = (to_host ? a.offload(set, s) : a.reload(set, s)).release();
+      event e = to_host ? a.offload(set, s) : a.reload(set, s);
+      if (want_event) done = e.release();  // else e's end destroys it (its work goes on)
     }
+    if (!want_event) return py::none();
     return names().event(reinterpret_cast<std::uintptr_t>(done.native), done.device);
   }
   void release() {
@@ -576,18 +579,18 @@ void add_optimized_classes(py::module_& m) {
       .def("info", &native_arena::info)
       .def(
           "offload",
-          [](native_arena& a, py::handle tensors, py::handle stream) {
-            return a.run(true, tensors, stream);
+          [](native_arena& a, py::handle tensors, py::handle stream, bool event) {
+            return a.run(true, tensors, stream, event);
           },
-          "tensors"_a, "stream"_a,
+          "tensors"_a, "stream"_a, "event"_a = true,
           "Copies every tensor (device Buffers) to the arena in the order of `stream`; returns an "
-          "Event that completes with the copies, the caller's to destroy")
+          "Event that completes with the copies, the caller's to destroy (None with event=False)")
       .def(
           "reload",
-          [](native_arena& a, py::handle tensors, py::handle stream) {
-            return a.run(false, tensors, stream);
+          [](native_arena& a, py::handle tensors, py::handle stream, bool event) {
+            return a.run(false, tensors, stream, event);
           },
-          "tensors"_a, "stream"_a,
+          "tensors"_a, "stream"_a, "event"_a = true,
           "Copies the arena's copy back into `tensors` (same sizes); returns an Event as offload()")
       .def("release", &native_arena::release,
            "Frees the host memory (after the queued copies that use it); idempotent")

@@ -27,7 +27,12 @@ uploaded again, ahead of use, in backward::
         loss.backward()
         optimizer.step()
 
-Both run on offloadkit's own cuda executor, one per process, ordered on torch's streams: an
+``TensorSet``: an optimizer's states (or any set of CUDA tensors) copied to one pinned arena and
+back, their device memory freed in between (``coalesced_offloader``). ``Stash``: rows whose count
+only the device knows, kept in device and pinned pages between forward and backward
+(``paged_stash``).
+
+All run on offloadkit's own cuda executor, one per process, ordered on torch's streams: an
 operation takes a ``torch.cuda.Stream`` (default: the current stream of the object's device) and
 its work is ordered after what that stream already holds.
 """
@@ -36,9 +41,10 @@ import sys
 from typing import Any, Optional, Sequence
 
 from . import optimized as _optimized
-from .errors import LogicError, OutOfRange
-from .torch_support import from_torch, torch_dtype
-from .types import LEGACY_DEFAULT_STREAM, Buffer, OffloadOptions, RegionConfig, Stream, dtype_name
+from .errors import LogicError, OutOfRange, StateError
+from .torch_support import from_torch, torch_dtype, torch_stream
+from .types import (LEGACY_DEFAULT_STREAM, Buffer, OffloadOptions, RegionConfig, StashConfig,
+                    Stream, dtype_name)
 
 #: Where ``Region.tensor`` places tensors: every tensor starts at a multiple of this many bytes.
 ALIGNMENT = 256
@@ -304,4 +310,209 @@ class offload_activations:
         return flat.view(torch_dtype(t.dtype)).view(t.shape)
 
 
-__all__ = ["ALIGNMENT", "Region", "as_stream", "offload_activations"]
+def _tensor_nbytes(t: Any) -> int:
+    return int(t.numel()) * int(t.element_size())
+
+
+def _cuda_tensors(what: str, tensors: Sequence[Any], device: Any) -> Any:
+    """(the device index, the tensors as a list): CUDA tensors of one device, contiguous."""
+    torch = _torch()
+    tensors = list(tensors)
+    index = None if device is None else _device_index(device)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            raise OutOfRange(f"{what}: tensor {i} is {type(t).__name__} "
+                             f"{getattr(t, 'device', '')}, not a CUDA tensor")
+        if index is None:
+            index = int(t.device.index)
+        if int(t.device.index) != index:
+            raise OutOfRange(f"{what}: tensor {i} is on cuda:{t.device.index}, not cuda:{index} "
+                             "(one device per set)")
+        if not t.is_contiguous():
+            raise OutOfRange(f"{what}: tensor {i} (shape {tuple(t.shape)}, strides "
+                             f"{tuple(t.stride())}) is not contiguous")
+    return (index if index is not None else _device_index(None)), tensors
+
+
+class TensorSet:
+    """CUDA tensors of one device (an optimizer's states, a model's weights) copied to one pinned
+    host arena and back by offloadkit's ``coalesced_offloader``: the arena is laid out once per set
+    of sizes and kept between cycles, so the steady state allocates no host memory; one copy per
+    run of tensors adjacent in device memory, none synchronizing the host::
+
+        states = okt.TensorSet([v for s in optimizer.state.values() for v in s.values()
+                                if torch.is_tensor(v) and v.is_cuda])
+        states.offload(free=True)     # copied out; their device memory back to torch's allocator
+        ...                           # another phase (generation) uses the GPU
+        states.reload()               # device memory again, contents copied back
+        optimizer.step()
+
+    ``offload(free=True)`` frees each tensor's storage once the copy is queued (torch reuses the
+    memory only after the copy, in stream order); ``reload()`` then allocates it again, at new
+    addresses, and copies the contents in. Without ``free`` the tensors keep their memory and
+    ``reload()`` copies the contents back into them (undoing later changes). Both are ordered on
+    ``stream`` (default: the current stream): work issued to it afterwards sees the result."""
+
+    def __init__(self, tensors: Sequence[Any], device: Any = None):
+        self.device, self.tensors = _cuda_tensors("TensorSet", tensors, device)
+        self._impl = _optimized.CoalescedArena(None)
+        self.freed = False
+
+    def _buffers(self) -> Any:
+        return [Buffer(int(t.data_ptr()), _tensor_nbytes(t), "device", self.device, "cuda")
+                for t in self.tensors]
+
+    @property
+    def nbytes(self) -> int:
+        """The set's bytes."""
+        return sum(_tensor_nbytes(t) for t in self.tensors)
+
+    @property
+    def host_bytes(self) -> int:
+        """Pinned host bytes the arena holds now (its alignment included)."""
+        return int(self._impl.info().host_bytes)
+
+    @property
+    def holds_copy(self) -> bool:
+        """Whether a complete host copy is held (an offload since the last failure)."""
+        return bool(self._impl.info().holds_copy)
+
+    def offload(self, stream: Any = None, free: bool = False) -> None:
+        """Copies every tensor to the arena, in order on ``stream``; with ``free``, gives their
+        device memory back to torch's allocator (each tensor must own its whole storage)."""
+        if self.freed:
+            raise StateError("TensorSet.offload: the tensors' memory was freed by offload(free="
+                             "True); reload() first")
+        if free:
+            for i, t in enumerate(self.tensors):
+                storage = t.untyped_storage()
+                if t.storage_offset() != 0 or storage.nbytes() != _tensor_nbytes(t):
+                    raise OutOfRange(
+                        f"TensorSet.offload(free=True): tensor {i} is a view ({_tensor_nbytes(t)} "
+                        f"bytes at offset {t.storage_offset() * t.element_size()} of a storage of "
+                        f"{storage.nbytes()}): free needs tensors that own their whole storage")
+        s = as_stream(stream, self.device)
+        self._impl.offload(self._buffers(), s, event=False)
+        if free:
+            copying = torch_stream(s)
+            for t in self.tensors:
+                t.record_stream(copying)  # the allocator reuses it after the copy, not before
+                t.untyped_storage().resize_(0)
+            self.freed = True
+
+    def reload(self, stream: Any = None) -> None:
+        """Copies the arena's contents back in order on ``stream``: into fresh device memory
+        after ``offload(free=True)``, else into the tensors as they are."""
+        if self.freed:
+            for t in self.tensors:
+                t.untyped_storage().resize_(_tensor_nbytes(t))
+            self.freed = False
+        self._impl.reload(self._buffers(), as_stream(stream, self.device), event=False)
+
+    def release(self) -> None:
+        """Frees the pinned arena (after the copies that use it); the next offload allocates it
+        again."""
+        self._impl.release()
+
+    def close(self) -> None:
+        """Frees everything the set holds (the tensors stay as they are)."""
+        self._impl.close()
+
+    def __enter__(self) -> "TensorSet":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Stash:
+    """offloadkit's ``paged_stash`` on torch tensors: the valid rows of a tensor saved between its
+    forward and its backward (a MoE layer's dispatched tokens, whose count only the device knows)
+    kept in pages of ``rows_per_page`` rows, ``device_pages`` of them in device memory and
+    ``pinned_pages`` in pinned host memory; a key that does not fit is dropped and recorded in
+    the status word (``snapshot().status``). The row count is a one-element int64 CUDA tensor read
+    in stream order and never by the host, so a CUDA graph of a step replays with other counts::
+
+        stash = okt.Stash((hidden,), torch.bfloat16, max_rows=capacity, rows_per_page=256,
+                          device_pages=64, pinned_pages=256)
+        stash.stash((0, layer, microbatch), tokens, count)    # tokens: (capacity, hidden)
+        ...
+        stash.restore((0, layer, microbatch), tokens, count)  # first `count` rows back
+
+    Keys are ``(vp, layer, microbatch)``; ``max_keys`` distinct keys over the stash's life."""
+
+    def __init__(self, row_shape: Sequence[int], dtype: Any, max_rows: int, rows_per_page: int,
+                 device_pages: int, pinned_pages: int = 0, max_keys: int = 64,
+                 device: Any = None):
+        torch = _torch()
+        self.device = _device_index(device)
+        self.row_shape = tuple(int(x) for x in row_shape)
+        self.dtype = dtype
+        row_bytes = torch.empty(self.row_shape, dtype=dtype, device="meta").numel() * \
+            torch.empty((), dtype=dtype, device="meta").element_size()
+        self.max_rows = int(max_rows)
+        self.config = StashConfig(row_bytes=int(row_bytes), rows_per_page=int(rows_per_page),
+                                  max_rows=self.max_rows, device_pages=int(device_pages),
+                                  pinned_pages=int(pinned_pages), max_keys=int(max_keys),
+                                  device=self.device)
+        self._impl = _optimized.PagedStash(None, self.config, as_stream(None, self.device))
+
+    def _rows_tensor(self, what: str, rows: Any) -> Buffer:
+        torch = _torch()
+        if not isinstance(rows, torch.Tensor) or not rows.is_cuda or rows.numel() != 1 or \
+                rows.dtype not in (torch.int64, torch.uint64) or \
+                int(rows.device.index) != self.device:
+            raise OutOfRange(f"Stash.{what}: the row count is {rows!r}; give a one-element int64 "
+                             f"tensor on cuda:{self.device} (the host never reads it)")
+        return Buffer(int(rows.data_ptr()), 8, "device", self.device, "cuda")
+
+    def _rows_buffer(self, what: str, t: Any) -> Buffer:
+        torch = _torch()
+        shape = (self.max_rows,) + self.row_shape
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != self.dtype \
+                or not t.is_cuda or int(t.device.index) != self.device or not t.is_contiguous():
+            raise OutOfRange(
+                f"Stash.{what}: tensor {tuple(getattr(t, 'shape', ()))} "
+                f"{getattr(t, 'dtype', type(t).__name__)} on {getattr(t, 'device', '?')}: give a "
+                f"contiguous {self.dtype} tensor of shape {shape} on cuda:{self.device}")
+        return Buffer(int(t.data_ptr()), _tensor_nbytes(t), "device", self.device, "cuda")
+
+    def stash(self, key: Sequence[int], src: Any, rows: Any, stream: Any = None) -> None:
+        """Keeps the first ``rows`` rows of ``src`` (shape ``(max_rows, *row_shape)``) under
+        ``key``, in order on ``stream``; ``src`` may be reused by work issued to ``stream``
+        afterwards."""
+        self._impl.stash(tuple(key), self._rows_buffer("stash", src),
+                         self._rows_tensor("stash", rows), as_stream(stream, self.device))
+
+    def restore(self, key: Sequence[int], dst: Any, rows_out: Any = None,
+                stream: Any = None) -> None:
+        """Copies the key's rows into the first rows of ``dst`` (the rest untouched), writes their
+        count into ``rows_out`` (0 when the key held nothing), frees the key's pages."""
+        out = None if rows_out is None else self._rows_tensor("restore", rows_out)
+        self._impl.restore(tuple(key), self._rows_buffer("restore", dst), out,
+                           as_stream(stream, self.device))
+
+    def snapshot(self, stream: Any = None) -> Any:
+        """Free pages of each tier, the live keys and the status word (waits for ``stream``)."""
+        return self._impl.snapshot(as_stream(stream, self.device))
+
+    def reset(self, stream: Any = None) -> None:
+        """Drops every key, frees every page and clears the status word."""
+        self._impl.reset(as_stream(stream, self.device))
+
+    def clear_status(self, stream: Any = None) -> None:
+        """Clears the status word only."""
+        self._impl.clear_status(as_stream(stream, self.device))
+
+    def close(self) -> None:
+        """Frees the pages and the page table."""
+        self._impl.close()
+
+    def __enter__(self) -> "Stash":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["ALIGNMENT", "Region", "Stash", "TensorSet", "as_stream", "offload_activations"]

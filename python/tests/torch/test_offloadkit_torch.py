@@ -1,8 +1,9 @@
 """offloadkit.torch on a GPU with PyTorch: tensors in a Region keep their contents and address
 across pause, resume and swap (a CUDA graph captured over them replays after a resume), pause gives
-the device memory back to the driver, and a training step under offload_activations computes the
-same gradients as without it while holding less device memory after forward. Each comparison is
-first shown to fail on a planted bug.
+the device memory back to the driver, a training step under offload_activations computes the
+same gradients as without it while holding less device memory after forward, an optimizer's
+states offloaded by a TensorSet come back whole after their memory was freed, and a Stash gives
+back each key's rows and count. Each comparison is shown to fail on a planted bug.
 
 Run: python test_offloadkit_torch.py (exit status 77, skipped, where PyTorch or a GPU is missing).
 """
@@ -180,6 +181,109 @@ class ActivationTest(unittest.TestCase):
         got, _ = self.step(offload)
         self.assertFalse(self.same(want, got), "a corrupted unpack went unnoticed")
         offload.close()
+
+
+class TensorSetTest(unittest.TestCase):
+    """An optimizer's states: offloaded with their device memory freed, reloaded at new
+    addresses with the same contents; the comparison fails when two tensors of one size come
+    back swapped (a planted reload in the wrong order)."""
+
+    def setUp(self):
+        import torch
+
+        import offloadkit.torch as okt
+
+        self.torch, self.okt = torch, okt
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                    torch.nn.Linear(4096, 1024)).cuda()
+        self.opt = torch.optim.Adam(model.parameters())
+        model(torch.randn(64, 1024, device="cuda")).square().mean().backward()
+        self.opt.step()
+        self.states = [v for st in self.opt.state.values() for v in st.values()
+                       if torch.is_tensor(v) and v.is_cuda]
+
+    def test_offload_free_reload(self):
+        torch, okt = self.torch, self.okt
+        want = [t.clone() for t in self.states]
+        with okt.TensorSet(self.states) as s:
+            self.assertEqual(s.nbytes, sum(t.numel() * t.element_size() for t in self.states))
+            for _ in range(2):  # the second cycle reuses the arena
+                before = torch.cuda.memory_allocated()
+                s.offload(free=True)
+                torch.cuda.synchronize()
+                self.assertLessEqual(torch.cuda.memory_allocated(), before - s.nbytes)
+                self.assertTrue(s.holds_copy)
+                self.assertGreaterEqual(s.host_bytes, s.nbytes)
+                s.reload()
+                self.assertTrue(all(torch.equal(a, b) for a, b in zip(want, self.states)))
+            from offloadkit.errors import OutOfRange
+
+            with self.assertRaisesRegex(OutOfRange, "is a view"):
+                okt.TensorSet([want[0][:1]]).offload(free=True)
+
+    def test_planted_swap_is_caught(self):
+        torch, okt = self.torch, self.okt
+        pair = [t for t in self.states if t.shape == self.states[0].shape][:2]
+        self.assertEqual(len(pair), 2)
+        want = [t.clone() for t in pair]
+        with okt.TensorSet(pair) as s:
+            s.offload()
+            s._impl.reload(s._buffers()[::-1], okt.as_stream(), event=False)  # planted
+            torch.cuda.synchronize()
+            self.assertFalse(all(torch.equal(a, b) for a, b in zip(want, pair)))
+
+
+class StashTest(unittest.TestCase):
+    """Rows stashed under two keys come back, the count from the device, the rest of the
+    destination untouched; restoring the other key's rows (planted) is caught."""
+
+    def setUp(self):
+        import torch
+
+        import offloadkit.torch as okt
+
+        self.torch, self.okt = torch, okt
+
+    def round_trip(self, planted=False):
+        torch, okt = self.torch, self.okt
+        rows = {(0, 1, 0): 5, (0, 1, 1): 29}
+        with okt.Stash((128,), torch.bfloat16, max_rows=32, rows_per_page=8, device_pages=4,
+                       pinned_pages=4) as st:
+            src = {}
+            for i, (key, n) in enumerate(rows.items()):
+                src[key] = torch.full((32, 128), float(i + 1), dtype=torch.bfloat16,
+                                      device="cuda")
+                st.stash(key, src[key], torch.tensor([n], dtype=torch.int64, device="cuda"))
+            snap = st.snapshot()
+            self.assertEqual(len(snap.entries), 2)
+            self.assertEqual(snap.status.code, "ok")
+            ok = True
+            for key, n in rows.items():
+                dst = torch.zeros(32, 128, dtype=torch.bfloat16, device="cuda")
+                count = torch.zeros(1, dtype=torch.int64, device="cuda")
+                other = [k for k in rows if k != key][0]
+                st.restore(other if planted else key, dst, count)  # planted: swapped
+                ok = ok and int(count) == n and torch.equal(dst[:n], src[key][:n]) and \
+                    int(dst[n:].count_nonzero()) == 0
+            self.assertEqual(len(st.snapshot().entries), 0)
+            return ok
+
+    def test_the_comparison(self):
+        self.assertTrue(self.round_trip())
+        self.assertFalse(self.round_trip(planted=True), "a wrong key's rows went by")
+
+    def test_errors_name_the_value(self):
+        torch, okt = self.torch, self.okt
+        from offloadkit.errors import OutOfRange
+
+        with okt.Stash((4,), torch.float32, max_rows=8, rows_per_page=4, device_pages=2) as st:
+            with self.assertRaisesRegex(OutOfRange, r"give a contiguous torch.float32 tensor of "
+                                                    r"shape \(8, 4\)"):
+                st.stash((0, 0, 0), torch.zeros(4, 4, device="cuda"),
+                         torch.zeros(1, dtype=torch.int64, device="cuda"))
+            with self.assertRaisesRegex(OutOfRange, "one-element int64 tensor"):
+                st.stash((0, 0, 0), torch.zeros(8, 4, device="cuda"), 3)
 
 
 if __name__ == "__main__":
