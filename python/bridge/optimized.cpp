@@ -92,12 +92,64 @@ region::pause_mode to_mode(const std::string& mode) {
   return region::pause_mode::discard;
 }
 
+/// What each class below shares: the executor its object runs on, the C++ object (null once
+/// closed), a StateError naming `what` for a call after close(), and a destructor that closes.
+template <class Interface>
+class native_object {
+ public:
+  native_object(const native_object&) = delete;
+  native_object& operator=(const native_object&) = delete;
+
+  Interface& get() const {
+    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this ", what_, " was closed; build another");
+    return *impl_;
+  }
+  /// Frees the C++ object without the GIL: its destructor may wait for its copies, and give back
+  /// sources whose release callbacks take the GIL.
+  void close() {
+    if (!impl_) return;
+    std::unique_ptr<Interface> gone = std::move(impl_);
+    py::gil_scoped_release nogil;
+    gone.reset();
+  }
+  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
+
+ protected:
+  native_object(py::handle ex, std::string what)
+      : handle_(executor_from(ex)), what_(std::move(what)) {}
+  ~native_object() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      // A destructor cannot throw (the object is being collected): the error is said here.
+      std::fprintf(stderr, "offloadkit.optimized: destroying this %s: %s\n", what_.c_str(),
+                   e.what());
+    }
+  }
+
+  std::shared_ptr<executor_handle> handle_;
+  std::unique_ptr<Interface> impl_;
+
+ private:
+  std::string what_;
+};
+
+/// close(), closed, and use as a context manager whose end closes.
+template <class T>
+void add_lifetime(py::class_<T>& c, const char* close_doc) {
+  c.def(
+       "close", [](T& o) { o.close(); }, close_doc)
+      .def_property_readonly("closed", [](const T& o) { return o.closed(); })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](T& o, const py::args&) { o.close(); });
+}
+
 // ---- regions ----------------------------------------------------------------------------------
 
-class native_region {
+class native_region : public native_object<region::offload_region> {
  public:
   native_region(py::handle ex, py::handle config, const std::string& kind)
-      : handle_(executor_from(ex)), kind_(kind) {
+      : native_object(ex, kind + " region") {
     OFFLOADKIT_EXPECTS(kind == "vmm" || kind == "unified", out_of_range, "region kind '", kind,
                        "' is not one of the valid values vmm, unified");
     region::region_config c;
@@ -114,22 +166,6 @@ class native_region {
     } else {
       impl_ = std::make_unique<region::unified_region>(e, c);
     }
-  }
-  native_region(const native_region&) = delete;
-  native_region& operator=(const native_region&) = delete;
-  ~native_region() {
-    try {
-      close();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw (the object is being collected): the error is said here.
-      std::fprintf(stderr, "offloadkit.optimized: destroying a region: %s\n", e.what());
-    }
-  }
-
-  region::offload_region& get() const {
-    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this ", kind_,
-                       " region was closed; build another");
-    return *impl_;
   }
 
   py::object info() const {
@@ -183,25 +219,13 @@ class native_region {
     py::gil_scoped_release nogil;
     r.unregister_graph(graph);
   }
-  void close() {
-    if (!impl_) return;
-    std::unique_ptr<region::offload_region> gone = std::move(impl_);
-    py::gil_scoped_release nogil;
-    gone.reset();
-  }
-  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
-
- private:
-  std::shared_ptr<executor_handle> handle_;
-  std::string kind_;
-  std::unique_ptr<region::offload_region> impl_;
 };
 
 // ---- activation offload -----------------------------------------------------------------------
 
-class native_activation {
+class native_activation : public native_object<activation::offloader> {
  public:
-  native_activation(py::handle ex, py::handle options) : handle_(executor_from(ex)) {
+  native_activation(py::handle ex, py::handle options) : native_object(ex, "activation offloader") {
     activation::offload_options o;
     const char* who = "OffloadOptions";
     o.keep_threshold = count_field(options, "keep_threshold", who);
@@ -214,24 +238,12 @@ class native_activation {
     py::gil_scoped_release nogil;
     impl_ = std::make_unique<activation::async_offloader>(e, o);
   }
-  native_activation(const native_activation&) = delete;
-  native_activation& operator=(const native_activation&) = delete;
-  ~native_activation() {
-    try {
-      close();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw (the object is being collected): the error, a release
-      // callback's kept for a call that never came, is said here.
-      std::fprintf(stderr, "offloadkit.optimized: destroying an activation offloader: %s\n",
-                   e.what());
-    }
-  }
 
+  /// The offloader, after the error a release callback kept, if any (said once).
   activation::offloader& get() {
-    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error,
-                       "this activation offloader was closed; build another");
+    activation::offloader& a = native_object::get();
     pending_->throw_if_any();
-    return *impl_;
+    return a;
   }
 
   std::uint64_t pack(py::handle tensor, py::handle stream) {
@@ -286,23 +298,15 @@ class native_activation {
             "device_allocations"_a = st.device_allocations, "pending_waits"_a = st.pending_waits);
   }
   std::size_t keep_threshold() { return get().keep_threshold(); }
+  /// Closes, then says the error a release callback kept (one never said is printed when the
+  /// last callback goes).
   void close() {
-    if (!impl_) return;
-    std::unique_ptr<activation::offloader> gone = std::move(impl_);
-    {
-      // Its destructor waits for its copies and gives back the sources it holds (their release
-      // callbacks take the GIL).
-      py::gil_scoped_release nogil;
-      gone.reset();
-    }
+    native_object::close();
     pending_->throw_if_any();
   }
-  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
 
  private:
-  std::shared_ptr<executor_handle> handle_;
   std::shared_ptr<pending_errors> pending_ = std::make_shared<pending_errors>();
-  std::unique_ptr<activation::offloader> impl_;
 };
 
 // ---- coalesced arena --------------------------------------------------------------------------
@@ -319,28 +323,14 @@ std::vector<arena::device_tensor> tensor_set(py::handle tensors) {
   return set;
 }
 
-class native_arena {
+class native_arena : public native_object<arena::offloader> {
  public:
-  explicit native_arena(py::handle ex) : handle_(executor_from(ex)) {
+  explicit native_arena(py::handle ex) : native_object(ex, "arena") {
     executor& e = handle_->get();
     py::gil_scoped_release nogil;
     impl_ = std::make_unique<arena::coalesced_offloader>(e);
   }
-  native_arena(const native_arena&) = delete;
-  native_arena& operator=(const native_arena&) = delete;
-  ~native_arena() {
-    try {
-      close();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw (the object is being collected): the error is said here.
-      std::fprintf(stderr, "offloadkit.optimized: destroying an arena: %s\n", e.what());
-    }
-  }
 
-  arena::offloader& get() const {
-    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this arena was closed; build another");
-    return *impl_;
-  }
   py::object info() const {
     const arena::offloader& a = get();
     return py::module_::import("offloadkit")
@@ -367,17 +357,6 @@ class native_arena {
     py::gil_scoped_release nogil;
     a.release();
   }
-  void close() {
-    if (!impl_) return;
-    std::unique_ptr<arena::offloader> gone = std::move(impl_);
-    py::gil_scoped_release nogil;
-    gone.reset();
-  }
-  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
-
- private:
-  std::shared_ptr<executor_handle> handle_;
-  std::unique_ptr<arena::offloader> impl_;
 };
 
 // ---- paged stash ------------------------------------------------------------------------------
@@ -405,9 +384,9 @@ py::object key_to_python(const stash::stash_key& k) {
   return names().stash_key(k.vp, k.layer, k.microbatch);
 }
 
-class native_stash {
+class native_stash : public native_object<stash::stash_interface> {
  public:
-  native_stash(py::handle ex, py::handle config, py::handle stream) : handle_(executor_from(ex)) {
+  native_stash(py::handle ex, py::handle config, py::handle stream) : native_object(ex, "stash") {
     const char* who = "StashConfig";
     stash::stash_config c;
     c.row_bytes = count_field(config, "row_bytes", who);
@@ -423,21 +402,7 @@ class native_stash {
     py::gil_scoped_release nogil;
     impl_ = std::make_unique<stash::paged_stash>(e, c, s);
   }
-  native_stash(const native_stash&) = delete;
-  native_stash& operator=(const native_stash&) = delete;
-  ~native_stash() {
-    try {
-      close();
-    } catch (const std::exception& e) {
-      // A destructor cannot throw (the object is being collected): the error is said here.
-      std::fprintf(stderr, "offloadkit.optimized: destroying a stash: %s\n", e.what());
-    }
-  }
 
-  stash::stash_interface& get() const {
-    OFFLOADKIT_EXPECTS(impl_ != nullptr, state_error, "this stash was closed; build another");
-    return *impl_;
-  }
   void stash(py::handle key, py::handle src, py::handle rows, py::handle stream) {
     stash::stash_interface& st = get();
     const stash::stash_key k = key_from(key);
@@ -516,26 +481,17 @@ class native_stash {
                                     "free_pinned"_a = snap.free.pinned, "entries"_a = entries,
                                     "status"_a = status, "free_ids"_a = snap.free_ids);
   }
-  void close() {
-    if (!impl_) return;
-    std::unique_ptr<stash::stash_interface> gone = std::move(impl_);
-    py::gil_scoped_release nogil;
-    gone.reset();
-  }
-  [[nodiscard]] bool closed() const noexcept { return impl_ == nullptr; }
-
- private:
-  std::shared_ptr<executor_handle> handle_;
-  std::unique_ptr<stash::stash_interface> impl_;
 };
 
 }  // namespace
 
 void add_optimized_classes(py::module_& m) {
-  py::class_<native_region>(m, "OptimizedRegion",
-                            "offloadkit's graph-stable region (kind 'vmm': vmm_region, whose "
-                            "pause gives its device memory back to the driver; 'unified': "
-                            "unified_region), with offloadkit.protocol.Region's methods")
+  py::class_<native_region> region_class(
+      m, "OptimizedRegion",
+      "offloadkit's graph-stable region (kind 'vmm': vmm_region, whose "
+      "pause gives its device memory back to the driver; 'unified': "
+      "unified_region), with offloadkit.protocol.Region's methods");
+  region_class
       .def(py::init<py::handle, py::handle, const std::string&>(), "executor"_a, "config"_a,
            "kind"_a = "vmm")
       .def("info", &native_region::info)
@@ -546,36 +502,34 @@ void add_optimized_classes(py::module_& m) {
            "copy in share the link, one direction each)")
       .def("register_graph", &native_region::register_graph, "capture"_a, "stream"_a)
       .def("replay", &native_region::replay, "graph_id"_a, "stream"_a)
-      .def("unregister_graph", &native_region::unregister_graph, "graph_id"_a)
-      .def("close", &native_region::close,
-           "Frees the region's device memory, host copy and graphs (queued work that uses it must "
-           "be finished)")
-      .def_property_readonly("closed", &native_region::closed)
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](native_region& r, const py::args&) { r.close(); });
-  py::class_<native_activation>(m, "OptimizedActivation",
-                                "offloadkit's activation offloader (async_offloader: side-stream "
-                                "copies into a pinned pool, bounded prefetch), with "
-                                "offloadkit.protocol.Activation's methods")
-      .def(py::init<py::handle, py::handle>(), "executor"_a, "options"_a)
+      .def("unregister_graph", &native_region::unregister_graph, "graph_id"_a);
+  add_lifetime(
+      region_class,
+      "Frees the region's device memory, host copy and graphs (queued work that uses it must "
+      "be finished)");
+  py::class_<native_activation> activation_class(
+      m, "OptimizedActivation",
+      "offloadkit's activation offloader (async_offloader: side-stream "
+      "copies into a pinned pool, bounded prefetch), with "
+      "offloadkit.protocol.Activation's methods");
+  activation_class.def(py::init<py::handle, py::handle>(), "executor"_a, "options"_a)
       .def("pack", &native_activation::pack, "tensor"_a, "stream"_a)
       .def("unpack", &native_activation::unpack, "handle"_a, "stream"_a)
       .def("forward_layer_end", &native_activation::forward_layer_end, "layer"_a, "stream"_a)
       .def("backward_layer_begin", &native_activation::backward_layer_begin, "layer"_a, "stream"_a)
       .def("synchronize", &native_activation::synchronize)
       .def("stats", &native_activation::stats)
-      .def("keep_threshold", &native_activation::keep_threshold)
-      .def("close", &native_activation::close,
-           "Waits for the offloader's copies and gives back every source it holds (tensors from "
-           "unpack() must have been released)")
-      .def_property_readonly("closed", &native_activation::closed)
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](native_activation& a, const py::args&) { a.close(); });
-  py::class_<native_arena>(m, "OptimizedArena",
-                           "offloadkit's coalesced arena (coalesced_offloader: one cached pinned "
-                           "arena, copies batched per run of device-contiguous tensors), with "
-                           "offloadkit.protocol.Arena's methods")
-      .def(py::init<py::handle>(), "executor"_a)
+      .def("keep_threshold", &native_activation::keep_threshold);
+  add_lifetime(
+      activation_class,
+      "Waits for the offloader's copies and gives back every source it holds (tensors from "
+      "unpack() must have been released)");
+  py::class_<native_arena> arena_class(
+      m, "OptimizedArena",
+      "offloadkit's coalesced arena (coalesced_offloader: one cached pinned "
+      "arena, copies batched per run of device-contiguous tensors), with "
+      "offloadkit.protocol.Arena's methods");
+  arena_class.def(py::init<py::handle>(), "executor"_a)
       .def("info", &native_arena::info)
       .def(
           "offload",
@@ -593,15 +547,14 @@ void add_optimized_classes(py::module_& m) {
           "tensors"_a, "stream"_a, "event"_a = true,
           "Copies the arena's copy back into `tensors` (same sizes); returns an Event as offload()")
       .def("release", &native_arena::release,
-           "Frees the host memory (after the queued copies that use it); idempotent")
-      .def("close", &native_arena::close, "Frees everything")
-      .def_property_readonly("closed", &native_arena::closed)
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](native_arena& a, const py::args&) { a.close(); });
-  py::class_<native_stash>(m, "OptimizedStash",
-                           "offloadkit's paged stash (paged_stash: device and pinned pages, "
-                           "device-resident page table, one launch per call or per 64 keys), with "
-                           "offloadkit.protocol.Stash's methods")
+           "Frees the host memory (after the queued copies that use it); idempotent");
+  add_lifetime(arena_class, "Frees everything");
+  py::class_<native_stash> stash_class(
+      m, "OptimizedStash",
+      "offloadkit's paged stash (paged_stash: device and pinned pages, "
+      "device-resident page table, one launch per call or per 64 keys), with "
+      "offloadkit.protocol.Stash's methods");
+  stash_class
       .def(py::init<py::handle, py::handle, py::handle>(), "executor"_a, "config"_a, "stream"_a)
       .def("stash", &native_stash::stash, "key"_a, "src"_a, "rows"_a, "stream"_a)
       .def("restore", &native_stash::restore, "key"_a, "dst"_a, "rows_out"_a, "stream"_a)
@@ -610,11 +563,8 @@ void add_optimized_classes(py::module_& m) {
       .def("reset", &native_stash::reset, "stream"_a)
       .def("clear_status", &native_stash::clear_status, "stream"_a)
       .def("snapshot", &native_stash::snapshot, "stream"_a,
-           "Free pages of both tiers, the live entries and the status word (waits for `stream`)")
-      .def("close", &native_stash::close, "Frees the pages and the page table")
-      .def_property_readonly("closed", &native_stash::closed)
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](native_stash& st, const py::args&) { st.close(); });
+           "Free pages of both tiers, the live entries and the status word (waits for `stream`)");
+  add_lifetime(stash_class, "Frees the pages and the page table");
 }
 
 }  // namespace offloadkit::python_bridge

@@ -312,21 +312,26 @@ PLANTED_REGION_PEERS = (
 )
 
 
-def run_peers(peers, *extra):
-    """bench_peers over `peers` (region only, no offloadkit rows), each peer in a process of its
-    own started through standin_worker.py; (exit status, stdout, stderr, rows)."""
-    saved = bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND
-    bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND = peers, [sys.executable, WORKER]
+def run_peers(peers, *extra, feature="region"):
+    """bench_peers over `peers` of `feature` (no offloadkit rows; region: 1 MiB; activation: one
+    small shape, one block), each peer in a process of its own started through
+    standin_worker.py; (exit status, stdout, stderr, rows)."""
+    table = "REGION_PEERS" if feature == "region" else "ACTIVATION_PEERS"
+    saved = getattr(bench_peers, table), bench_peers.WORKER_COMMAND
+    setattr(bench_peers, table, peers)
+    bench_peers.WORKER_COMMAND = [sys.executable, WORKER]
+    sizes = (["--min-mib", "1", "--max-mib", "1"] if feature == "region" else
+             ["--shape", f"{HIDDEN}x{TOKENS}", "--blocks", "1"])
     out, err = io.StringIO(), io.StringIO()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "peers.json")
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                status = bench_peers.main(["--feature", "region", "--no-offloadkit",
-                                           "--min-mib", "1", "--max-mib", "1", "--reps", "1",
-                                           "--json", path] + list(extra))
+                status = bench_peers.main(["--feature", feature, "--no-offloadkit"] + sizes +
+                                          ["--reps", "1", "--json", path] + list(extra))
         finally:
-            bench_peers.REGION_PEERS, bench_peers.WORKER_COMMAND = saved
+            setattr(bench_peers, table, saved[0])
+            bench_peers.WORKER_COMMAND = saved[1]
         with open(path) as f:
             rows = json.load(f)["rows"]
     return status, out.getvalue(), err.getvalue(), rows
@@ -391,23 +396,9 @@ class ProcessPerPeerTest(unittest.TestCase):
 
 
 def run_activation_peers(peers, *extra):
-    """bench_peers over activation `peers` (no offloadkit rows), each in a process of its own;
-    (exit status, stdout, rows)."""
-    saved = bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND
-    bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND = peers, [sys.executable, WORKER]
-    out, err = io.StringIO(), io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "peers.json")
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                status = bench_peers.main(["--feature", "activation", "--no-offloadkit",
-                                           "--shape", f"{HIDDEN}x{TOKENS}", "--blocks", "1",
-                                           "--reps", "1", "--json", path] + list(extra))
-        finally:
-            bench_peers.ACTIVATION_PEERS, bench_peers.WORKER_COMMAND = saved
-        with open(path) as f:
-            rows = json.load(f)["rows"]
-    return status, out.getvalue() + err.getvalue(), rows
+    """run_peers over activation `peers`: (exit status, stdout and stderr, rows)."""
+    status, out, err, rows = run_peers(peers, *extra, feature="activation")
+    return status, out + err, rows
 
 
 class KnownWrongTest(unittest.TestCase):
