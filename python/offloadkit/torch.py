@@ -403,11 +403,17 @@ class TensorSet:
     def reload(self, stream: Any = None) -> None:
         """Copies the arena's contents back in order on ``stream``: into fresh device memory
         after ``offload(free=True)``, else into the tensors as they are."""
+        s = as_stream(stream, self.device)
         if self.freed:
+            torch = _torch()
+            copying = torch_stream(s)
             for t in self.tensors:
-                t.untyped_storage().resize_(_tensor_nbytes(t))
+                t.untyped_storage().resize_(_tensor_nbytes(t))  # for the current stream ...
+                t.record_stream(copying)  # ... and written on `stream`
+            # The memory is free in the current stream's order: the copies wait for it.
+            copying.wait_stream(torch.cuda.current_stream(self.device))
             self.freed = False
-        self._impl.reload(self._buffers(), as_stream(stream, self.device), event=False)
+        self._impl.reload(self._buffers(), s, event=False)
 
     def release(self) -> None:
         """Frees the pinned arena (after the copies that use it); the next offload allocates it
