@@ -135,10 +135,13 @@ class ActivationTest(unittest.TestCase):
         self.x = torch.randn(2048, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 
     def step(self, hooks=None):
-        """Gradients of one forward and backward, and the device memory held after forward."""
+        """Gradients of one forward and backward, and the device memory forward added (what the
+        caller holds, the gradients of earlier steps among it, is not counted)."""
         torch = self.torch
         self.model.zero_grad(set_to_none=True)
         self.x.grad = None
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
         if hooks is None:
             loss = self.model(self.x).float().square().mean()
         else:
@@ -146,11 +149,11 @@ class ActivationTest(unittest.TestCase):
                 loss = self.model(self.x).float().square().mean()
             hooks.synchronize()
         torch.cuda.synchronize()
-        after_forward = torch.cuda.memory_allocated()
+        forward_added = torch.cuda.memory_allocated() - before
         loss.backward()
         torch.cuda.synchronize()
         grads = [p.grad.clone() for p in self.model.parameters()] + [self.x.grad.clone()]
-        return grads, after_forward
+        return grads, forward_added
 
     def same(self, a, b):
         return all(self.torch.equal(x, y) for x, y in zip(a, b))
@@ -164,7 +167,29 @@ class ActivationTest(unittest.TestCase):
         # Per step, each block saves its input (4 MiB) and the GELU's input and output (16 MiB
         # each): at least 144 MiB offloaded, and no longer held by torch after forward.
         self.assertGreaterEqual(offload.stats().offloaded_bytes, 2 * 144 * MIB)
-        self.assertLess(held_offload, held_plain - 128 * MIB)
+        self.assertTrue(self.holds_less(held_offload, held_plain), (held_offload, held_plain))
+        offload.close()
+
+    @staticmethod
+    def holds_less(held_offload, held_plain):
+        return held_offload < held_plain - 128 * MIB
+
+    def test_planted_leak_is_caught(self):
+        """The memory comparison above fails when the offloaded tensors stay referenced."""
+        okt = self.okt
+        _, held_plain = self.step()
+
+        class Leaking(okt.offload_activations):
+            kept = []
+
+            def _pack(self, t):
+                Leaking.kept.append(t)
+                return super()._pack(t)
+
+        offload = Leaking(min_bytes=MIB)
+        _, held_leaking = self.step(offload)
+        self.assertFalse(self.holds_less(held_leaking, held_plain), "a leak went unnoticed")
+        Leaking.kept.clear()
         offload.close()
 
     def test_planted_corruption_is_caught(self):
