@@ -55,7 +55,8 @@ not reach are "not measured" and the document says "interrupted".
 
 Exit status: 0 ok (rows that cannot run here are skipped, with the reason; known-wrong rows
 are said), 1 a row failed (its contents came back wrong, or right against --known-wrong, its
-measurement raised, its peer's process ended before it) or --json could not be written, 2 bad usage, 128+N stopped by signal N (what was measured is kept).
+measurement raised, its peer's process ended before it) or --json could not be written, 2 bad
+usage, 128+N stopped by signal N (what was measured is kept).
 """
 
 import argparse
