@@ -25,6 +25,7 @@
 #include "offloadkit/error.hpp"
 #include "offloadkit/executor.hpp"
 #include "offloadkit/plugin.h"
+#include "offloadkit/stash/key.hpp"
 
 namespace offloadkit::python_bridge {
 
@@ -140,6 +141,10 @@ stream_ref to_stream(py::handle h);
 py::object make_executor(const std::shared_ptr<executor_handle>& h);
 /// offloadkit.Stream(handle, device).
 py::object make_stream(stream_ref s);
+/// offloadkit.Event(handle, device).
+py::object make_event(event_ref e);
+/// offloadkit.StashKey(vp, layer, microbatch).
+py::object key_to_python(const stash::stash_key& k);
 /// offloadkit.Buffer over memory offloadkit hands to Python, valid in the order of `s`.
 py::object make_buffer(const void* p, std::size_t bytes, int device, memory_kind kind, backend b,
                        std::optional<stream_ref> s);

@@ -140,15 +140,12 @@ class python_stash final : public stash::stash_interface, python_object {
   [[nodiscard]] bool do_capturable() const noexcept override {
     return (decl_->capabilities & OKIT_STASH_CAP_CAPTURABLE) != 0;
   }
-  static py::object key_of(const stash::stash_key& k) {
-    return names().stash_key(k.vp, k.layer, k.microbatch);
-  }
   [[nodiscard]] std::size_t buffer_bytes() const { return cfg_.max_rows * cfg_.row_bytes; }
 
   void do_stash(const stash::stash_key& key, const void* src, const std::uint64_t* rows,
                 stream_ref s) override {
     call("stash", [&] {
-      impl_.attr("stash")(key_of(key), buffer(src, buffer_bytes(), cfg_.device, s),
+      impl_.attr("stash")(key_to_python(key), buffer(src, buffer_bytes(), cfg_.device, s),
                           buffer(rows, sizeof(std::uint64_t), cfg_.device, s), make_stream(s));
     });
   }
@@ -157,7 +154,7 @@ class python_stash final : public stash::stash_interface, python_object {
     call("restore", [&] {
       py::object out = rows_out != nullptr ? buffer(rows_out, sizeof(std::uint64_t), cfg_.device, s)
                                            : py::none();
-      impl_.attr("restore")(key_of(key), buffer(dst, buffer_bytes(), cfg_.device, s), out,
+      impl_.attr("restore")(key_to_python(key), buffer(dst, buffer_bytes(), cfg_.device, s), out,
                             make_stream(s));
     });
   }
@@ -170,7 +167,7 @@ class python_stash final : public stash::stash_interface, python_object {
     call("stash_batch", [&] {
       py::list batch;
       for (std::size_t i = 0; i < n; ++i) {
-        batch.append(py::make_tuple(key_of(items[i].key),
+        batch.append(py::make_tuple(key_to_python(items[i].key),
                                     buffer(items[i].src, buffer_bytes(), cfg_.device, s),
                                     buffer(items[i].rows, sizeof(std::uint64_t), cfg_.device, s)));
       }
@@ -188,7 +185,7 @@ class python_stash final : public stash::stash_interface, python_object {
         py::object out = items[i].rows_out != nullptr
                              ? buffer(items[i].rows_out, sizeof(std::uint64_t), cfg_.device, s)
                              : py::none();
-        batch.append(py::make_tuple(key_of(items[i].key),
+        batch.append(py::make_tuple(key_to_python(items[i].key),
                                     buffer(items[i].dst, buffer_bytes(), cfg_.device, s), out));
       }
       impl_.attr("restore_batch")(batch, make_stream(s));

@@ -59,14 +59,18 @@ stream_ref to_stream(py::handle h) {
   return stream_ref{reinterpret_cast<void*>(to_handle(h)), device_of(h)};
 }
 
+py::object make_event(event_ref e) {
+  return names().event(reinterpret_cast<std::uintptr_t>(e.native), e.device);
+}
+
+py::object key_to_python(const stash::stash_key& k) {
+  return names().stash_key(k.vp, k.layer, k.microbatch);
+}
+
 namespace {
 
 event_ref to_event(py::handle h) {
   return event_ref{reinterpret_cast<void*>(to_handle(h)), device_of(h)};
-}
-
-py::object make_event(event_ref e) {
-  return names().event(reinterpret_cast<std::uintptr_t>(e.native), e.device);
 }
 
 /// Sets the Python error for an offloadkit C++ exception: the class of offloadkit.errors it

@@ -311,12 +311,13 @@ class native_activation : public native_object<activation::offloader> {
 
 // ---- coalesced arena --------------------------------------------------------------------------
 
-/// The tensors of an arena call: each a device Buffer (or anything with `ptr` and `nbytes`).
+/// The tensors of an arena call: each a device Buffer (or anything with an address, as
+/// to_address reads it, and `nbytes`).
 std::vector<arena::device_tensor> tensor_set(py::handle tensors) {
   std::vector<arena::device_tensor> set;
   for (py::handle t : py::iter(tensors)) {
     arena::device_tensor d;
-    d.data = to_address(py::getattr(t, "ptr", py::int_(0)));
+    d.data = to_address(t);
     d.bytes = count_field(t, "nbytes", "arena tensor");
     set.push_back(d);
   }
@@ -350,7 +351,7 @@ class native_arena : public native_object<arena::offloader> {
       if (want_event) done = e.release();  // else e's end destroys it (its work goes on)
     }
     if (!want_event) return py::none();
-    return names().event(reinterpret_cast<std::uintptr_t>(done.native), done.device);
+    return make_event(done);
   }
   void release() {
     arena::offloader& a = get();
@@ -380,8 +381,15 @@ std::uint64_t* rows_at(py::handle buffer) {
   return buffer.is_none() ? nullptr : static_cast<std::uint64_t*>(to_address(buffer));
 }
 
-py::object key_to_python(const stash::stash_key& k) {
-  return names().stash_key(k.vp, k.layer, k.microbatch);
+/// The items of stash_batch, (key, src, rows), or of restore_batch, (key, dst, rows_out or None).
+template <class Item>
+std::vector<Item> batch_items(py::handle items) {
+  std::vector<Item> batch;
+  for (py::handle h : py::iter(items)) {
+    const py::tuple t = py::reinterpret_borrow<py::object>(h);
+    batch.push_back({key_from(t[0]), to_address(t[1]), rows_at(t[2])});
+  }
+  return batch;
 }
 
 class native_stash : public native_object<stash::stash_interface> {
@@ -421,25 +429,16 @@ class native_stash : public native_object<stash::stash_interface> {
     py::gil_scoped_release nogil;
     st.restore(k, to, r, s);
   }
-  /// stash_batch: (key, src, rows) items; restore_batch: (key, dst, rows_out or None) items.
   void stash_batch(py::handle items, py::handle stream) {
     stash::stash_interface& st = get();
-    std::vector<stash::stash_item> batch;
-    for (py::handle h : py::iter(items)) {
-      const py::tuple t = py::reinterpret_borrow<py::object>(h);
-      batch.push_back({key_from(t[0]), to_address(t[1]), rows_at(t[2])});
-    }
+    const std::vector<stash::stash_item> batch = batch_items<stash::stash_item>(items);
     const stream_ref s = to_stream(stream);
     py::gil_scoped_release nogil;
     st.stash_batch(batch, s);
   }
   void restore_batch(py::handle items, py::handle stream) {
     stash::stash_interface& st = get();
-    std::vector<stash::restore_item> batch;
-    for (py::handle h : py::iter(items)) {
-      const py::tuple t = py::reinterpret_borrow<py::object>(h);
-      batch.push_back({key_from(t[0]), to_address(t[1]), rows_at(t[2])});
-    }
+    const std::vector<stash::restore_item> batch = batch_items<stash::restore_item>(items);
     const stream_ref s = to_stream(stream);
     py::gil_scoped_release nogil;
     st.restore_batch(batch, s);
